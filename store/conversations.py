@@ -1,0 +1,389 @@
+"""`SqlConversationStore`: pydantic-ai's `ConversationStore` on SQLAlchemy, for SQLite and PostgreSQL.
+
+The ABC works out which messages are new, where a history branches and what a fork shares; this
+backend implements its storage primitives with one statement each where the ABC would issue many:
+
+- a history is one recursive query from its head, not one query per entry;
+- a save inserts its new entries and updates the record, guarded by its revision, in one
+  transaction: two writers of the same revision can't both win, on either database;
+- listing is an index range scan on `(scope, updated_at, conversation_id)`, newest first, with
+  keyset pagination (`read_records_page`).
+
+`delete` erases the entries no remaining conversation reaches. Entries a fork still shares stay
+until the last conversation whose history (head or a branch it left) reaches them is deleted.
+Conversations that share entries form a *family* (a root and its forks, transitively), recorded
+on each record, so the search for entries still in use stays within the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+import sqlalchemy as sa
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationEntry,
+    ConversationRecord,
+    ConversationStore,
+)
+from sqlalchemy import exc
+from sqlalchemy.engine import URL, RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import codec
+from .engine import check_reachable, create_engine, normalize_url, redacted, translate_errors
+from .errors import CorruptData, NotFound
+from .migrate import upgrade
+from .schema import ConversationEntryRow, ConversationRecordRow, metadata
+
+__all__ = ("PageCursor", "SqlConversationStore")
+
+_entries = metadata.tables[ConversationEntryRow.__tablename__]
+_records = metadata.tables[ConversationRecordRow.__tablename__]
+_NO_LIMIT = 2**62
+
+
+@dataclass(frozen=True)
+class PageCursor:
+    """Where a page of conversations ended: the last one's save time and id."""
+
+    updated_at: datetime
+    conversation_id: str
+
+
+def _history_query() -> sa.Select[str, str | None, bytes]:
+    head = (
+        sa.select(
+            _entries.c.entry_id,
+            _entries.c.parent_id,
+            _entries.c.message,
+            sa.literal(1, sa.Integer).label("depth"),
+        )
+        .where(_entries.c.entry_id == sa.bindparam("head_id"))
+        .cte("chain", recursive=True)
+    )
+    step = (
+        sa.select(
+            _entries.c.entry_id, _entries.c.parent_id, _entries.c.message, (head.c.depth + 1).label("depth")
+        )
+        .join(head, _entries.c.entry_id == head.c.parent_id)
+        .where(head.c.depth < sa.bindparam("limit", type_=sa.BigInteger))
+    )
+    chain = head.union_all(step)
+    return sa.select(chain.c.entry_id, chain.c.parent_id, chain.c.message).order_by(chain.c.depth.desc())
+
+
+def _reachable(name: str, tips: str) -> sa.CTE:
+    """Every entry on the histories ending at the entries bound to the expanding parameter `tips`."""
+    start = sa.select(_entries.c.entry_id, _entries.c.parent_id).where(
+        _entries.c.entry_id.in_(sa.bindparam(tips, expanding=True))
+    )
+    walk = start.cte(name, recursive=True)
+    return walk.union(
+        sa.select(_entries.c.entry_id, _entries.c.parent_id).join(
+            walk, _entries.c.entry_id == walk.c.parent_id
+        )
+    )
+
+
+_HISTORY = _history_query()
+_RECORD_COLUMNS = (
+    _records.c.conversation_id,
+    _records.c.scope,
+    _records.c.head_id,
+    _records.c.revision,
+    _records.c.updated_at,
+    _records.c.usage,
+    _records.c.deferred_tool_requests,
+    _records.c.forked_from,
+    _records.c.forked_at,
+    _records.c.branches,
+    _records.c.format_version,
+)
+_NEWEST_FIRST = (_records.c.updated_at.desc(), _records.c.conversation_id.desc())
+
+
+class SqlConversationStore(ConversationStore):
+    """A `ConversationStore` on SQLite (aiosqlite) or PostgreSQL (asyncpg) through SQLAlchemy 2.
+
+    Open one with `await SqlConversationStore.connect(url)`, which also brings the schema up to
+    date, and close it with `await store.aclose()` (or use it as an async context manager).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        # Reads need no transaction: skipping BEGIN/ROLLBACK saves two round trips on PostgreSQL.
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @classmethod
+    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+        """Open the database at `url`, creating or upgrading its schema unless `migrate` is false.
+
+        Raises:
+            UnsupportedDatabase: The URL names a dialect other than SQLite or PostgreSQL.
+            DatabaseUnavailable: The database cannot be reached.
+            SchemaTooNew: The database was upgraded by a newer durable-chat.
+        """
+        normalized = normalize_url(url)
+        check_reachable(normalized)
+        engine = create_engine(normalized)
+        try:
+            with translate_errors(f"connecting to {redacted(normalized)!r}", connecting=True):
+                async with engine.connect() as connection:
+                    await connection.execute(sa.text("SELECT 1"))
+            if migrate:
+                with translate_errors(f"upgrading the schema of {redacted(normalized)!r}"):
+                    await upgrade(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine, shared with the other stores of the same database."""
+        return self._engine
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- the ABC's storage primitives ----------------------------------------------------------
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        with translate_errors(f"reading conversation {conversation_id!r}"):
+            async with self._reader.connect() as connection:
+                result = await connection.execute(
+                    sa.select(*_RECORD_COLUMNS).where(_records.c.conversation_id == conversation_id)
+                )
+                row = result.mappings().one_or_none()
+        return None if row is None else _record_from_row(row)
+
+    async def read_records(
+        self, *, scope: str | None = None, limit: int | None = None
+    ) -> Sequence[ConversationRecord]:
+        return await self.read_records_page(scope=scope, limit=limit)
+
+    async def read_records_page(
+        self, *, scope: str | None = None, limit: int | None = None, after: PageCursor | None = None
+    ) -> list[ConversationRecord]:
+        """Records newest save first, starting after `after` (the last record of the previous page)."""
+        query = sa.select(*_RECORD_COLUMNS).order_by(*_NEWEST_FIRST)
+        if scope is not None:
+            query = query.where(_records.c.scope == scope)
+        if after is not None:
+            query = query.where(
+                sa.tuple_(_records.c.updated_at, _records.c.conversation_id)
+                < sa.tuple_(
+                    sa.literal(after.updated_at, ConversationRecordRow.updated_at.type), after.conversation_id
+                )
+            )
+        if limit is not None:
+            query = query.limit(limit)
+        with translate_errors("listing conversations"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_record_from_row(row) for row in rows]
+
+    async def write_record(
+        self,
+        record: ConversationRecord,
+        *,
+        new_entries: Sequence[ConversationEntry] = (),
+        expected_revision: str | None,
+    ) -> None:
+        conversation_id = record.conversation_id
+        values = _record_values(record)
+        try:
+            with translate_errors(f"saving conversation {conversation_id!r}"):
+                async with self._engine.begin() as connection:
+                    if new_entries:
+                        await connection.execute(
+                            _entries.insert(),
+                            [
+                                {
+                                    "entry_id": entry.id,
+                                    "parent_id": entry.parent_id,
+                                    "kind": entry.kind,
+                                    "message": codec.encode_message(entry.message),
+                                }
+                                for entry in new_entries
+                            ],
+                        )
+                    if expected_revision is None:
+                        await connection.execute(
+                            _records.insert().values(**values, family_id=_family_of(record))
+                        )
+                    else:
+                        updated = await connection.execute(
+                            _records.update()
+                            .where(_records.c.conversation_id == conversation_id)
+                            .where(_records.c.revision == expected_revision)
+                            .values(**values)
+                        )
+                        if updated.rowcount != 1:
+                            raise ConversationConflict(conversation_id)
+        except exc.IntegrityError as error:
+            # The record exists already, its head names an entry a concurrent delete released, or a
+            # fork's source was deleted since it was read: all a conflict with another writer.
+            raise ConversationConflict(conversation_id) from error
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        try:
+            with translate_errors(f"deleting conversation {conversation_id!r}"):
+                async with self._engine.begin() as connection:
+                    deleted = (
+                        await connection.execute(
+                            _records.delete()
+                            .where(_records.c.conversation_id == conversation_id)
+                            .where(_records.c.revision == expected_revision)
+                            .returning(_records.c.head_id, _records.c.branches, _records.c.family_id)
+                        )
+                    ).one_or_none()
+                    if deleted is None:
+                        raise ConversationConflict(conversation_id)
+                    head_id, branches, family_id = deleted
+                    tips = _tips(head_id, branches, conversation_id)
+                    if tips:
+                        await _release_entries(connection, tips, family_id)
+        except exc.IntegrityError as error:
+            # A fork committed since the family was read points into the entries being released.
+            raise ConversationConflict(conversation_id) from error
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        if not _is_uuid(entry_id):
+            raise NotFound(f"no conversation entry {entry_id!r}")
+        with translate_errors(f"reading entry {entry_id!r}"):
+            async with self._reader.connect() as connection:
+                row = (
+                    await connection.execute(
+                        sa.select(_entries.c.entry_id, _entries.c.parent_id, _entries.c.message).where(
+                            _entries.c.entry_id == entry_id
+                        )
+                    )
+                ).one_or_none()
+        if row is None:
+            raise NotFound(f"no conversation entry {entry_id!r}")
+        (message,) = codec.decode_messages([(row.entry_id, row.message)], conversation_id="<unknown>")
+        return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
+
+    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
+        """The entries up to `head_id`, oldest first, or only the last `limit`: one recursive query."""
+        if head_id is None or limit == 0:
+            return []
+        if not _is_uuid(head_id):
+            raise NotFound(f"no conversation entry {head_id!r}")
+        wanted = _NO_LIMIT if limit is None else limit
+        with translate_errors(f"reading the history ending at entry {head_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(_HISTORY, {"head_id": head_id, "limit": wanted})).all()
+        if not rows or (len(rows) < wanted and rows[0].parent_id is not None):
+            # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
+            raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
+        messages = codec.decode_messages(
+            [(row.entry_id, row.message) for row in rows], conversation_id=head_id
+        )
+        return [
+            ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
+            for row, message in zip(rows, messages, strict=True)
+        ]
+
+
+def _family_of(record: ConversationRecord) -> sa.ColumnElement[str] | str:
+    if record.forked_from is None:
+        return record.conversation_id
+    # NULL when the source was deleted meanwhile: the NOT NULL constraint turns that into a conflict.
+    return (
+        sa.select(_records.c.family_id)
+        .where(_records.c.conversation_id == record.forked_from)
+        .scalar_subquery()
+    )
+
+
+def _tips(head_id: str | None, raw_branches: bytes, conversation_id: str) -> list[str]:
+    branches = codec.decode_branches(raw_branches, conversation_id=conversation_id)
+    return [tip for tip in dict.fromkeys([*branches, head_id]) if tip is not None]
+
+
+async def _release_entries(connection: AsyncConnection, tips: list[str], family_id: str) -> None:
+    """Delete the entries on the histories ending at `tips` that no other record of the family reaches."""
+    others = (
+        await connection.execute(
+            sa.select(_records.c.conversation_id, _records.c.head_id, _records.c.branches).where(
+                _records.c.family_id == family_id
+            )
+        )
+    ).all()
+    kept_tips = [tip for row in others for tip in _tips(row.head_id, row.branches, row.conversation_id)]
+    doomed = _reachable("doomed", "tips")
+    released = sa.select(doomed.c.entry_id)
+    parameters: dict[str, list[str]] = {"tips": tips}
+    if kept_tips:
+        kept = _reachable("kept", "kept_tips")
+        released = released.except_(sa.select(kept.c.entry_id))
+        parameters["kept_tips"] = kept_tips
+    await connection.execute(_entries.delete().where(_entries.c.entry_id.in_(released)), parameters)
+
+
+def _record_values(record: ConversationRecord) -> dict[str, object]:
+    return {
+        "conversation_id": record.conversation_id,
+        "scope": record.scope,
+        "head_id": record.head_id,
+        "revision": record.revision,
+        "updated_at": record.updated_at,
+        "usage": codec.encode_usage(record.usage),
+        "deferred_tool_requests": codec.encode_deferred(record.deferred_tool_requests),
+        "forked_from": record.forked_from,
+        "forked_at": record.forked_at,
+        "branches": codec.encode_branches(record.branches),
+        "format_version": record.format_version,
+    }
+
+
+def _record_from_row(mapping: RowMapping) -> ConversationRecord:
+    conversation_id: str = mapping["conversation_id"]
+    if mapping["format_version"] != 1:
+        raise CorruptData(
+            f"conversation {conversation_id!r} is stored in format {mapping['format_version']!r}, "
+            "which this version of durable-chat cannot read"
+        )
+    return ConversationRecord(
+        conversation_id=conversation_id,
+        head_id=mapping["head_id"],
+        usage=codec.decode_usage(mapping["usage"], conversation_id=conversation_id),
+        deferred_tool_requests=codec.decode_deferred(
+            mapping["deferred_tool_requests"], conversation_id=conversation_id
+        ),
+        scope=mapping["scope"],
+        forked_from=mapping["forked_from"],
+        forked_at=mapping["forked_at"],
+        branches=codec.decode_branches(mapping["branches"], conversation_id=conversation_id),
+        revision=mapping["revision"],
+        updated_at=mapping["updated_at"],
+    )
+
+
+def _is_uuid(value: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,123 @@
+"""Database URLs, engines and the translation of driver errors into the store's errors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, exc
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
+
+__all__ = ("check_reachable", "create_engine", "normalize_url", "redacted", "translate_errors")
+
+logger = logging.getLogger(__name__)
+
+_ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+
+
+def normalize_url(url: str | URL) -> URL:
+    """The async form of a supported database URL: `sqlite://` and `postgresql://` get their async driver.
+
+    Raises:
+        UnsupportedDatabase: The URL is malformed, or names another dialect or a sync driver.
+    """
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as error:
+        raise UnsupportedDatabase(f"{redacted(url)!r} is not a database URL: {error}") from error
+    backend = "postgresql" if parsed.get_backend_name() == "postgres" else parsed.get_backend_name()
+    driver = _ASYNC_DRIVERS.get(backend)
+    if driver is None:
+        raise UnsupportedDatabase(
+            f"database URL {redacted(url)!r} names the dialect {backend!r}; durable-chat supports "
+            "SQLite ('sqlite+aiosqlite:///path.db') and PostgreSQL ('postgresql+asyncpg://user@host/db')"
+        )
+    if parsed.drivername not in {backend, f"{backend}+{driver}", "postgres"}:
+        raise UnsupportedDatabase(
+            f"database URL {redacted(url)!r} names the driver {parsed.drivername!r}; "
+            f"use {backend}+{driver}://"
+        )
+    return parsed.set(drivername=f"{backend}+{driver}")
+
+
+def redacted(url: str | URL) -> str:
+    """The URL with its password hidden, fit for logs and error messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return "<unparsable URL>"
+
+
+def check_reachable(url: URL) -> None:
+    """Refuse a SQLite file whose folder is missing, before the driver fails on it less clearly.
+
+    Raises:
+        DatabaseUnavailable: The folder of the SQLite file does not exist.
+    """
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    folder = Path(url.database).expanduser().absolute().parent
+    if not folder.is_dir():
+        raise DatabaseUnavailable(
+            f"cannot open SQLite database {url.database!r}: its folder {str(folder)!r} does not exist"
+        )
+
+
+def create_engine(url: URL) -> AsyncEngine:
+    """An engine configured for durable-chat's access pattern on its dialect."""
+    if url.get_backend_name() == "sqlite":
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _configure_sqlite)
+        return engine
+    return create_async_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # WAL lets readers run beside the single writer; synchronous=NORMAL in WAL mode is durable
+    # against a crash of the process (not against a power cut of the last commit, documented).
+    # Foreign keys are off by default in SQLite; the schema relies on them.
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "PRAGMA journal_mode=WAL",
+        "PRAGMA synchronous=NORMAL",
+        "PRAGMA foreign_keys=ON",
+        "PRAGMA busy_timeout=30000",
+    ):
+        cursor.execute(pragma)
+    cursor.close()
+
+
+@contextmanager
+def translate_errors(what: str, *, connecting: bool = False) -> Generator[None]:
+    """Turn SQLAlchemy and driver errors raised inside the block into the store's errors.
+
+    With `connecting`, every driver error is taken for an unreachable database (a missing
+    database, refused credentials), since nothing has been asked of it yet.
+    """
+    try:
+        yield
+    except StoreError:
+        raise
+    except (exc.OperationalError, exc.InterfaceError, OSError) as error:
+        raise DatabaseUnavailable(
+            f"{what} failed: the database is unreachable or went away ({_cause(error)})"
+        ) from error
+    except exc.DBAPIError as error:
+        if connecting or error.connection_invalidated:
+            raise DatabaseUnavailable(f"{what} failed: the connection to the database broke") from error
+        raise StoreError(f"{what} failed: {_cause(error)}") from error
+    except exc.SQLAlchemyError as error:
+        raise StoreError(f"{what} failed: {error}") from error
+
+
+def _cause(error: BaseException) -> str:
+    inner = error.orig if isinstance(error, exc.DBAPIError) and error.orig is not None else error
+    text = str(inner).strip().splitlines()
+    return f"{type(inner).__name__}: {text[0]}" if text else type(inner).__name__

@@ -1,0 +1,41 @@
+"""The data layer's errors: one small hierarchy, raised instead of SQLAlchemy's or the drivers'."""
+
+from __future__ import annotations
+
+__all__ = (
+    "Conflict",
+    "CorruptData",
+    "DatabaseUnavailable",
+    "NotFound",
+    "SchemaTooNew",
+    "StoreError",
+    "UnsupportedDatabase",
+)
+
+
+class StoreError(Exception):
+    """Base class of every error the data layer raises."""
+
+
+class NotFound(StoreError, LookupError):
+    """A row the caller named is not stored (or is not visible to the caller's scope)."""
+
+
+class Conflict(StoreError):
+    """The change conflicts with what is stored: a duplicate key or a stale revision."""
+
+
+class CorruptData(StoreError):
+    """A stored row cannot be decoded; the message names the row."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was upgraded by a newer version of durable-chat than this one."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The database cannot be reached, or the connection to it broke."""
+
+
+class UnsupportedDatabase(StoreError, ValueError):
+    """The database URL names a dialect or driver durable-chat does not support."""

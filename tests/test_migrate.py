@@ -1,0 +1,104 @@
+"""Schema migrations: from an empty database, from every earlier revision, and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelRequest, UserPromptPart
+from sqlalchemy.engine import Connection
+
+from store import SchemaTooNew, SqlConversationStore, current_revision, head_revision, upgrade
+from store.engine import create_engine, normalize_url
+from store.migrate import alembic_config
+from store.schema import metadata
+
+pytestmark = pytest.mark.anyio
+
+
+def _revisions() -> list[str]:
+    """Every revision, oldest first."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return [revision.revision for revision in reversed(list(script.walk_revisions()))]
+
+
+def _schema_drift(connection: Connection) -> list[object]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, metadata))
+
+
+async def test_connect_creates_the_schema_on_an_empty_database(database_url: str) -> None:
+    engine = create_engine(normalize_url(database_url))
+    try:
+        assert await current_revision(engine) is None
+        store = await SqlConversationStore.connect(database_url)
+        await store.aclose()
+        assert await current_revision(engine) == head_revision()
+        async with engine.connect() as connection:
+            # The migrations build exactly the tables the code declares.
+            assert await connection.run_sync(_schema_drift) == []
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("previous", [None, *_revisions()[:-1]], ids=lambda r: f"from-{r or 'empty'}")
+async def test_upgrade_from_each_earlier_revision_keeps_the_data(
+    database_url: str, previous: str | None
+) -> None:
+    engine = create_engine(normalize_url(database_url))
+    try:
+        if previous is not None:
+            await upgrade(engine, target=previous)
+        assert await current_revision(engine) == previous
+        if previous is not None:
+            # A database at an older revision that already holds a conversation keeps it.
+            old = SqlConversationStore(engine)
+            await old.save(
+                Conversation(conversation_id="kept", messages=[ModelRequest(parts=[UserPromptPart("hello")])])
+            )
+        assert await upgrade(engine) == previous
+        assert await current_revision(engine) == head_revision()
+        store = SqlConversationStore(engine)
+        if previous is not None:
+            kept = await store.load("kept")
+            assert kept is not None
+            assert kept.messages == [
+                ModelRequest(parts=[UserPromptPart("hello")], timestamp=kept.messages[0].timestamp)
+            ]
+    finally:
+        await engine.dispose()
+
+
+async def test_connect_is_idempotent_and_safe_in_parallel(database_url: str) -> None:
+    stores = await asyncio.gather(*(SqlConversationStore.connect(database_url) for _ in range(4)))
+    for store in stores:
+        await store.aclose()
+    again = await SqlConversationStore.connect(database_url)
+    try:
+        assert await current_revision(again.engine) == head_revision()
+    finally:
+        await again.aclose()
+
+
+async def test_a_database_newer_than_the_code_is_refused(database_url: str) -> None:
+    store = await SqlConversationStore.connect(database_url)
+    async with store.engine.begin() as connection:
+        await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    await store.aclose()
+    with pytest.raises(SchemaTooNew) as raised:
+        await SqlConversationStore.connect(database_url)
+    assert "'9999_from_the_future'" in str(raised.value)
+    assert "upgrade durable-chat" in str(raised.value)
+
+
+async def test_connect_without_migrating_leaves_the_database_alone(database_url: str) -> None:
+    store = await SqlConversationStore.connect(database_url, migrate=False)
+    try:
+        assert await current_revision(store.engine) is None
+    finally:
+        await store.aclose()
