@@ -1,0 +1,157 @@
+"""`durable-chat`: the argument parser and one function per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from store import SqlConversationStore, StoreError, current_revision
+from web import Settings, SettingsError, create_app
+
+__all__ = ("build_parser", "main")
+
+_PROG = "durable-chat"
+_NOT_IMPLEMENTED = ("chat", "token", "threads")
+_OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand, those still to come included."""
+    parser = argparse.ArgumentParser(
+        prog=_PROG, description="A durable, streaming, human-in-the-loop chat backend for pydantic-ai agents."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=_port, help="port to listen on (default: 8000)")
+    _add_db(serve)
+    _add_model(serve)
+
+    chat = commands.add_parser("chat", help="chat in the terminal, approving tool calls with y/n")
+    chat.add_argument("--thread", metavar="ID", help="continue this thread")
+    chat.add_argument("--user", metavar="NAME", help="chat as this user")
+    _add_db(chat)
+    _add_model(chat)
+
+    token = commands.add_parser("token", help="print a bearer token for USER")
+    token.add_argument("user", metavar="USER")
+
+    threads = commands.add_parser("threads", help="list the threads")
+    threads.add_argument("--user", metavar="NAME", help="only this user's threads")
+
+    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    _add_db(migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit status: 0 done, 1 failed, 2 usage error."""
+    args = build_parser().parse_args(argv)
+    command: str = args.command
+    _configure_logging()
+    try:
+        match command:
+            case "serve":
+                return _serve(
+                    Settings.load(host=args.host, port=args.port, database_url=args.db, model=args.model)
+                )
+            case "migrate":
+                return _migrate(Settings.resolve_database_url(args.db))
+            case _:
+                assert command in _NOT_IMPLEMENTED, command
+                print(f"{_PROG}: {command!r} is not implemented yet", file=sys.stderr)
+                return 2
+    except (StoreError, SettingsError) as error:
+        # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
+        print(f"{_PROG}: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _serve(settings: Settings) -> int:
+    # Migrating before uvicorn starts turns a bad database into one clear line; in the lifespan
+    # it would be a traceback. The lifespan's own connect then finds the schema up to date.
+    asyncio.run(_upgrade(settings.database_url))
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, lifespan="on")
+    server = _Server(config, ready_url=_browser_url(settings.host, settings.port))
+    server.run()
+    return 0 if server.started else 1
+
+
+def _migrate(database_url: str) -> int:
+    revision = asyncio.run(_upgrade(database_url))
+    print(f"database {_redacted(database_url)} is up to date: schema revision {revision!r}")
+    return 0
+
+
+async def _upgrade(database_url: str) -> str | None:
+    """Open the store, which creates or upgrades the schema, and return the schema revision."""
+    store = await SqlConversationStore.connect(database_url)
+    try:
+        return await current_revision(store.engine)
+    finally:
+        await store.aclose()
+
+
+class _Server(uvicorn.Server):
+    """Uvicorn's server, which also prints the address to open once it listens."""
+
+    def __init__(self, config: uvicorn.Config, *, ready_url: str) -> None:
+        super().__init__(config)
+        self._ready_url = ready_url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(f"{_PROG} is ready: open {self._ready_url}", flush=True)
+
+
+def _configure_logging() -> None:
+    # Our own packages speak at INFO (e.g. a schema upgrade); libraries only when something is wrong.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for package in _OWN_PACKAGES:
+        logging.getLogger(package).setLevel(logging.INFO)
+
+
+def _browser_url(host: str, port: int) -> str:
+    # A wildcard address is where the server listens, not one a browser can open.
+    if host in {"0.0.0.0", ""}:
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)")
+    return port
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="database URL (env DURABLE_CHAT_DATABASE_URL; default: SQLite under ./data)",
+    )
+
+
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", metavar="NAME", help="'demo' or a pydantic-ai model string (env DURABLE_CHAT_MODEL)"
+    )

@@ -1,0 +1,125 @@
+"""The application over a real uvicorn server: `python -m cli serve` on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running `durable-chat serve` process."""
+
+    base_url: str
+    stdout: Path
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    content_type: str
+    body: object
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server on a fresh SQLite database, stopped when the module's tests are done."""
+    workdir = tmp_path_factory.mktemp("server")
+    port = _free_port()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db"]
+    command.append(f"sqlite+aiosqlite:///{workdir / 'chat.db'}")
+    stdout, stderr = workdir / "stdout.txt", workdir / "stderr.txt"
+    with stdout.open("w") as out, stderr.open("w") as err:
+        process = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=err)
+    try:
+        started = Server(base_url=f"http://127.0.0.1:{port}", stdout=stdout)
+        _wait_until(lambda: process.poll() is not None or _answers(started), "the server to answer")
+        if process.poll() is not None:
+            pytest.fail(f"the server exited with {process.returncode}:\n{stderr.read_text()}")
+        yield started
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_healthz(server: Server) -> None:
+    reply = get(server, "/healthz")
+
+    assert reply == Reply(200, "application/json", {"status": "ok"})
+
+
+def test_unknown_path_is_a_json_404(server: Server) -> None:
+    reply = get(server, "/no/such/page")
+
+    assert reply == Reply(
+        404, "application/json", {"error": {"code": "not_found", "message": "nothing at '/no/such/page'"}}
+    )
+
+
+def test_wrong_method_is_a_json_405(server: Server) -> None:
+    reply = get(server, "/healthz", method="DELETE")
+
+    assert reply == Reply(
+        405,
+        "application/json",
+        {"error": {"code": "method_not_allowed", "message": "DELETE is not allowed on '/healthz'"}},
+    )
+
+
+def test_prints_the_url_to_open(server: Server) -> None:
+    expected = f"durable-chat is ready: open {server.base_url}/\n"
+
+    _wait_until(lambda: expected in server.stdout.read_text(), "the ready line")
+
+
+def get(server: Server, path: str, *, method: str = "GET") -> Reply:
+    """Send a request and decode its JSON answer, whatever its status."""
+    request = Request(server.base_url + path, method=method)
+    try:
+        with urlopen(request, timeout=10) as response:
+            return Reply(response.status, response.headers.get_content_type(), json.load(response))
+    except HTTPError as error:
+        with error:
+            return Reply(error.code, error.headers.get_content_type(), json.load(error))
+
+
+def _answers(server: Server) -> bool:
+    try:
+        return get(server, "/healthz").status == 200
+    except OSError:  # refused, reset or timed out: not up yet
+        return False
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what} after {STARTUP_TIMEOUT} s")
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,0 +1,145 @@
+"""Settings: flags win over environment variables, which win over the defaults."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from web import Settings, SettingsError
+
+_VARIABLES = ("DATABASE_URL", "MODEL", "SECRET", "DATA_DIR")
+
+
+@pytest.fixture(autouse=True)
+def workdir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A fresh working directory and an environment without any `DURABLE_CHAT_*` variable."""
+    for name in _VARIABLES:
+        monkeypatch.delenv(f"DURABLE_CHAT_{name}", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return Path.cwd()
+
+
+def test_defaults(workdir: Path) -> None:
+    settings = Settings.load()
+
+    data_dir = workdir / "data"
+    assert settings.data_dir == data_dir
+    assert settings.database_url == f"sqlite+aiosqlite:///{data_dir}/durable-chat.db"
+    assert settings.model == "demo"
+    assert (settings.host, settings.port) == ("127.0.0.1", 8000)
+    assert len(settings.secret) >= 32
+    assert data_dir.is_dir()
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
+    monkeypatch.setenv("DURABLE_CHAT_DATABASE_URL", "postgresql+asyncpg://env@db/chat")
+    monkeypatch.setenv("DURABLE_CHAT_MODEL", "openai:gpt-4o")
+    monkeypatch.setenv("DURABLE_CHAT_SECRET", "env-secret")
+    monkeypatch.setenv("DURABLE_CHAT_DATA_DIR", str(workdir / "elsewhere"))
+
+    settings = Settings.load()
+
+    assert settings.database_url == "postgresql+asyncpg://env@db/chat"
+    assert settings.model == "openai:gpt-4o"
+    assert settings.secret == "env-secret"
+    assert settings.data_dir == workdir / "elsewhere"
+    # Nothing needed the data directory: the database and the secret came from the environment.
+    assert not (workdir / "elsewhere").exists()
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
+    monkeypatch.setenv("DURABLE_CHAT_DATABASE_URL", "postgresql+asyncpg://env@db/chat")
+    monkeypatch.setenv("DURABLE_CHAT_MODEL", "openai:gpt-4o")
+    monkeypatch.setenv("DURABLE_CHAT_SECRET", "env-secret")
+    monkeypatch.setenv("DURABLE_CHAT_DATA_DIR", str(workdir / "env-data"))
+
+    settings = Settings.load(
+        database_url="sqlite+aiosqlite:///flag.db",
+        model="test",
+        secret="flag-secret",
+        host="0.0.0.0",
+        port=8123,
+        data_dir=workdir / "flag-data",
+    )
+
+    assert settings == Settings(
+        database_url="sqlite+aiosqlite:///flag.db",
+        model="test",
+        secret="flag-secret",
+        host="0.0.0.0",
+        port=8123,
+        data_dir=workdir / "flag-data",
+    )
+
+
+def test_data_dir_from_environment_holds_the_defaults(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
+    monkeypatch.setenv("DURABLE_CHAT_DATA_DIR", str(workdir / "state"))
+
+    settings = Settings.load()
+
+    assert settings.database_url == f"sqlite+aiosqlite:///{workdir}/state/durable-chat.db"
+    assert (workdir / "state" / "secret").is_file()
+
+
+def test_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DURABLE_CHAT_MODEL", "")
+
+    assert Settings.load().model == "demo"
+
+
+def test_secret_is_generated_once_owner_only(workdir: Path) -> None:
+    first = Settings.load()
+
+    secret_file = workdir / "data" / "secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    assert secret_file.read_text().strip() == first.secret
+    assert Settings.load().secret == first.secret
+    assert [path.name for path in (workdir / "data").iterdir()] == ["secret"]
+
+
+def test_secret_file_is_reused(workdir: Path) -> None:
+    (workdir / "data").mkdir()
+    (workdir / "data" / "secret").write_text("kept-from-last-time\n")
+
+    assert Settings.load().secret == "kept-from-last-time"
+
+
+def test_empty_secret_file_is_an_error(workdir: Path) -> None:
+    (workdir / "data").mkdir()
+    (workdir / "data" / "secret").write_text("")
+
+    with pytest.raises(SettingsError, match="is empty"):
+        Settings.load()
+
+
+def test_unusable_data_dir_is_an_error(workdir: Path) -> None:
+    (workdir / "data").write_text("a file, not a directory")
+
+    with pytest.raises(SettingsError, match="cannot create the data directory"):
+        Settings.load()
+
+
+def test_secret_is_not_in_repr() -> None:
+    settings = Settings.load(secret="do-not-print-me")
+
+    assert "do-not-print-me" not in repr(settings)
+
+
+def test_resolve_database_url_needs_no_secret(workdir: Path) -> None:
+    assert Settings.resolve_database_url("sqlite+aiosqlite:///x.db") == "sqlite+aiosqlite:///x.db"
+    assert not (workdir / "data").exists()
+
+    assert Settings.resolve_database_url() == f"sqlite+aiosqlite:///{workdir}/data/durable-chat.db"
+    assert not (workdir / "data" / "secret").exists()
+
+
+def test_explicit_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DURABLE_CHAT_MODEL", "from-os-environ")
+
+    settings = Settings.load(secret="s", environ={"DURABLE_CHAT_MODEL": "from-mapping"})
+
+    assert settings.model == "from-mapping"
+    assert os.environ["DURABLE_CHAT_MODEL"] == "from-os-environ"

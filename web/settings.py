@@ -1,0 +1,147 @@
+"""The server's configuration: CLI flags, then environment variables, then defaults."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ("ENV_PREFIX", "Settings", "SettingsError")
+
+ENV_PREFIX = "DURABLE_CHAT_"
+_SECRET_FILE = "secret"
+_DATABASE_FILE = "durable-chat.db"
+_DEFAULT_HOST = "127.0.0.1"
+_DEFAULT_PORT = 8000
+
+
+class SettingsError(Exception):
+    """The configuration cannot be resolved, e.g. the data directory is not writable."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the server and the CLI are configured with, resolved once at start."""
+
+    database_url: str
+    """SQLAlchemy URL of the database, `sqlite+aiosqlite:///…` or `postgresql+asyncpg://…`."""
+    model: str
+    """`demo` (the offline demo model) or any pydantic-ai model string, e.g. `openai:gpt-4o`."""
+    secret: str = field(repr=False)
+    """Key that signs user tokens; never logged."""
+    host: str = _DEFAULT_HOST
+    port: int = _DEFAULT_PORT
+    data_dir: Path = Path("data")
+    """Where the default SQLite database and the generated secret live."""
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        database_url: str | None = None,
+        model: str | None = None,
+        secret: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        data_dir: Path | str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Resolve the settings: explicit values (CLI flags) win, then environment variables, then defaults.
+
+        `None` means "not given". The data directory is created only when a default needs it
+        (the SQLite file or the secret).
+
+        Args:
+            database_url: Overrides `DURABLE_CHAT_DATABASE_URL`.
+            model: Overrides `DURABLE_CHAT_MODEL`.
+            secret: Overrides `DURABLE_CHAT_SECRET`.
+            host: Address to listen on.
+            port: Port to listen on.
+            data_dir: Overrides `DURABLE_CHAT_DATA_DIR`.
+            environ: The environment to read; `os.environ` by default.
+
+        Raises:
+            SettingsError: The data directory or the secret file cannot be created or read.
+        """
+        env = os.environ if environ is None else environ
+        directory = _data_dir(data_dir, env)
+        return cls(
+            database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
+            model=_pick(model, "MODEL", env) or "demo",
+            secret=_pick(secret, "SECRET", env) or _stored_secret(directory),
+            host=_DEFAULT_HOST if host is None else host,
+            port=_DEFAULT_PORT if port is None else port,
+            data_dir=directory,
+        )
+
+    @staticmethod
+    def resolve_database_url(
+        database_url: str | None = None,
+        *,
+        data_dir: Path | str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> str:
+        """The database URL alone, resolved as `load` does, for commands that need no secret (`migrate`).
+
+        Raises:
+            SettingsError: The default database needs a data directory that cannot be created.
+        """
+        env = os.environ if environ is None else environ
+        url = _pick(database_url, "DATABASE_URL", env)
+        if url is not None:
+            return url
+        directory = _data_dir(data_dir, env)
+        _ensure_dir(directory)
+        return f"sqlite+aiosqlite:///{directory / _DATABASE_FILE}"
+
+
+def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None:
+    # An empty variable counts as unset, as `FOO= cmd` is a common way to unset one.
+    return explicit if explicit is not None else (env.get(ENV_PREFIX + name) or None)
+
+
+def _data_dir(explicit: Path | str | None, env: Mapping[str, str]) -> Path:
+    return Path(_pick(None if explicit is None else str(explicit), "DATA_DIR", env) or "data").absolute()
+
+
+def _ensure_dir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SettingsError(
+            f"cannot create the data directory {str(directory)!r}: {error.strerror}"
+        ) from error
+
+
+def _stored_secret(directory: Path) -> str:
+    """The secret kept in `directory`, generated on first use with owner-only permissions."""
+    _ensure_dir(directory)
+    path = directory / _SECRET_FILE
+    try:
+        if not path.exists():
+            _create_secret(path)
+        stored = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise SettingsError(
+            f"cannot read or create the secret file {str(path)!r}: {error.strerror}"
+        ) from error
+    if not stored:
+        raise SettingsError(f"the secret file {str(path)!r} is empty; delete it to generate a new secret")
+    return stored
+
+
+def _create_secret(path: Path) -> None:
+    # Written under a temporary name, then linked into place: a link never overwrites, so two
+    # processes starting at once agree on one secret, and nobody reads a half-written file.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(secrets.token_urlsafe(32) + "\n")
+        os.link(temporary, path)
+    except FileExistsError:
+        pass  # another process won the race; its secret is the one to use
+    finally:
+        temporary.unlink(missing_ok=True)
