@@ -1,0 +1,56 @@
+"""Typed stream events, the output-sink protocol and its sinks, and SSE framing.
+
+This package imports nothing from the project's other packages, nor any web framework.
+"""
+
+from __future__ import annotations
+
+from .events import (
+    ApprovalDecided,
+    ApprovalRequired,
+    EventType,
+    GuardrailTripped,
+    PendingCall,
+    RunFinished,
+    RunStarted,
+    StoredEvent,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    TextWithdrawn,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    event_data,
+    event_from_data,
+)
+from .sinks import CollectingSink, NullSink, Sink, TeeSink, transcript
+from .sse import encode_event, encode_frame, ping_frame
+
+__all__ = [
+    "ApprovalDecided",
+    "ApprovalRequired",
+    "CollectingSink",
+    "EventType",
+    "GuardrailTripped",
+    "NullSink",
+    "PendingCall",
+    "RunFinished",
+    "RunStarted",
+    "Sink",
+    "StoredEvent",
+    "StreamEvent",
+    "TeeSink",
+    "TextDelta",
+    "TextDone",
+    "TextWithdrawn",
+    "ToolCall",
+    "ToolResult",
+    "UserMessage",
+    "encode_event",
+    "encode_frame",
+    "event_data",
+    "event_from_data",
+    "ping_frame",
+    "transcript",
+]

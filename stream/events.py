@@ -1,0 +1,252 @@
+"""The typed stream events of a thread and their JSON form.
+
+An event is what a run tells the user's clients: text as it streams, tool activity, approvals,
+guardrails, the run's start and end. The same event is sent live over SSE and stored in the event
+log for replay, so its JSON form (`event_data`) is a contract: every field but `type` (which
+travels as the SSE `event` name and in its own database column), with unset optional fields left
+out. `event_from_data` reads it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+
+__all__ = [
+    "ApprovalDecided",
+    "ApprovalRequired",
+    "EventType",
+    "GuardrailTripped",
+    "PendingCall",
+    "RunFinished",
+    "RunStarted",
+    "StoredEvent",
+    "StreamEvent",
+    "TextDelta",
+    "TextDone",
+    "TextWithdrawn",
+    "ToolCall",
+    "ToolResult",
+    "UserMessage",
+    "event_data",
+    "event_from_data",
+]
+
+_JSON_OBJECT: TypeAdapter[dict[str, JsonValue]] = TypeAdapter(dict[str, JsonValue])
+_JSON_VALUE: TypeAdapter[JsonValue] = TypeAdapter(JsonValue)
+
+
+def _check_json_object(value: dict[str, object]) -> dict[str, object]:
+    _JSON_OBJECT.validate_python(value)
+    return value
+
+
+def _check_json_value(value: object) -> object:
+    _JSON_VALUE.validate_python(value)
+    return value
+
+
+# Statically as loose as callers need (`dict[str, Any]` from a parsed tool call fits), checked at
+# construction to hold only JSON values: an event that cannot be stored and read back unchanged
+# should fail where it is made, not when the event log writes it. Dump richer values (models,
+# dataclasses, datetimes) with `mode="json"` first.
+JsonObject = Annotated[dict[str, object], AfterValidator(_check_json_object)]
+Json = Annotated[object, AfterValidator(_check_json_value)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    run_id: str
+    """The run that produced the event."""
+
+
+class RunStarted(_Event):
+    """A run began: for a new user message, to resume after approvals, or to recover a crashed run."""
+
+    type: Literal["run_started"] = "run_started"
+    kind: Literal["message", "resume", "recover"]
+
+
+class UserMessage(_Event):
+    """The user message the run answers."""
+
+    type: Literal["user_message"] = "user_message"
+    content: str
+
+
+class TextDelta(_Event):
+    """A piece of the model's text, to append to the part `part_id`."""
+
+    type: Literal["text_delta"] = "text_delta"
+    part_id: str
+    delta: str
+
+
+class TextDone(_Event):
+    """The part `part_id` is complete; `text` is all of it."""
+
+    type: Literal["text_done"] = "text_done"
+    part_id: str
+    text: str
+
+
+class TextWithdrawn(_Event):
+    """An output guardrail replaced text already streamed: drop the part's deltas, show `replacement`."""
+
+    type: Literal["text_withdrawn"] = "text_withdrawn"
+    part_id: str
+    replacement: str
+
+
+class ToolCall(_Event):
+    """The model called a tool; sent for every call, those that then wait for approval included."""
+
+    type: Literal["tool_call"] = "tool_call"
+    tool_call_id: str
+    tool_name: str
+    args: JsonObject
+
+
+class ToolResult(_Event):
+    """A tool call ended: it ran (`success`), a human rejected it (`denied`) or it raised (`failed`)."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    tool_name: str
+    outcome: Literal["success", "denied", "failed"]
+    content: Json
+    """What the model is told; JSON null is a value here, not an absent field."""
+
+
+class PendingCall(BaseModel):
+    """A tool call that waits for a human decision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    tool_call_id: str
+    tool_name: str
+    args: JsonObject
+
+
+class ApprovalRequired(_Event):
+    """The run paused: each of `approvals` needs a decision before a new run resumes."""
+
+    type: Literal["approval_required"] = "approval_required"
+    approvals: list[PendingCall]
+
+
+class ApprovalDecided(_Event):
+    """A human decided on a pending call; `run_id` is the run that paused for it."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    tool_call_id: str
+    decision: Literal["approved", "rejected"]
+    decided_by: str
+    override_args: JsonObject | None = None
+    """The arguments that replace the model's, as a whole, when the approver edited them."""
+    reason: str | None = None
+    """Why the call was rejected, as the approver wrote it."""
+
+
+class GuardrailTripped(_Event):
+    """A guardrail stopped the user's input or changed the model's output."""
+
+    type: Literal["guardrail_tripped"] = "guardrail_tripped"
+    guardrail: str
+    stage: Literal["input", "output"]
+
+
+class RunFinished(_Event):
+    """The run ended; it holds nothing in memory after this event."""
+
+    type: Literal["run_finished"] = "run_finished"
+    status: Literal["completed", "awaiting_approval", "blocked", "failed", "cancelled"]
+    output: str | None = None
+    error: str | None = None
+    """A message fit for the user; never a traceback."""
+
+
+_AnyEvent = (
+    RunStarted
+    | UserMessage
+    | TextDelta
+    | TextDone
+    | TextWithdrawn
+    | ToolCall
+    | ToolResult
+    | ApprovalRequired
+    | ApprovalDecided
+    | GuardrailTripped
+    | RunFinished
+)
+StreamEvent = Annotated[_AnyEvent, Field(discriminator="type")]
+"""Any stream event; `event.type` tells which."""
+
+EventType = Literal[
+    "run_started",
+    "user_message",
+    "text_delta",
+    "text_done",
+    "text_withdrawn",
+    "tool_call",
+    "tool_result",
+    "approval_required",
+    "approval_decided",
+    "guardrail_tripped",
+    "run_finished",
+]
+"""The `type` of every stream event, the SSE `event` name."""
+
+_EVENT_CLASSES: tuple[type[_AnyEvent], ...] = (
+    RunStarted,
+    UserMessage,
+    TextDelta,
+    TextDone,
+    TextWithdrawn,
+    ToolCall,
+    ToolResult,
+    ApprovalRequired,
+    ApprovalDecided,
+    GuardrailTripped,
+    RunFinished,
+)
+_CLASS_BY_TYPE: dict[str, type[_AnyEvent]] = {cls.model_fields["type"].default: cls for cls in _EVENT_CLASSES}
+
+# Only fields that default to None are dropped when None; `exclude_none` would also drop a
+# `ToolResult` whose content is JSON null, and the event would no longer read back.
+_OPTIONAL_FIELDS: dict[type[_AnyEvent], tuple[str, ...]] = {
+    cls: tuple(name for name, field in cls.model_fields.items() if field.default is None)
+    for cls in _EVENT_CLASSES
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event with its id in the thread's event log (the SSE `id`)."""
+
+    event_id: int
+    event: StreamEvent
+
+
+def event_data(event: StreamEvent) -> bytes:
+    """The event as the JSON of an SSE `data` field: every field but `type`, unset optional ones left out."""
+    exclude = {"type", *(name for name in _OPTIONAL_FIELDS[type(event)] if getattr(event, name) is None)}
+    return event.model_dump_json(exclude=exclude).encode()
+
+
+def event_from_data(type: str, data: bytes) -> StreamEvent:
+    """Read back an event from its type and `event_data` JSON.
+
+    Raises:
+        ValueError: `type` names no event, or `data` is not a valid event of that type.
+    """
+    cls = _CLASS_BY_TYPE.get(type)
+    if cls is None:
+        raise ValueError(f"unknown stream event type {type!r}")
+    try:
+        return cls.model_validate_json(data)
+    except ValidationError as error:
+        raise ValueError(f"invalid data for stream event type {type!r}: {error}") from error
