@@ -2,29 +2,65 @@
 
 from __future__ import annotations
 
-from .conversations import PageCursor, SqlConversationStore
+from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+from .conversations import AlsoWrite, PageCursor, SqlConversationStore
+from .database import Database
 from .errors import (
+    AlreadyDecided,
+    ApprovalPending,
     Conflict,
     CorruptData,
     DatabaseUnavailable,
     NotFound,
+    RunActive,
     SchemaTooNew,
     StoreError,
     UnsupportedDatabase,
 )
+from .events import EventLog, LoggedEvent, NewEvent, append_events
 from .migrate import current_revision, head_revision, upgrade
+from .records import NewRecord, Record, Records, insert_records
+from .runs import Run, Runs, count_checkpoint, finish_run, insert_run
+from .threads import Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
+    "AlreadyDecided",
+    "AlsoWrite",
+    "Approval",
+    "ApprovalPending",
+    "Approvals",
     "Conflict",
     "CorruptData",
+    "Database",
     "DatabaseUnavailable",
+    "Decision",
+    "EventLog",
+    "LoggedEvent",
+    "NewEvent",
+    "NewRecord",
     "NotFound",
     "PageCursor",
+    "PendingCall",
+    "Record",
+    "Records",
+    "Run",
+    "RunActive",
+    "Runs",
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
+    "Thread",
+    "ThreadCursor",
+    "Threads",
     "UnsupportedDatabase",
+    "append_events",
+    "count_checkpoint",
     "current_revision",
+    "finish_run",
     "head_revision",
+    "insert_pending",
+    "insert_records",
+    "insert_run",
+    "touch_thread",
     "upgrade",
 )

@@ -42,8 +42,8 @@ def encode_message(message: ModelMessage) -> bytes:
     return _message_adapter.dump_json(message)
 
 
-def decode_messages(rows: Sequence[tuple[str, bytes]], *, conversation_id: str) -> list[ModelMessage]:
-    """Decode `(entry_id, message_bytes)` rows, in order.
+def decode_messages(rows: Sequence[tuple[str, bytes]], *, where: str) -> list[ModelMessage]:
+    """Decode `(entry_id, message_bytes)` rows, in order; `where` says where they come from, for errors.
 
     Raises:
         CorruptData: A row does not hold a valid message; the error names its entry.
@@ -60,8 +60,7 @@ def decode_messages(rows: Sequence[tuple[str, bytes]], *, conversation_id: str) 
             messages.append(_message_adapter.validate_json(raw))
         except (pydantic.ValidationError, TypeError, ValueError) as error:
             raise CorruptData(
-                f"entry {entry_id!r} of conversation {conversation_id!r} does not hold a valid message: "
-                f"{_first_line(error)}"
+                f"entry {entry_id!r} {where} does not hold a valid message: {_first_line(error)}"
             ) from error
     # Each row decodes alone but the array did not: only invalid UTF-8 spanning rows could do that.
     return messages

@@ -17,13 +17,15 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Self
 
 import sqlalchemy as sa
+from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationEntry,
@@ -45,6 +47,11 @@ __all__ = ("PageCursor", "SqlConversationStore")
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
 _NO_LIMIT = 2**62
+
+AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
+"""More writes to commit in the same transaction as a save: a step's records, its run's progress."""
+
+_also: ContextVar[AlsoWrite | None] = ContextVar("durable_chat_also_write", default=None)
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,32 @@ class SqlConversationStore(ConversationStore):
     ) -> None:
         await self.aclose()
 
+    async def load(
+        self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
+    ) -> Conversation | None:
+        try:
+            return await super().load(conversation_id, limit=limit, scope=scope)
+        except CorruptData as error:
+            raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
+
+    async def load_entries(
+        self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
+    ) -> list[ConversationEntry] | None:
+        try:
+            return await super().load_entries(conversation_id, limit=limit, scope=scope)
+        except CorruptData as error:
+            raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
+
+    async def save_with(
+        self, conversation: Conversation, *, also: AlsoWrite, scope: str | None = None
+    ) -> list[ConversationEntry]:
+        """`save`, with `also` run in the same transaction: both commit, or neither does."""
+        token = _also.set(also)
+        try:
+            return await self.save(conversation, scope=scope)
+        finally:
+            _also.reset(token)
+
     # -- the ABC's storage primitives ----------------------------------------------------------
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
@@ -209,8 +242,8 @@ class SqlConversationStore(ConversationStore):
     ) -> None:
         conversation_id = record.conversation_id
         values = _record_values(record)
-        try:
-            with translate_errors(f"saving conversation {conversation_id!r}"):
+        with translate_errors(f"saving conversation {conversation_id!r}"):
+            try:
                 async with self._engine.begin() as connection:
                     if new_entries:
                         await connection.execute(
@@ -238,14 +271,16 @@ class SqlConversationStore(ConversationStore):
                         )
                         if updated.rowcount != 1:
                             raise ConversationConflict(conversation_id)
-        except exc.IntegrityError as error:
-            # The record exists already, its head names an entry a concurrent delete released, or a
-            # fork's source was deleted since it was read: all a conflict with another writer.
-            raise ConversationConflict(conversation_id) from error
+                    if (also := _also.get()) is not None:
+                        await also(connection)
+            except exc.IntegrityError as error:
+                # The record exists already, its head names an entry a concurrent delete released,
+                # or a fork's source was deleted since it was read: all a conflict with another writer.
+                raise ConversationConflict(conversation_id) from error
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        try:
-            with translate_errors(f"deleting conversation {conversation_id!r}"):
+        with translate_errors(f"deleting conversation {conversation_id!r}"):
+            try:
                 async with self._engine.begin() as connection:
                     deleted = (
                         await connection.execute(
@@ -261,9 +296,9 @@ class SqlConversationStore(ConversationStore):
                     tips = _tips(head_id, branches, conversation_id)
                     if tips:
                         await _release_entries(connection, tips, family_id)
-        except exc.IntegrityError as error:
-            # A fork committed since the family was read points into the entries being released.
-            raise ConversationConflict(conversation_id) from error
+            except exc.IntegrityError as error:
+                # A fork committed since the family was read points into the entries being released.
+                raise ConversationConflict(conversation_id) from error
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         if not _is_uuid(entry_id):
@@ -279,7 +314,7 @@ class SqlConversationStore(ConversationStore):
                 ).one_or_none()
         if row is None:
             raise NotFound(f"no conversation entry {entry_id!r}")
-        (message,) = codec.decode_messages([(row.entry_id, row.message)], conversation_id="<unknown>")
+        (message,) = codec.decode_messages([(row.entry_id, row.message)], where="(read alone)")
         return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
@@ -296,7 +331,7 @@ class SqlConversationStore(ConversationStore):
             # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
             raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
         messages = codec.decode_messages(
-            [(row.entry_id, row.message) for row in rows], conversation_id=head_id
+            [(row.entry_id, row.message) for row in rows], where=f"in the history ending at entry {head_id!r}"
         )
         return [
             ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 __all__ = (
+    "AlreadyDecided",
+    "ApprovalPending",
     "Conflict",
     "CorruptData",
     "DatabaseUnavailable",
     "NotFound",
+    "RunActive",
     "SchemaTooNew",
     "StoreError",
     "UnsupportedDatabase",
@@ -23,6 +26,27 @@ class NotFound(StoreError, LookupError):
 
 class Conflict(StoreError):
     """The change conflicts with what is stored: a duplicate key or a stale revision."""
+
+    code: str = "conflict"
+    """A snake_case name of the conflict, for APIs to pass on."""
+
+
+class RunActive(Conflict):
+    """The thread already has a run queued or running."""
+
+    code = "run_active"
+
+
+class ApprovalPending(Conflict):
+    """The thread waits for decisions on tool calls before it can take a new message."""
+
+    code = "approval_pending"
+
+
+class AlreadyDecided(Conflict):
+    """The tool call was given the opposite decision already."""
+
+    code = "already_decided"
 
 
 class CorruptData(StoreError):

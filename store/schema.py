@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -21,7 +21,28 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-__all__ = ("Base", "ConversationEntryRow", "ConversationRecordRow", "EntryId", "UtcDateTime", "metadata")
+__all__ = (
+    "ACTIVE_RUN_STATUSES",
+    "AccountRow",
+    "ApprovalRow",
+    "ApprovalStatus",
+    "Base",
+    "ConversationEntryRow",
+    "ConversationRecordRow",
+    "EntryId",
+    "EventRow",
+    "FaqRow",
+    "OrderRow",
+    "RecordRow",
+    "RunKind",
+    "RunRow",
+    "RunStatus",
+    "ThreadRow",
+    "ThreadStatus",
+    "ToolExecutionRow",
+    "UtcDateTime",
+    "metadata",
+)
 
 metadata = sa.MetaData(
     naming_convention={
@@ -126,3 +147,175 @@ class ConversationRecordRow(Base):
         sa.Index("ix_conversation_records_scope_updated", "scope", "updated_at", "conversation_id"),
         sa.Index("ix_conversation_records_updated", "updated_at", "conversation_id"),
     )
+
+
+# -- threads, runs and their event log ---------------------------------------------------------
+
+ThreadStatus = Literal["idle", "running", "awaiting_approval", "failed"]
+RunKind = Literal["message", "resume", "recover"]
+RunStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "blocked", "cancelled"]
+ApprovalStatus = Literal["pending", "approved", "rejected"]
+
+ACTIVE_RUN_STATUSES = ("queued", "running")
+"""A thread has at most one run in these states at a time (a partial unique index enforces it)."""
+
+
+class ThreadRow(Base):
+    """A user's chat thread; its messages are the conversation with the same id."""
+
+    __tablename__ = "threads"
+
+    thread_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(255))
+    title: Mapped[str] = mapped_column(sa.String(200))
+    status: Mapped[str] = mapped_column(sa.String(32))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    last_event_id: Mapped[int] = mapped_column(sa.BigInteger())
+    """The id of the thread's newest event; ids are allocated by incrementing it, so never reused."""
+
+    __table_args__ = (sa.Index("ix_threads_user_updated", "user_id", "updated_at", "thread_id"),)
+
+
+class RunRow(Base):
+    """One agent run of a thread: a user message, a resume after decisions, or a recovery after a crash."""
+
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(32))
+    content: Mapped[str | None] = mapped_column(sa.Text())
+    """The user message a `message` run answers."""
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(255))
+    error: Mapped[str | None] = mapped_column(sa.Text())
+    attempt: Mapped[int] = mapped_column(sa.Integer())
+    """How many times the run was started; more than once after a crash or a cancelled attempt."""
+    checkpoints: Mapped[int] = mapped_column(sa.Integer())
+    """How many checkpoints the run has written; 0 means it has changed nothing in the conversation yet."""
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+    __table_args__ = (
+        sa.Index("ix_runs_thread_created", "thread_id", "created_at"),
+        sa.Index("ix_runs_status", "status"),
+        sa.UniqueConstraint("thread_id", "idempotency_key", name="uq_runs_thread_id_idempotency_key"),
+        sa.Index(
+            "uq_runs_one_active_per_thread",
+            "thread_id",
+            unique=True,
+            sqlite_where=sa.text("status IN ('queued', 'running')"),
+            postgresql_where=sa.text("status IN ('queued', 'running')"),
+        ),
+    )
+
+
+class EventRow(Base):
+    """One stream event of a thread, kept for replay (`Last-Event-ID`)."""
+
+    __tablename__ = "events"
+
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    event_id: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=False)
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    type: Mapped[str] = mapped_column(sa.String(32))
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ApprovalRow(Base):
+    """A tool call waiting for (or given) a human decision, with who decided, when and how."""
+
+    __tablename__ = "approvals"
+
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    tool_call_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    """The run that paused for this call."""
+    tool_name: Mapped[str] = mapped_column(sa.String(255))
+    args: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    status: Mapped[str] = mapped_column(sa.String(16))
+    override_args: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    reason: Mapped[str | None] = mapped_column(sa.Text())
+    decided_by: Mapped[str | None] = mapped_column(sa.String(255))
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    resume_run_id: Mapped[str | None] = mapped_column(sa.String(64))
+    """The run the completing decision started."""
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
+
+
+class ToolExecutionRow(Base):
+    """The ledger of side-effecting tool calls: one row per call, written with the side effect."""
+
+    __tablename__ = "tool_executions"
+
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    tool_call_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    tool_name: Mapped[str] = mapped_column(sa.String(255))
+    result: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class RecordRow(Base):
+    """A structured output a tool saved for its thread, one per tool call."""
+
+    __tablename__ = "records"
+
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    tool_call_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    kind: Mapped[str] = mapped_column(sa.String(64))
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+# -- the demo business data ------------------------------------------------------------------
+
+
+class OrderRow(Base):
+    __tablename__ = "orders"
+
+    order_id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    item: Mapped[str] = mapped_column(sa.String(255))
+    quantity: Mapped[int] = mapped_column(sa.Integer())
+    total_cents: Mapped[int] = mapped_column(sa.Integer())
+    status: Mapped[str] = mapped_column(sa.String(32))
+    tracking: Mapped[str | None] = mapped_column(sa.String(64))
+    refunded_cents: Mapped[int] = mapped_column(sa.Integer())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class AccountRow(Base):
+    __tablename__ = "accounts"
+
+    email: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    plan: Mapped[str] = mapped_column(sa.String(32))
+    member_since: Mapped[int] = mapped_column(sa.Integer())
+
+
+class FaqRow(Base):
+    __tablename__ = "faqs"
+
+    topic: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    answer: Mapped[str] = mapped_column(sa.Text())
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware in UTC, as every timestamp column stores it."""
+    return datetime.now(UTC)

@@ -1,0 +1,367 @@
+"""The step function: one run of a thread, driven node by node through `Agent.iter`.
+
+It knows no HTTP. Given a queued run, it loads the thread's stored conversation, drives the
+agent, streams every part to a sink as it happens, and checkpoints after every node: the
+messages the run completed so far (and any records tools made) are committed before the next
+model call or tool execution. A request is stored with its response, exactly as pydantic-ai
+finished it (it stamps a request's timestamp, run and instructions as it sends it), so a crash
+during a model call loses that request: its user message is still in the run's row, and its
+tool results are computed again on recovery, exactly-once by the ledger for side effects. At a deferred point it stores each pending call as an approval row and ends
+the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
+from what is stored.
+
+A run interrupted by a crash or a cancellation is left `queued` or `running`; driving it again
+continues from its last checkpoint. Whether it made one decides how: with no checkpoint yet,
+it starts over (its user message, or its decisions, are applied again); with one, the stored
+conversation already holds them and the agent just continues it. Side-effecting tools are
+exactly-once by their ledger, so a call repeated by a continuation does not act twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import (
+    FunctionToolResultEvent,
+    ModelMessage,
+    ModelResponse,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+    repair_messages,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.usage import UsageLimits
+from pydantic_core import to_jsonable_python
+from pydantic_graph import End
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store import Database, PendingCall, Run, count_checkpoint, finish_run, insert_pending, insert_records
+from store.business import BusinessData
+from store.schema import RunStatus
+from stream import (
+    ApprovalRequired,
+    RunFinished,
+    RunStarted,
+    Sink,
+    TeeSink,
+    TextDelta,
+    TextDone,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from stream import PendingCall as PendingCallEvent
+
+from .assistant import SupportAgent
+from .eventlog import EventLogSink, Publisher
+from .tools import Deps, RecordBuffer
+
+__all__ = ("Runtime", "run_step")
+
+logger = logging.getLogger(__name__)
+
+
+def default_limits() -> UsageLimits:
+    """A turn that needs more is looping: it ends with a polite message instead."""
+    return UsageLimits(request_limit=12, tool_calls_limit=24)
+
+
+LIMIT_REPLY = (
+    "I'm sorry, I couldn't finish this request: it took more steps than I'm allowed. "
+    "Please rephrase it or ask for something more specific."
+)
+
+
+@dataclass
+class Runtime:
+    """What a step needs besides the run: the database, the agent and where events go live."""
+
+    db: Database
+    business: BusinessData
+    agent: SupportAgent
+    feedback_model: Model | str
+    publish: Publisher | None = None
+    usage_limits: UsageLimits = field(default_factory=default_limits)
+
+
+async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -> RunStatus:
+    """Drive the queued run `run_id` to its end (or its pause) and return the status it ended with.
+
+    A run that is not queued (another worker took it, or it ended) is left alone and its current
+    status returned. Cancelling the task stops the run between two awaits; it is put back in the
+    queue, to continue from its last checkpoint when driven again.
+    """
+    run = await runtime.db.runs.start(run_id)
+    if run is None:
+        return (await runtime.db.runs.get(run_id)).status
+    thread = await runtime.db.threads.get(run.thread_id)
+    log = EventLogSink(runtime.db.events, run.thread_id, publish=runtime.publish)
+    out: Sink = log if sink is None else TeeSink(log, sink)
+    step = _Step(runtime, run, thread.user_id, out)
+    try:
+        return await step.drive()
+    except asyncio.CancelledError:
+        # Shutdown or a cancelled task: keep the run for a later continuation, whatever happens here.
+        await asyncio.shield(_requeue(runtime, run, out))
+        raise
+    except Exception as error:
+        logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
+        await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+        await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
+        await out.flush()
+        return "failed"
+
+
+async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
+    try:
+        await out.flush()
+    finally:
+        await runtime.db.runs.requeue(run.run_id)
+
+
+class _Step:
+    def __init__(self, runtime: Runtime, run: Run, user_id: str, out: Sink) -> None:
+        self.runtime = runtime
+        self.run = run
+        self.db = runtime.db
+        self.out = out
+        self.records = RecordBuffer()
+        self.deps = Deps(
+            business=runtime.business,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            user_id=user_id,
+            feedback_model=runtime.feedback_model,
+            records=self.records,
+        )
+        self.conversation = Conversation(conversation_id=run.thread_id)
+        self.response_count = 0
+
+    async def drive(self) -> RunStatus:
+        run = self.run
+        continuing = run.checkpoints > 0
+        kind = run.kind if run.attempt == 1 else "recover"
+        await self.out.emit(RunStarted(run_id=run.run_id, kind=kind))
+        if run.kind == "message" and run.attempt == 1 and run.content is not None:
+            await self.out.emit(UserMessage(run_id=run.run_id, content=run.content))
+        loaded = await self.db.conversations.load(run.thread_id)
+        if loaded is not None:
+            self.conversation = loaded
+        prompt = run.content if run.kind == "message" and not continuing else None
+        deferred = await self._decisions() if run.kind == "resume" and not continuing else None
+        if prompt is not None and _has_open_calls(self.conversation.messages):
+            # A failed run can leave calls unanswered; close them so the new turn can start.
+            self.conversation.messages = repair_messages(self.conversation.messages)
+        try:
+            async with self.runtime.agent.iter(
+                prompt,
+                conversation=self.conversation,
+                deferred_tool_results=deferred,
+                deps=self.deps,
+                usage_limits=self.runtime.usage_limits,
+                run_id=f"{run.run_id}.{run.attempt}",
+            ) as agent_run:
+                async for node in agent_run:
+                    await self._save(list(agent_run.all_messages()))
+                    if self.runtime.agent.is_model_request_node(node):
+                        self.response_count += 1
+                        async with node.stream(agent_run.ctx) as events:
+                            async for event in events:
+                                await self._on_model_event(event)
+                    elif self.runtime.agent.is_call_tools_node(node):
+                        async with node.stream(agent_run.ctx) as events:
+                            async for event in events:
+                                if isinstance(event, FunctionToolResultEvent):
+                                    await self._on_tool_result(event)
+                    elif isinstance(node, End):
+                        break
+                result = agent_run.result
+                assert result is not None, "the run ended without a result"
+                output = result.output
+                messages = list(agent_run.all_messages())
+                usage = agent_run.usage
+        except UsageLimitExceeded as error:
+            logger.info("run %s hit its usage limits: %s", run.run_id, error)
+            return await self._finish_over_limit()
+        self.conversation.usage = usage
+        if isinstance(output, DeferredToolRequests):
+            return await self._pause(messages, output)
+        return await self._complete(messages, output)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    async def _save(
+        self,
+        messages: list[ModelMessage],
+        *,
+        deferred: DeferredToolRequests | None = None,
+        finish: RunStatus | None = None,
+        approvals: Sequence[PendingCall] = (),
+        error: str | None = None,
+    ) -> None:
+        stored = self.conversation.messages
+        merged = _merge(stored, messages)
+        records = self.records.drain()
+        changed = len(merged) != len(stored) or any(a is not b for a, b in zip(merged, stored, strict=True))
+        if not changed and not records and finish is None:
+            return
+        run, conversation = self.run, self.conversation
+
+        async def also(connection: AsyncConnection) -> None:
+            await insert_records(connection, run.thread_id, run.run_id, records)
+            await count_checkpoint(connection, run.run_id)
+            if approvals:
+                await insert_pending(connection, run.thread_id, run.run_id, approvals)
+            if finish is not None:
+                await finish_run(connection, run.run_id, finish, error=error)
+
+        conversation.messages = merged
+        conversation.deferred_tool_requests = deferred
+        await self.db.conversations.save_with(conversation, also=also)
+        await self.out.flush()
+
+    # -- the end of a run -------------------------------------------------------------------------
+
+    async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
+        calls = [
+            PendingCall(call.tool_call_id, call.tool_name, _args(call))
+            for call in [*requests.approvals, *requests.calls]
+        ]
+        await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
+        await self.out.emit(
+            ApprovalRequired(
+                run_id=self.run.run_id,
+                approvals=[
+                    PendingCallEvent(tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args)
+                    for call in calls
+                ],
+            )
+        )
+        await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
+        await self.out.flush()
+        return "awaiting_approval"
+
+    async def _complete(self, messages: list[ModelMessage], output: str) -> RunStatus:
+        await self._save(messages, finish="completed")
+        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=output))
+        await self.out.flush()
+        return "completed"
+
+    async def _finish_over_limit(self) -> RunStatus:
+        # The graceful end of a looping turn: close its open calls and answer in place of the model.
+        reply = ModelResponse(parts=[TextPart(LIMIT_REPLY)], model_name="durable-chat")
+        messages = [*repair_messages(self.conversation.messages), reply]
+        part_id = self._part_id(0)
+        await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=LIMIT_REPLY))
+        await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=LIMIT_REPLY))
+        await self._save(messages, finish="completed")
+        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=LIMIT_REPLY))
+        await self.out.flush()
+        return "completed"
+
+    async def _decisions(self) -> DeferredToolResults:
+        """The stored decisions on the calls the run resumes, as pydantic-ai takes them."""
+        requests = self.conversation.deferred_tool_requests
+        waiting = {call.tool_call_id for call in requests.approvals} if requests is not None else set[str]()
+        results = DeferredToolResults()
+        for approval in await self.db.approvals.list(thread_id=self.run.thread_id):
+            if approval.tool_call_id not in waiting:
+                continue
+            if approval.status == "approved":
+                results.approvals[approval.tool_call_id] = ToolApproved(override_args=approval.override_args)
+            elif approval.status == "rejected":
+                results.approvals[approval.tool_call_id] = ToolDenied(
+                    f"The reviewer rejected this call: {approval.reason}"
+                    if approval.reason
+                    else "The reviewer rejected this call."
+                )
+        return results
+
+    # -- streaming --------------------------------------------------------------------------------
+
+    async def _on_model_event(self, event: object) -> None:
+        run_id = self.run.run_id
+        match event:
+            case PartStartEvent(index=index, part=TextPart(content=content)) if content:
+                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=content))
+            case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
+                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
+            case PartEndEvent(index=index, part=TextPart(content=content)):
+                await self.out.emit(TextDone(run_id=run_id, part_id=self._part_id(index), text=content))
+            case PartEndEvent(part=ToolCallPart() as call):
+                await self.out.emit(
+                    ToolCall(
+                        run_id=run_id,
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        args=_args(call),
+                    )
+                )
+            case _:
+                pass
+
+    async def _on_tool_result(self, event: FunctionToolResultEvent) -> None:
+        part = event.part
+        outcome = (
+            "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
+        )
+        await self.out.emit(
+            ToolResult(
+                run_id=self.run.run_id,
+                tool_call_id=part.tool_call_id,
+                tool_name=part.tool_name,
+                outcome=outcome,
+                content=to_jsonable_python(part.content, fallback=str),
+            )
+        )
+
+    def _part_id(self, index: int) -> str:
+        return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
+
+
+def _merge(stored: Sequence[ModelMessage], current: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """`current`, with the stored objects kept wherever it holds an equal message.
+
+    pydantic-ai re-creates some messages it carries over (a resumed request, a response it answers
+    deferred calls of) with the same content; keeping the stored objects lets the store append only
+    what is new instead of comparing the whole history.
+    """
+    merged: list[ModelMessage] = []
+    for index, message in enumerate(current):
+        old = stored[index] if index < len(stored) else None
+        if old is not None and (message is old or _same(message, old)):
+            merged.append(old)
+        else:
+            merged.append(message)
+    return merged
+
+
+def _same(message: ModelMessage, old: ModelMessage) -> bool:
+    if type(message) is not type(old):
+        return False
+    return message.parts is old.parts or message == old
+
+
+def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:
+    return bool(messages) and isinstance(messages[-1], ModelResponse) and bool(messages[-1].tool_calls)
+
+
+def _args(call: ToolCallPart) -> dict[str, object]:
+    try:
+        return call.args_as_dict()
+    except ValueError:
+        return {"_raw": call.args_as_json_str()}
+
+
+def _user_safe(error: Exception) -> str:
+    return "The assistant hit an unexpected problem and stopped. Please try again."

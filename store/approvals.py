@@ -1,0 +1,232 @@
+"""Approvals: tool calls a paused run waits on, and the decisions humans give them.
+
+pydantic-ai's history keeps only the outcome of a decision; this table keeps who decided, when,
+the original and the edited arguments and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .engine import translate_errors
+from .errors import AlreadyDecided, NotFound
+from .events import LoggedEvent, NewEvent, append_events
+from .runs import insert_run
+from .schema import ApprovalRow, ApprovalStatus, ThreadRow, metadata, now_utc
+from .threads import touch_thread
+
+__all__ = ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending")
+
+_approvals = metadata.tables[ApprovalRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+JsonObject = dict[str, object]
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call to hold for a decision."""
+
+    tool_call_id: str
+    tool_name: str
+    args: JsonObject
+
+
+@dataclass(frozen=True)
+class Approval:
+    thread_id: str
+    tool_call_id: str
+    run_id: str
+    tool_name: str
+    args: JsonObject
+    status: ApprovalStatus
+    override_args: JsonObject | None
+    reason: str | None
+    decided_by: str | None
+    decided_at: datetime | None
+    resume_run_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What deciding a call did."""
+
+    approval: Approval
+    resume_run_id: str | None
+    """The run the decision started, when it completed its run's set of decisions."""
+    repeated: bool
+    """The call had this decision already; nothing changed."""
+    events: list[LoggedEvent]
+    """The events the decision logged (its `approval_decided`), to publish to live followers."""
+
+
+class Approvals:
+    """The `approvals` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def get(self, thread_id: str, tool_call_id: str) -> Approval:
+        with translate_errors(f"reading tool call {tool_call_id!r}"):
+            async with self._reader.connect() as connection:
+                approval = await _get(connection, thread_id, tool_call_id)
+        if approval is None:
+            raise NotFound(f"no tool call {tool_call_id!r} awaits a decision in thread {thread_id!r}")
+        return approval
+
+    async def list(
+        self,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        run_id: str | None = None,
+        status: ApprovalStatus | None = None,
+    ) -> list[Approval]:
+        """Approvals, oldest first, filtered by thread, owner, paused run and status."""
+        query = sa.select(_approvals).order_by(_approvals.c.created_at, _approvals.c.tool_call_id)
+        if thread_id is not None:
+            query = query.where(_approvals.c.thread_id == thread_id)
+        if run_id is not None:
+            query = query.where(_approvals.c.run_id == run_id)
+        if status is not None:
+            query = query.where(_approvals.c.status == status)
+        if user_id is not None:
+            query = query.join(_threads, _threads.c.thread_id == _approvals.c.thread_id).where(
+                _threads.c.user_id == user_id
+            )
+        with translate_errors("listing approvals"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_approval(row) for row in rows]
+
+    async def decide(
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        *,
+        decision: Literal["approved", "rejected"],
+        decided_by: str,
+        override_args: JsonObject | None = None,
+        reason: str | None = None,
+        event: Callable[[Approval], NewEvent],
+    ) -> Decision:
+        """Record a decision, its `approval_decided` event and, if it completes the set, queue the resume.
+
+        One transaction, serialized per thread: of concurrent decisions, exactly one completes the
+        set and queues exactly one resume run.
+
+        Raises:
+            NotFound: No such tool call waits in that thread.
+            AlreadyDecided: The call was given the opposite decision.
+        """
+        with translate_errors(f"deciding tool call {tool_call_id!r}"):
+            async with self._engine.begin() as connection:
+                await touch_thread(connection, thread_id)
+                current = await _get(connection, thread_id, tool_call_id)
+                if current is None:
+                    raise NotFound(f"no tool call {tool_call_id!r} awaits a decision in thread {thread_id!r}")
+                if current.status != "pending":
+                    if current.status != decision:
+                        raise AlreadyDecided(f"tool call {tool_call_id!r} was already {current.status}")
+                    return Decision(current, current.resume_run_id, repeated=True, events=[])
+                await connection.execute(
+                    _approvals.update()
+                    .where(_approvals.c.thread_id == thread_id, _approvals.c.tool_call_id == tool_call_id)
+                    .values(
+                        status=decision,
+                        override_args=None if override_args is None else _dump(override_args),
+                        reason=reason,
+                        decided_by=decided_by,
+                        decided_at=now_utc(),
+                    )
+                )
+                decided = await _get(connection, thread_id, tool_call_id)
+                assert decided is not None
+                logged = await append_events(connection, thread_id, [event(decided)])
+                still_pending = (
+                    await connection.execute(
+                        sa.select(sa.func.count())
+                        .select_from(_approvals)
+                        .where(
+                            _approvals.c.thread_id == thread_id,
+                            _approvals.c.run_id == current.run_id,
+                            _approvals.c.status == "pending",
+                        )
+                    )
+                ).scalar_one()
+                if still_pending:
+                    return Decision(decided, None, repeated=False, events=logged)
+                resume = await insert_run(connection, thread_id, kind="resume")
+                await connection.execute(
+                    _approvals.update()
+                    .where(_approvals.c.thread_id == thread_id, _approvals.c.tool_call_id == tool_call_id)
+                    .values(resume_run_id=resume.run_id)
+                )
+                return Decision(decided, resume.run_id, repeated=False, events=logged)
+
+
+async def insert_pending(
+    connection: AsyncConnection, thread_id: str, run_id: str, calls: Sequence[PendingCall]
+) -> None:
+    """Hold `calls` for decisions, inside the caller's unit of work; a call held already is kept."""
+    now = now_utc()
+    for call in calls:
+        if await _get(connection, thread_id, call.tool_call_id) is not None:
+            continue
+        await connection.execute(
+            _approvals.insert().values(
+                thread_id=thread_id,
+                tool_call_id=call.tool_call_id,
+                run_id=run_id,
+                tool_name=call.tool_name,
+                args=_dump(call.args),
+                status="pending",
+                created_at=now,
+            )
+        )
+
+
+async def _get(connection: AsyncConnection, thread_id: str, tool_call_id: str) -> Approval | None:
+    row = (
+        (
+            await connection.execute(
+                sa.select(_approvals).where(
+                    _approvals.c.thread_id == thread_id, _approvals.c.tool_call_id == tool_call_id
+                )
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    return None if row is None else _approval(row)
+
+
+def _dump(value: JsonObject) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _approval(row: RowMapping) -> Approval:
+    return Approval(
+        thread_id=row["thread_id"],
+        tool_call_id=row["tool_call_id"],
+        run_id=row["run_id"],
+        tool_name=row["tool_name"],
+        args=json.loads(row["args"]),
+        status=row["status"],
+        override_args=None if row["override_args"] is None else json.loads(row["override_args"]),
+        reason=row["reason"],
+        decided_by=row["decided_by"],
+        decided_at=row["decided_at"],
+        resume_run_id=row["resume_run_id"],
+        created_at=row["created_at"],
+    )

@@ -1,0 +1,55 @@
+"""`Database`: every table of durable-chat behind one engine, opened and closed together."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy.engine import URL
+
+from .approvals import Approvals
+from .conversations import SqlConversationStore
+from .events import EventLog
+from .records import Records
+from .runs import Runs
+from .threads import Threads
+
+__all__ = ("Database",)
+
+
+class Database:
+    """The data layer of one database: conversations, threads, runs, events, approvals, records."""
+
+    def __init__(self, conversations: SqlConversationStore) -> None:
+        engine = conversations.engine
+        self.engine = engine
+        self.conversations = conversations
+        self.threads = Threads(engine)
+        self.runs = Runs(engine)
+        self.events = EventLog(engine)
+        self.approvals = Approvals(engine)
+        self.records = Records(engine)
+
+    @classmethod
+    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+        """Open the database at `url`, creating or upgrading its schema (see `SqlConversationStore.connect`)."""
+        return cls(await SqlConversationStore.connect(url, migrate=migrate))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Erase a thread: its messages, events, runs, approvals, records and ledger rows."""
+        await self.conversations.delete(thread_id)
+        await self.threads.delete(thread_id)
+
+    async def aclose(self) -> None:
+        await self.conversations.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

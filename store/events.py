@@ -1,0 +1,130 @@
+"""The per-thread event log: ids that increase per thread and are never reused, kept for replay.
+
+The store knows events only as a type name and the bytes of their JSON data; `stream/` owns
+their shape. Ids come from the thread's `last_event_id` counter, incremented in the same
+transaction that inserts the events, so concurrent writers of one thread serialize on the
+thread's row and a deleted-then-recreated id cannot happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .engine import translate_errors
+from .errors import NotFound
+from .schema import EventRow, ThreadRow, metadata, now_utc
+
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events")
+
+_events = metadata.tables[EventRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append: its run, type name and JSON data."""
+
+    run_id: str
+    type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """An event as stored, with its per-thread id."""
+
+    event_id: int
+    run_id: str
+    type: str
+    data: bytes
+    created_at: datetime
+
+
+class EventLog:
+    """The `events` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def append(self, thread_id: str, events: Sequence[NewEvent]) -> list[LoggedEvent]:
+        """Append `events` in one transaction, returning them with their new ids."""
+        with translate_errors(f"appending events to thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                return await append_events(connection, thread_id, events)
+
+    async def read(self, thread_id: str, *, after: int = 0, limit: int | None = None) -> list[LoggedEvent]:
+        """The thread's events with an id greater than `after`, in order."""
+        query = (
+            sa.select(
+                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
+            )
+            .where(_events.c.thread_id == thread_id, _events.c.event_id > after)
+            .order_by(_events.c.event_id)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        with translate_errors(f"reading the events of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).all()
+        return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
+    async def last_event_id(self, thread_id: str) -> int:
+        with translate_errors(f"reading thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                value = (
+                    await connection.execute(
+                        sa.select(_threads.c.last_event_id).where(_threads.c.thread_id == thread_id)
+                    )
+                ).scalar_one_or_none()
+        if value is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return value
+
+
+async def append_events(
+    connection: AsyncConnection, thread_id: str, events: Sequence[NewEvent]
+) -> list[LoggedEvent]:
+    """Append `events` inside the caller's unit of work.
+
+    Raises:
+        NotFound: The thread does not exist (deleted meanwhile).
+    """
+    if not events:
+        return []
+    now = now_utc()
+    last = (
+        await connection.execute(
+            _threads.update()
+            .where(_threads.c.thread_id == thread_id)
+            .values(last_event_id=_threads.c.last_event_id + len(events), updated_at=now)
+            .returning(_threads.c.last_event_id)
+        )
+    ).scalar_one_or_none()
+    if last is None:
+        raise NotFound(f"no thread {thread_id!r}")
+    first = last - len(events) + 1
+    logged = [
+        LoggedEvent(first + offset, event.run_id, event.type, event.data, now)
+        for offset, event in enumerate(events)
+    ]
+    await connection.execute(
+        _events.insert(),
+        [
+            {
+                "thread_id": thread_id,
+                "event_id": item.event_id,
+                "run_id": item.run_id,
+                "type": item.type,
+                "data": item.data,
+                "created_at": now,
+            }
+            for item in logged
+        ],
+    )
+    return logged

@@ -1,0 +1,88 @@
+"""Structured records: outputs tools save for their thread, one per tool call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .engine import translate_errors
+from .schema import RecordRow, metadata, now_utc
+
+__all__ = ("NewRecord", "Record", "Records", "insert_records")
+
+_records = metadata.tables[RecordRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """A record a tool produced, to be saved with the step's checkpoint."""
+
+    tool_call_id: str
+    kind: str
+    data: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Record:
+    thread_id: str
+    tool_call_id: str
+    run_id: str
+    kind: str
+    data: dict[str, object]
+    created_at: datetime
+
+
+class Records:
+    """The `records` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def list(self, thread_id: str) -> list[Record]:
+        query = (
+            sa.select(_records)
+            .where(_records.c.thread_id == thread_id)
+            .order_by(_records.c.created_at, _records.c.tool_call_id)
+        )
+        with translate_errors(f"listing the records of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [
+            Record(
+                thread_id=row["thread_id"],
+                tool_call_id=row["tool_call_id"],
+                run_id=row["run_id"],
+                kind=row["kind"],
+                data=json.loads(row["data"]),
+                created_at=row["created_at"],
+            )
+            for row in rows
+        ]
+
+
+async def insert_records(
+    connection: AsyncConnection, thread_id: str, run_id: str, records: Sequence[NewRecord]
+) -> None:
+    """Save `records` inside the caller's unit of work; a tool call's record saved already is kept."""
+    if not records:
+        return
+    now = now_utc()
+    rows = [
+        {
+            "thread_id": thread_id,
+            "tool_call_id": record.tool_call_id,
+            "run_id": run_id,
+            "kind": record.kind,
+            "data": json.dumps(record.data, separators=(",", ":"), ensure_ascii=False).encode(),
+            "created_at": now,
+        }
+        for record in records
+    ]
+    insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
+    await connection.execute(insert(_records).on_conflict_do_nothing(), rows)

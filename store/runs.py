@@ -1,0 +1,256 @@
+"""Runs: every agent run of a thread, from queued to its end, with one active run per thread."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .engine import translate_errors
+from .errors import ApprovalPending, NotFound, RunActive
+from .schema import (
+    ACTIVE_RUN_STATUSES,
+    ApprovalRow,
+    RunKind,
+    RunRow,
+    RunStatus,
+    ThreadStatus,
+    metadata,
+    now_utc,
+)
+from .threads import touch_thread
+
+__all__ = ("Run", "Runs", "count_checkpoint", "finish_run", "insert_run", "thread_status_after")
+
+_runs = metadata.tables[RunRow.__tablename__]
+_approvals = metadata.tables[ApprovalRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    thread_id: str
+    kind: RunKind
+    status: RunStatus
+    content: str | None
+    idempotency_key: str | None
+    error: str | None
+    attempt: int
+    checkpoints: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def thread_status_after(status: RunStatus) -> ThreadStatus:
+    """The status a thread shows once its run reached `status`."""
+    match status:
+        case "queued" | "running":
+            return "running"
+        case "awaiting_approval":
+            return "awaiting_approval"
+        case "failed":
+            return "failed"
+        case "completed" | "blocked" | "cancelled":
+            return "idle"
+
+
+class Runs:
+    """The `runs` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def create_message_run(
+        self, thread_id: str, *, content: str, idempotency_key: str | None = None
+    ) -> tuple[Run, bool]:
+        """Queue a run answering a user message; return it and whether it is new.
+
+        The same `idempotency_key` again returns the run it created the first time.
+
+        Raises:
+            NotFound: No such thread.
+            RunActive: The thread has a run queued or running.
+            ApprovalPending: The thread waits for decisions on tool calls.
+        """
+        with translate_errors(f"queueing a run on thread {thread_id!r}"):
+            try:
+                async with self._engine.begin() as connection:
+                    # The first write: it serializes this thread's writers before the checks below.
+                    await touch_thread(connection, thread_id)
+                    if idempotency_key is not None:
+                        existing = await _by_key(connection, thread_id, idempotency_key)
+                        if existing is not None:
+                            return existing, False
+                    if await _active(connection, thread_id) is not None:
+                        raise RunActive(f"thread {thread_id!r} already has a run in progress")
+                    pending = await connection.execute(
+                        sa.select(sa.func.count())
+                        .select_from(_approvals)
+                        .where(_approvals.c.thread_id == thread_id, _approvals.c.status == "pending")
+                    )
+                    if pending.scalar_one():
+                        raise ApprovalPending(f"thread {thread_id!r} waits for decisions on its tool calls")
+                    run = await insert_run(
+                        connection,
+                        thread_id,
+                        kind="message",
+                        content=content,
+                        idempotency_key=idempotency_key,
+                    )
+                    return run, True
+            except exc.IntegrityError as error:
+                # A concurrent request with the same key, or a concurrent run, won the race.
+                if idempotency_key is not None:
+                    async with self._reader.connect() as connection:
+                        existing = await _by_key(connection, thread_id, idempotency_key)
+                    if existing is not None:
+                        return existing, False
+                raise RunActive(f"thread {thread_id!r} already has a run in progress") from error
+
+    async def get(self, run_id: str) -> Run:
+        with translate_errors(f"reading run {run_id!r}"):
+            async with self._reader.connect() as connection:
+                row = (
+                    (await connection.execute(sa.select(_runs).where(_runs.c.run_id == run_id)))
+                    .mappings()
+                    .one_or_none()
+                )
+        if row is None:
+            raise NotFound(f"no run {run_id!r}")
+        return _run(row)
+
+    async def active(self, thread_id: str) -> Run | None:
+        with translate_errors(f"reading the runs of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                return await _active(connection, thread_id)
+
+    async def unfinished(self) -> list[Run]:
+        """Every run queued or running, oldest first: after a crash, the runs to recover."""
+        query = sa.select(_runs).where(_runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(_runs.c.created_at)
+        with translate_errors("listing unfinished runs"):
+            async with self._reader.connect() as connection:
+                return [_run(row) for row in (await connection.execute(query)).mappings().all()]
+
+    async def start(self, run_id: str) -> Run | None:
+        """Mark a queued run running and count the attempt; `None` if it is not queued (taken already)."""
+        with translate_errors(f"starting run {run_id!r}"):
+            async with self._engine.begin() as connection:
+                row = (
+                    (
+                        await connection.execute(
+                            _runs.update()
+                            .where(_runs.c.run_id == run_id, _runs.c.status == "queued")
+                            .values(status="running", started_at=now_utc(), attempt=_runs.c.attempt + 1)
+                            .returning(*_runs.c)
+                        )
+                    )
+                    .mappings()
+                    .one_or_none()
+                )
+        return None if row is None else _run(row)
+
+    async def requeue(self, run_id: str) -> bool:
+        """Put a run left `running` by a dead or cancelled attempt back in the queue."""
+        with translate_errors(f"requeueing run {run_id!r}"):
+            async with self._engine.begin() as connection:
+                result = await connection.execute(
+                    _runs.update()
+                    .where(_runs.c.run_id == run_id, _runs.c.status == "running")
+                    .values(status="queued")
+                )
+        return result.rowcount == 1
+
+    async def finish(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
+        """End a run with `status` and set its thread's status to match, in one unit of work."""
+        with translate_errors(f"finishing run {run_id!r}"):
+            async with self._engine.begin() as connection:
+                await finish_run(connection, run_id, status, error=error)
+
+
+async def finish_run(
+    connection: AsyncConnection, run_id: str, status: RunStatus, *, error: str | None = None
+) -> None:
+    thread_id = (
+        await connection.execute(
+            _runs.update()
+            .where(_runs.c.run_id == run_id)
+            .values(status=status, error=error, finished_at=now_utc())
+            .returning(_runs.c.thread_id)
+        )
+    ).scalar_one_or_none()
+    if thread_id is None:
+        raise NotFound(f"no run {run_id!r}")
+    await touch_thread(connection, thread_id, status=thread_status_after(status))
+
+
+async def insert_run(
+    connection: AsyncConnection,
+    thread_id: str,
+    *,
+    kind: RunKind,
+    content: str | None = None,
+    idempotency_key: str | None = None,
+) -> Run:
+    """Queue a run inside the caller's unit of work, and mark the thread running."""
+    run = Run(
+        run_id=str(uuid.uuid4()),
+        thread_id=thread_id,
+        kind=kind,
+        status="queued",
+        content=content,
+        idempotency_key=idempotency_key,
+        error=None,
+        attempt=0,
+        checkpoints=0,
+        created_at=now_utc(),
+        started_at=None,
+        finished_at=None,
+    )
+    await connection.execute(_runs.insert().values(**run.__dict__))
+    await touch_thread(connection, thread_id, status="running")
+    return run
+
+
+async def count_checkpoint(connection: AsyncConnection, run_id: str) -> None:
+    await connection.execute(
+        _runs.update().where(_runs.c.run_id == run_id).values(checkpoints=_runs.c.checkpoints + 1)
+    )
+
+
+async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:
+    row = (
+        (
+            await connection.execute(
+                sa.select(_runs).where(
+                    _runs.c.thread_id == thread_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES)
+                )
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    return None if row is None else _run(row)
+
+
+async def _by_key(connection: AsyncConnection, thread_id: str, key: str) -> Run | None:
+    row = (
+        (
+            await connection.execute(
+                sa.select(_runs).where(_runs.c.thread_id == thread_id, _runs.c.idempotency_key == key)
+            )
+        )
+        .mappings()
+        .one_or_none()
+    )
+    return None if row is None else _run(row)
+
+
+def _run(row: RowMapping) -> Run:
+    return Run(**{name: row[name] for name in Run.__dataclass_fields__})

@@ -1,0 +1,145 @@
+"""Threads: a user's conversations with the agent, their status and their event-id counter."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .engine import translate_errors
+from .errors import NotFound
+from .schema import ThreadRow, ThreadStatus, metadata, now_utc
+
+__all__ = ("Thread", "ThreadCursor", "Threads", "touch_thread")
+
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A thread as the API shows it."""
+
+    thread_id: str
+    user_id: str
+    title: str
+    status: ThreadStatus
+    created_at: datetime
+    updated_at: datetime
+    last_event_id: int
+
+
+@dataclass(frozen=True)
+class ThreadCursor:
+    """Where a page of threads ended: the last one's activity time and id."""
+
+    updated_at: datetime
+    thread_id: str
+
+
+class Threads:
+    """The `threads` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def create(self, *, user_id: str, title: str = "", thread_id: str | None = None) -> Thread:
+        now = now_utc()
+        thread = Thread(
+            thread_id=thread_id or str(uuid.uuid4()),
+            user_id=user_id,
+            title=title,
+            status="idle",
+            created_at=now,
+            updated_at=now,
+            last_event_id=0,
+        )
+        with translate_errors(f"creating a thread for {user_id!r}"):
+            async with self._engine.begin() as connection:
+                await connection.execute(_threads.insert().values(**thread.__dict__))
+        return thread
+
+    async def get(self, thread_id: str, *, user_id: str | None = None) -> Thread:
+        """The thread, if it exists and (with `user_id`) belongs to that user.
+
+        Raises:
+            NotFound: No such thread for that user; another user's thread is indistinguishable.
+        """
+        query = sa.select(_threads).where(_threads.c.thread_id == thread_id)
+        if user_id is not None:
+            query = query.where(_threads.c.user_id == user_id)
+        with translate_errors(f"reading thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                row = (await connection.execute(query)).mappings().one_or_none()
+        if row is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return _thread(row)
+
+    async def list(self, *, user_id: str, limit: int, after: ThreadCursor | None = None) -> list[Thread]:
+        """A user's threads, newest activity first: an index range scan on (user_id, updated_at, thread_id)."""
+        query = (
+            sa.select(_threads)
+            .where(_threads.c.user_id == user_id)
+            .order_by(_threads.c.updated_at.desc(), _threads.c.thread_id.desc())
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(
+                sa.tuple_(_threads.c.updated_at, _threads.c.thread_id)
+                < sa.tuple_(sa.literal(after.updated_at, _threads.c.updated_at.type), after.thread_id)
+            )
+        with translate_errors(f"listing the threads of {user_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_thread(row) for row in rows]
+
+    async def set_status(self, thread_id: str, status: ThreadStatus) -> None:
+        with translate_errors(f"updating thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                await touch_thread(connection, thread_id, status=status)
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete the thread and, by cascade, its runs, events, approvals, records and ledger rows.
+
+        The conversation's messages are deleted by the caller through the conversation store.
+        """
+        with translate_errors(f"deleting thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                await connection.execute(_threads.delete().where(_threads.c.thread_id == thread_id))
+
+
+async def touch_thread(
+    connection: AsyncConnection, thread_id: str, *, status: ThreadStatus | None = None
+) -> None:
+    """Mark activity on a thread (and set its status), inside the caller's unit of work.
+
+    As the first write of a transaction it also serializes the writers of one thread: the row
+    lock on PostgreSQL, the database write lock on SQLite.
+
+    Raises:
+        NotFound: The thread does not exist (deleted meanwhile).
+    """
+    values: dict[str, object] = {"updated_at": now_utc()}
+    if status is not None:
+        values["status"] = status
+    result = await connection.execute(
+        _threads.update().where(_threads.c.thread_id == thread_id).values(**values)
+    )
+    if result.rowcount != 1:
+        raise NotFound(f"no thread {thread_id!r}")
+
+
+def _thread(row: RowMapping) -> Thread:
+    return Thread(
+        thread_id=row["thread_id"],
+        user_id=row["user_id"],
+        title=row["title"],
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_event_id=row["last_event_id"],
+    )
