@@ -237,7 +237,8 @@ class _Step:
             PendingCall(call.tool_call_id, call.tool_name, _args(call))
             for call in [*requests.approvals, *requests.calls]
         ]
-        await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
+        # Announced before the pause commits: a crash in between re-drives the run, which asks again
+        # for the same calls, rather than leaving followers without the request.
         await self.out.emit(
             ApprovalRequired(
                 run_id=self.run.run_id,
@@ -247,6 +248,7 @@ class _Step:
                 ],
             )
         )
+        await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self.out.flush()
         return "awaiting_approval"

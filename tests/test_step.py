@@ -263,6 +263,18 @@ async def test_refund_pauses_then_a_fresh_process_resumes_on_approval(app_factor
     )
     log = await second.log(thread)
     assert [e.type for e in log].count("approval_decided") == 1
+    # Every event type the core produces appears in this one flow.
+    assert {e.type for e in log} == {
+        "run_started",
+        "user_message",
+        "text_delta",
+        "text_done",
+        "tool_call",
+        "tool_result",
+        "approval_required",
+        "approval_decided",
+        "run_finished",
+    }
     event_ids = [e.event_id for e in await second.db.events.read(thread.thread_id)]
     assert event_ids == list(range(1, len(event_ids) + 1))
 
