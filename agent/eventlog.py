@@ -14,10 +14,14 @@ from collections.abc import Callable, Sequence
 from store import EventLog, LoggedEvent, NewEvent
 from stream import StoredEvent, StreamEvent, event_data, event_from_data
 
-__all__ = ("EventLogSink", "Publisher", "stored_events")
+__all__ = ("EventLogSink", "Publisher", "new_events", "stored_events")
 
 Publisher = Callable[[str, Sequence[StoredEvent]], None]
 """Tells live followers of a thread about events that are now in its log."""
+
+
+def new_events(events: Sequence[StreamEvent]) -> list[NewEvent]:
+    return [NewEvent(event.run_id, event.type, event_data(event)) for event in events]
 
 
 def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
@@ -49,20 +53,37 @@ class EventLogSink:
             await self._write_all()
             self._raise_failure()
 
+    async def take_pending(self) -> list[StreamEvent]:
+        """Wait for the write in flight, then hand over what is buffered, to be written by the caller.
+
+        A checkpoint writes them in its own transaction (`append_events`) and then calls
+        `published`: one transaction instead of two, and the events stay in order.
+        """
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+        self._raise_failure()
+        pending, self._buffer = self._buffer, []
+        return pending
+
+    def published(self, logged: Sequence[LoggedEvent], events: Sequence[StreamEvent]) -> None:
+        """Publish events a checkpoint wrote (see `take_pending`), now that they are committed."""
+        if self._publish is not None and logged:
+            self._publish(
+                self._thread_id,
+                [StoredEvent(item.event_id, event) for item, event in zip(logged, events, strict=True)],
+            )
+
     async def _write_all(self) -> None:
         while self._buffer and self._failure is None:
             batch, self._buffer = self._buffer, []
-            items = [NewEvent(event.run_id, event.type, event_data(event)) for event in batch]
+            items = new_events(batch)
             try:
                 logged = await self._log.append(self._thread_id, items)
-            except BaseException as error:
+            except Exception as error:
+                # Kept for the next emit or flush to raise: a background task has no one to tell.
                 self._failure = error
-                raise
-            if self._publish is not None:
-                self._publish(
-                    self._thread_id,
-                    [StoredEvent(item.event_id, event) for item, event in zip(logged, batch, strict=True)],
-                )
+                return
+            self.published(logged, batch)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
@@ -45,7 +45,17 @@ from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Database, PendingCall, Run, count_checkpoint, finish_run, insert_pending, insert_records
+from store import (
+    Database,
+    LoggedEvent,
+    PendingCall,
+    Run,
+    append_events,
+    count_checkpoint,
+    finish_run,
+    insert_pending,
+    insert_records,
+)
 from store.business import BusinessData
 from store.schema import RunStatus
 from stream import (
@@ -63,7 +73,7 @@ from stream import (
 from stream import PendingCall as PendingCallEvent
 
 from .assistant import SupportAgent
-from .eventlog import EventLogSink, Publisher
+from .eventlog import EventLogSink, Publisher, new_events
 from .tools import Deps, RecordBuffer
 
 __all__ = ("Runtime", "run_step")
@@ -107,7 +117,7 @@ async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -
     thread = await runtime.db.threads.get(run.thread_id)
     log = EventLogSink(runtime.db.events, run.thread_id, publish=runtime.publish)
     out: Sink = log if sink is None else TeeSink(log, sink)
-    step = _Step(runtime, run, thread.user_id, out)
+    step = _Step(runtime, run, thread.user_id, out, log)
     try:
         return await step.drive()
     except asyncio.CancelledError:
@@ -130,11 +140,12 @@ async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
 
 
 class _Step:
-    def __init__(self, runtime: Runtime, run: Run, user_id: str, out: Sink) -> None:
+    def __init__(self, runtime: Runtime, run: Run, user_id: str, out: Sink, log: EventLogSink) -> None:
         self.runtime = runtime
         self.run = run
         self.db = runtime.db
         self.out = out
+        self.log = log
         self.records = RecordBuffer()
         self.deps = Deps(
             business=runtime.business,
@@ -172,7 +183,8 @@ class _Step:
                 run_id=f"{run.run_id}.{run.attempt}",
             ) as agent_run:
                 async for node in agent_run:
-                    await self._save(list(agent_run.all_messages()))
+                    if not _answers_last_response(node):
+                        await self._save(list(agent_run.all_messages()))
                     if self.runtime.agent.is_model_request_node(node):
                         self.response_count += 1
                         async with node.stream(agent_run.ctx) as events:
@@ -216,6 +228,9 @@ class _Step:
         if not changed and not records and finish is None:
             return
         run, conversation = self.run, self.conversation
+        # Events still buffered go out in the checkpoint's own transaction.
+        events = await self.log.take_pending()
+        logged: list[LoggedEvent] = []
 
         async def also(connection: AsyncConnection) -> None:
             await insert_records(connection, run.thread_id, run.run_id, records)
@@ -224,10 +239,12 @@ class _Step:
                 await insert_pending(connection, run.thread_id, run.run_id, approvals)
             if finish is not None:
                 await finish_run(connection, run.run_id, finish, error=error)
+            logged[:] = await append_events(connection, run.thread_id, new_events(events))
 
         conversation.messages = merged
         conversation.deferred_tool_requests = deferred
         await self.db.conversations.save_with(conversation, also=also)
+        self.log.published(logged, events)
         await self.out.flush()
 
     # -- the end of a run -------------------------------------------------------------------------
@@ -329,6 +346,14 @@ class _Step:
 
     def _part_id(self, index: int) -> str:
         return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
+
+
+def _answers_last_response(node: object) -> bool:
+    """Whether `node` only ends the run on a final response: its checkpoint can wait for the end's."""
+    if not isinstance(node, CallToolsNode):
+        return False
+    response: ModelResponse = node.model_response  # pyright: ignore[reportUnknownMemberType]
+    return not response.tool_calls
 
 
 def _merge(stored: Sequence[ModelMessage], current: Sequence[ModelMessage]) -> list[ModelMessage]:

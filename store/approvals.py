@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .runs import insert_run
@@ -74,7 +74,7 @@ class Approvals:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def get(self, thread_id: str, tool_call_id: str) -> Approval:
         with translate_errors(f"reading tool call {tool_call_id!r}"):

@@ -46,7 +46,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .errors import Conflict, CorruptData, NotFound, UnsupportedDatabase
 from .schema import AccountRow, FaqRow, OrderRow, ToolExecutionRow, metadata
 
@@ -199,7 +199,7 @@ class BusinessData:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def seed(self) -> bool:
         """Insert the demo data into each of its tables that is empty; whether anything was inserted.

@@ -17,12 +17,13 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import sqlalchemy as sa
 from pydantic_ai.conversation import Conversation
@@ -32,12 +33,13 @@ from pydantic_ai.conversation_store import (
     ConversationRecord,
     ConversationStore,
 )
+from pydantic_ai.run import AgentRunResult
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec
-from .engine import check_reachable, create_engine, normalize_url, redacted, translate_errors
+from .engine import check_reachable, create_engine, dispose, normalize_url, reader, redacted, translate_errors
 from .errors import CorruptData, NotFound
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
@@ -52,6 +54,21 @@ AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
 """More writes to commit in the same transaction as a save: a step's records, its run's progress."""
 
 _also: ContextVar[AlsoWrite | None] = ContextVar("durable_chat_also_write", default=None)
+
+_prefetch: ContextVar[_Prefetch | None] = ContextVar("durable_chat_prefetch", default=None)
+_known: ContextVar[ConversationRecord | None] = ContextVar("durable_chat_known_record", default=None)
+
+
+@dataclass
+class _Prefetch:
+    """A load in progress: `read_record` reads the history in the same round trip and leaves it here."""
+
+    limit: int | None
+    head_id: str | None = None
+    history: list[ConversationEntry] | None = None
+
+
+_KNOWN_RECORDS = 4096
 
 
 @dataclass(frozen=True)
@@ -123,8 +140,12 @@ class SqlConversationStore(ConversationStore):
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        # Records by (conversation_id, revision): a revision names one immutable state, so a save
+        # of a conversation loaded or saved here needs no read of its record first. A stale entry
+        # is harmless: the revision-guarded write then fails as a conflict, as it must.
+        self._records: OrderedDict[tuple[str, str], ConversationRecord] = OrderedDict()
         # Reads need no transaction: skipping BEGIN/ROLLBACK saves two round trips on PostgreSQL.
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     @classmethod
     async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
@@ -146,7 +167,7 @@ class SqlConversationStore(ConversationStore):
                 with translate_errors(f"upgrading the schema of {redacted(normalized)!r}"):
                     await upgrade(engine)
         except BaseException:
-            await engine.dispose()
+            await dispose(engine)
             raise
         return cls(engine)
 
@@ -157,7 +178,7 @@ class SqlConversationStore(ConversationStore):
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
-        await self._engine.dispose()
+        await dispose(self._engine)
 
     async def __aenter__(self) -> Self:
         return self
@@ -173,18 +194,39 @@ class SqlConversationStore(ConversationStore):
     async def load(
         self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
     ) -> Conversation | None:
+        token = _prefetch.set(_Prefetch(limit))
         try:
             return await super().load(conversation_id, limit=limit, scope=scope)
         except CorruptData as error:
             raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
+        finally:
+            _prefetch.reset(token)
 
     async def load_entries(
         self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
     ) -> list[ConversationEntry] | None:
+        token = _prefetch.set(_Prefetch(limit))
         try:
             return await super().load_entries(conversation_id, limit=limit, scope=scope)
         except CorruptData as error:
             raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
+        finally:
+            _prefetch.reset(token)
+
+    async def save(
+        self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
+    ) -> list[ConversationEntry]:
+        current = conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
+        known = (
+            None
+            if current.revision is None
+            else self._records.get((current.conversation_id, current.revision))
+        )
+        token = _known.set(known)
+        try:
+            return await super().save(conversation, scope=scope)
+        finally:
+            _known.reset(token)
 
     async def save_with(
         self, conversation: Conversation, *, also: AlsoWrite, scope: str | None = None
@@ -199,13 +241,31 @@ class SqlConversationStore(ConversationStore):
     # -- the ABC's storage primitives ----------------------------------------------------------
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        known = _known.get()
+        if known is not None and known.conversation_id == conversation_id:
+            _known.set(None)  # once: a retry inside the same save reads the database
+            return known
+        prefetch = _prefetch.get()
         with translate_errors(f"reading conversation {conversation_id!r}"):
             async with self._reader.connect() as connection:
                 result = await connection.execute(
                     sa.select(*_RECORD_COLUMNS).where(_records.c.conversation_id == conversation_id)
                 )
                 row = result.mappings().one_or_none()
-        return None if row is None else _record_from_row(row)
+                record = None if row is None else _record_from_row(row)
+                if prefetch is not None and record is not None and record.head_id is not None:
+                    # A load: its history comes next; read it on the same connection now.
+                    prefetch.head_id = record.head_id
+                    prefetch.history = await _read_history(connection, record.head_id, prefetch.limit)
+        if record is not None:
+            self._remember(record)
+        return record
+
+    def _remember(self, record: ConversationRecord) -> None:
+        self._records[(record.conversation_id, record.revision)] = record
+        self._records.move_to_end((record.conversation_id, record.revision))
+        while len(self._records) > _KNOWN_RECORDS:
+            self._records.popitem(last=False)
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
@@ -277,6 +337,7 @@ class SqlConversationStore(ConversationStore):
                 # The record exists already, its head names an entry a concurrent delete released,
                 # or a fork's source was deleted since it was read: all a conflict with another writer.
                 raise ConversationConflict(conversation_id) from error
+        self._remember(record)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         with translate_errors(f"deleting conversation {conversation_id!r}"):
@@ -319,24 +380,37 @@ class SqlConversationStore(ConversationStore):
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
         """The entries up to `head_id`, oldest first, or only the last `limit`: one recursive query."""
+        prefetch = _prefetch.get()
+        if prefetch is not None and prefetch.history is not None and prefetch.head_id == head_id:
+            history, prefetch.history = prefetch.history, None
+            if prefetch.limit == limit:
+                return history
         if head_id is None or limit == 0:
             return []
-        if not _is_uuid(head_id):
-            raise NotFound(f"no conversation entry {head_id!r}")
-        wanted = _NO_LIMIT if limit is None else limit
         with translate_errors(f"reading the history ending at entry {head_id!r}"):
             async with self._reader.connect() as connection:
-                rows = (await connection.execute(_HISTORY, {"head_id": head_id, "limit": wanted})).all()
-        if not rows or (len(rows) < wanted and rows[0].parent_id is not None):
-            # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
-            raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
-        messages = codec.decode_messages(
-            [(row.entry_id, row.message) for row in rows], where=f"in the history ending at entry {head_id!r}"
-        )
-        return [
-            ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
-            for row, message in zip(rows, messages, strict=True)
-        ]
+                return await _read_history(connection, head_id, limit)
+
+
+async def _read_history(
+    connection: AsyncConnection, head_id: str, limit: int | None
+) -> list[ConversationEntry]:
+    if limit == 0:
+        return []
+    if not _is_uuid(head_id):
+        raise NotFound(f"no conversation entry {head_id!r}")
+    wanted = _NO_LIMIT if limit is None else limit
+    rows = (await connection.execute(_HISTORY, {"head_id": head_id, "limit": wanted})).all()
+    if not rows or (len(rows) < wanted and rows[0].parent_id is not None):
+        # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
+        raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
+    messages = codec.decode_messages(
+        [(row.entry_id, row.message) for row in rows], where=f"in the history ending at entry {head_id!r}"
+    )
+    return [
+        ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
+        for row, message in zip(rows, messages, strict=True)
+    ]
 
 
 def _family_of(record: ConversationRecord) -> sa.ColumnElement[str] | str:

@@ -7,6 +7,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
@@ -15,7 +16,15 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
 
-__all__ = ("check_reachable", "create_engine", "normalize_url", "redacted", "translate_errors")
+__all__ = (
+    "check_reachable",
+    "create_engine",
+    "dispose",
+    "normalize_url",
+    "reader",
+    "redacted",
+    "translate_errors",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +79,47 @@ def check_reachable(url: URL) -> None:
         )
 
 
-def create_engine(url: URL) -> AsyncEngine:
-    """An engine configured for durable-chat's access pattern on its dialect."""
+def create_engine(url: URL, *, autocommit: bool = False) -> AsyncEngine:
+    """An engine configured for durable-chat's access pattern on its dialect.
+
+    With `autocommit`, an engine for reads: its connections never open a transaction, so a read
+    costs one round trip, with no BEGIN/ROLLBACK around it and no reset when it goes back to the
+    pool. Pooled connections are not pinged before use (a round trip each): a connection that
+    broke is found by the operation that uses it, which fails with `DatabaseUnavailable` and
+    invalidates the pool, so the next operation reconnects.
+    """
+    options: dict[str, object] = {}
+    if autocommit:
+        options = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
     if url.get_backend_name() == "sqlite":
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        if not autocommit:
+            # SQLite has one writer at a time. Writers of this process queue for the one pooled
+            # connection (an asyncio wait) rather than for the file lock, whose busy handler
+            # sleeps in steps of up to 100 ms; other processes still wait on the lock.
+            options = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **options)
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
-    return create_async_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_async_engine(url, pool_size=10, max_overflow=20, **options)
+
+
+_readers: WeakKeyDictionary[AsyncEngine, AsyncEngine] = WeakKeyDictionary()
+
+
+def reader(engine: AsyncEngine) -> AsyncEngine:
+    """The autocommit engine for reads that goes with `engine` (same database, its own pool)."""
+    found = _readers.get(engine)
+    if found is None:
+        found = _readers[engine] = create_engine(engine.url, autocommit=True)
+    return found
+
+
+async def dispose(engine: AsyncEngine) -> None:
+    """Close the pooled connections of `engine` and of its reader."""
+    found = _readers.get(engine)
+    if found is not None:
+        await found.dispose()
+    await engine.dispose()
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

@@ -15,7 +15,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import EventRow, ThreadRow, metadata, now_utc
 
@@ -50,7 +50,7 @@ class EventLog:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def append(self, thread_id: str, events: Sequence[NewEvent]) -> list[LoggedEvent]:
         """Append `events` in one transaction, returning them with their new ids."""

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .schema import RecordRow, metadata, now_utc
 
 __all__ = ("NewRecord", "Record", "Records", "insert_records")
@@ -42,7 +42,7 @@ class Records:
     """The `records` table."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def list(self, thread_id: str) -> list[Record]:
         query = (

@@ -11,7 +11,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .errors import ApprovalPending, NotFound, RunActive
 from .schema import (
     ACTIVE_RUN_STATUSES,
@@ -65,7 +65,7 @@ class Runs:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def create_message_run(
         self, thread_id: str, *, content: str, idempotency_key: str | None = None

@@ -11,7 +11,6 @@ Two deliberate choices, both for size and speed:
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -69,14 +68,21 @@ class EntryId(TypeDecorator[str]):
     def process_bind_param(self, value: str | None, dialect: Dialect) -> object:
         if value is None:
             return None
-        parsed = uuid.UUID(value)
-        return str(parsed) if dialect.name == "postgresql" else parsed.bytes
+        if dialect.name == "postgresql":
+            return value
+        raw = bytes.fromhex(value.replace("-", ""))
+        if len(raw) != 16:
+            raise ValueError(f"{value!r} is not a UUID")
+        return raw
 
     def process_result_value(self, value: object, dialect: Dialect) -> str | None:
         if value is None:
             return None
         if isinstance(value, bytes):
-            return str(uuid.UUID(bytes=value))
+            # Formatting the hex by hand is several times faster than going through uuid.UUID,
+            # which shows when a history of a thousand entries is read.
+            h = value.hex()
+            return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
         return str(value)
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import translate_errors
+from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
@@ -45,7 +45,7 @@ class Threads:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reader = reader(engine)
 
     async def create(self, *, user_id: str, title: str = "", thread_id: str | None = None) -> Thread:
         now = now_utc()

@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPro
 from sqlalchemy.engine import Connection
 
 from store import SchemaTooNew, SqlConversationStore, current_revision, head_revision, upgrade
-from store.engine import create_engine, normalize_url
+from store.engine import create_engine, dispose, normalize_url
 from store.migrate import alembic_config
 from store.schema import metadata
 
@@ -43,7 +43,7 @@ async def test_connect_creates_the_schema_on_an_empty_database(database_url: str
             # The migrations build exactly the tables the code declares.
             assert await connection.run_sync(_schema_drift) == []
     finally:
-        await engine.dispose()
+        await dispose(engine)
 
 
 @pytest.mark.parametrize("previous", [None, *_revisions()[:-1]], ids=lambda r: f"from-{r or 'empty'}")
@@ -69,7 +69,7 @@ async def test_upgrade_from_each_earlier_revision_keeps_the_data(
                 original
             )
     finally:
-        await engine.dispose()
+        await dispose(engine)
 
 
 async def test_connect_is_idempotent_and_safe_in_parallel(database_url: str) -> None:
