@@ -12,18 +12,22 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from store import SqlConversationStore, StoreError, current_revision
+from store import Database, SqlConversationStore, StoreError, Thread, current_revision
 from web import Settings, SettingsError, create_app
+from web.tokens import issue_token
+
+from .chat import DEFAULT_USER, chat
 
 __all__ = ("build_parser", "main")
 
 _PROG = "durable-chat"
-_NOT_IMPLEMENTED = ("chat", "token", "threads")
+_THREADS_SHOWN = 100
+_THREAD_COLUMNS = ("THREAD", "TITLE", "STATUS", "UPDATED (UTC)")
 _OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of every subcommand, those still to come included."""
+    """The parser of every subcommand."""
     parser = argparse.ArgumentParser(
         prog=_PROG, description="A durable, streaming, human-in-the-loop chat backend for pydantic-ai agents."
     )
@@ -65,10 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             case "migrate":
                 return _migrate(Settings.resolve_database_url(args.db))
+            case "chat":
+                return _chat(Settings.load(database_url=args.db, model=args.model), args.user, args.thread)
+            case "token":
+                return _token(Settings.load(), args.user)
+            case "threads":
+                return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
             case _:
-                assert command in _NOT_IMPLEMENTED, command
-                print(f"{_PROG}: {command!r} is not implemented yet", file=sys.stderr)
-                return 2
+                raise AssertionError(f"unknown command {command!r}")
     except (StoreError, SettingsError) as error:
         # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
         print(f"{_PROG}: error: {error}", file=sys.stderr)
@@ -88,6 +96,47 @@ def _serve(settings: Settings) -> int:
 def _migrate(database_url: str) -> int:
     revision = asyncio.run(_upgrade(database_url))
     print(f"database {_redacted(database_url)} is up to date: schema revision {revision!r}")
+    return 0
+
+
+def _chat(settings: Settings, user_id: str | None, thread_id: str | None) -> int:
+    # Run logs (a refund, a failed run's traceback) would tear through the conversation; a schema
+    # upgrade is still worth a line, and warnings stay.
+    for name in ("agent", "store.business"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        return asyncio.run(chat(settings.database_url, settings.model, user_id=user_id, thread_id=thread_id))
+    except KeyboardInterrupt:
+        # An interrupted run was put back in its queue; `--thread` continues it.
+        print(file=sys.stderr)
+        return 130
+
+
+def _token(settings: Settings, user_id: str) -> int:
+    try:
+        token = issue_token(settings.secret, user_id)
+    except ValueError as error:
+        print(f"{_PROG}: error: {error}", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
+
+
+def _threads(database_url: str, user_id: str) -> int:
+    async def listed() -> list[Thread]:
+        async with await Database.connect(database_url) as db:
+            return await db.threads.list(user_id=user_id, limit=_THREADS_SHOWN)
+
+    threads = asyncio.run(listed())
+    if not threads:
+        print(f"no threads for user {user_id!r}")
+        return 0
+    rows = [
+        (t.thread_id, t.title or "-", t.status, t.updated_at.strftime("%Y-%m-%d %H:%M:%S")) for t in threads
+    ]
+    widths = [max(len(row[i]) for row in [_THREAD_COLUMNS, *rows]) for i in range(3)]
+    for row in [_THREAD_COLUMNS, *rows]:
+        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
     return 0
 
 

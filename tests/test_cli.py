@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,18 +11,23 @@ from pathlib import Path
 import pytest
 
 from cli import main
+from web.tokens import InvalidToken, verify_token
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run `python -m cli ARGS` in `cwd`, with no `DURABLE_CHAT_*` variable inherited."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m cli ARGS` in `cwd`, with no `DURABLE_CHAT_*` variable inherited but those in `env`."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
+    environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "cli", *args],
         cwd=cwd,
-        env=env,
+        env=environment,
+        input=input,
         capture_output=True,
         text=True,
         timeout=120,
@@ -63,17 +69,59 @@ def test_migrate_unsupported_dialect_is_one_line(tmp_path: Path) -> None:
     assert "'mysql'" in lines[0]
 
 
-def test_token_is_not_implemented_yet(tmp_path: Path) -> None:
-    result = run_cli("token", "alice", cwd=tmp_path)
+def test_token_is_signed_with_the_secret_from_the_environment(tmp_path: Path) -> None:
+    result = run_cli("token", "alice", cwd=tmp_path, env={"DURABLE_CHAT_SECRET": "s3cret"})
+
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip()
+    assert result.stdout == token + "\n"
+    assert verify_token("s3cret", token).user_id == "alice"
+    with pytest.raises(InvalidToken):
+        verify_token("another secret", token)
+    # The secret came from the environment: none was generated.
+    assert not (tmp_path / "data" / "secret").exists()
+
+
+def test_token_without_a_secret_uses_the_one_generated_in_the_data_directory(tmp_path: Path) -> None:
+    first = run_cli("token", "alice", cwd=tmp_path)
+    second = run_cli("token", "bob", cwd=tmp_path)
+
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    secret = (tmp_path / "data" / "secret").read_text().strip()
+    assert verify_token(secret, first.stdout.strip()).user_id == "alice"
+    assert verify_token(secret, second.stdout.strip()).user_id == "bob"
+
+
+def test_token_for_an_empty_user_is_refused(tmp_path: Path) -> None:
+    result = run_cli("token", "", cwd=tmp_path, env={"DURABLE_CHAT_SECRET": "s3cret"})
 
     assert result.returncode == 2
-    assert result.stderr == "durable-chat: 'token' is not implemented yet\n"
+    assert result.stdout == ""
+    assert result.stderr.startswith("durable-chat: error: a user name must be")
 
 
-@pytest.mark.parametrize("args", [["chat", "--user", "alice"], ["threads"]])
-def test_later_commands_are_not_implemented_yet(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(args) == 2
-    assert "not implemented yet" in capsys.readouterr().err
+def test_threads_lists_a_thread_made_by_a_chat_newest_first(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    env = {"DURABLE_CHAT_DATABASE_URL": url}
+    # Piped input, not a terminal: the chat reads it line by line all the same.
+    older = run_cli("chat", "--user", "alice", cwd=tmp_path, env=env, input="Where is ORD-5678?\n/quit\n")
+    newer = run_cli("chat", "--user", "alice", cwd=tmp_path, env=env, input="hello\n")  # EOF ends it
+    other = run_cli("chat", cwd=tmp_path, env=env, input="")
+
+    assert (older.returncode, newer.returncode, other.returncode) == (0, 0, 0), older.stderr + newer.stderr
+    assert "assistant> Order ORD-5678: Widget Pro x2" in older.stdout
+    ids = [re.search(r"--thread (\S+);", r.stdout) for r in (older, newer, other)]
+    older_id, newer_id, demo_id = [match.group(1) for match in ids if match is not None]
+
+    listed = run_cli("threads", "--user", "alice", cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["THREAD", "TITLE", "STATUS", "UPDATED", "(UTC)"]
+    assert [row.split()[0] for row in rows] == [newer_id, older_id]
+    assert all("Terminal chat" in row and " idle " in row for row in rows)
+
+    demo = run_cli("threads", cwd=tmp_path, env=env)
+    assert [row.split()[0] for row in demo.stdout.splitlines()[1:]] == [demo_id]
 
 
 def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

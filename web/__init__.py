@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 from .app import create_app, error_response
+from .broker import Broker, SubscriberDropped, Subscription
+from .errors import ApiError
+from .runner import Runner
 from .settings import Settings, SettingsError
 
-__all__ = ("Settings", "SettingsError", "create_app", "error_response")
+__all__ = (
+    "ApiError",
+    "Broker",
+    "Runner",
+    "Settings",
+    "SettingsError",
+    "SubscriberDropped",
+    "Subscription",
+    "create_app",
+    "error_response",
+)

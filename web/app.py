@@ -5,38 +5,100 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from http import HTTPStatus
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
-from store import SqlConversationStore
+from agent import Runtime, build_agent, feedback_model, resolve_model
+from store import Database, DatabaseUnavailable
+from store.business import BusinessData
 
+from .api import api_routes
+from .broker import Broker
+from .errors import ApiError
+from .limits import RateLimiter
+from .runner import Runner
+from .services import Services
 from .settings import Settings
+from .sse import sse_routes
 
 __all__ = ("create_app", "error_response")
 
 
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
 def create_app(settings: Settings) -> Starlette:
-    """The application for `settings`; it opens the store on startup and closes it on shutdown."""
+    """The application for `settings`.
+
+    Its lifespan opens the database (seeding the demo business data), builds the agent runtime
+    publishing to the in-process broker, and starts the runner, which first recovers the runs a
+    previous process left unfinished. At shutdown the runner cancels its in-flight runs (they
+    requeue themselves) and waits for them, bounded, before the database closes.
+    """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
-        store = await SqlConversationStore.connect(settings.database_url)
-        app.state.settings = settings
-        app.state.store = store
+        db = await Database.connect(settings.database_url)
         try:
-            yield
+            business = BusinessData(db.engine)
+            await business.seed()
+            broker = Broker()
+            runtime = Runtime(
+                db=db,
+                business=business,
+                agent=build_agent(resolve_model(settings.model)),
+                feedback_model=feedback_model(),
+                publish=broker.publish,
+            )
+            runner = Runner(runtime, shutdown_timeout=settings.shutdown_timeout_seconds)
+            app.state.settings = settings
+            app.state.services = Services(
+                settings=settings,
+                db=db,
+                broker=broker,
+                runner=runner,
+                limiter=RateLimiter(
+                    burst=settings.rate_limit_burst, per_second=settings.rate_limit_per_second
+                ),
+            )
+            await runner.recover()
+            try:
+                yield
+            finally:
+                await runner.aclose()
         finally:
-            await store.aclose()
+            await db.aclose()
 
     return Starlette(
-        routes=[Route("/healthz", healthz, methods=["GET"])],
-        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/", page, methods=["GET"]),
+            *api_routes(),
+            *sse_routes(),
+            Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
+        ],
+        exception_handlers={
+            ApiError: _api_error,
+            DatabaseUnavailable: _database_unavailable,
+            HTTPException: _http_error,
+            Exception: _server_error,
+        },
         lifespan=lifespan,
     )
+
+
+async def page(request: Request) -> Response:
+    """`GET /`: the browser page."""
+    index = STATIC_DIR / "index.html"
+    if not index.is_file():
+        return error_response(404, "not_found", "the browser page is not installed")
+    return FileResponse(index, media_type="text/html")
 
 
 async def healthz(request: Request) -> Response:
@@ -45,11 +107,28 @@ async def healthz(request: Request) -> Response:
 
 
 def error_response(
-    status_code: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    status_code: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    details: list[dict[str, object]] | None = None,
 ) -> JSONResponse:
-    """The API's error body, `{"error": {"code": ..., "message": ...}}`."""
-    return JSONResponse(
-        {"error": {"code": code, "message": message}}, status_code=status_code, headers=headers
+    """The API's error body, `{"error": {"code": ..., "message": ...}}` (and `details`, when given)."""
+    error: dict[str, object] = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    return JSONResponse({"error": error}, status_code=status_code, headers=headers)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status_code, exc.code, exc.message, exc.headers, details=exc.details)
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(
+        503, "database_unavailable", "the database cannot be reached; try again", {"Retry-After": "5"}
     )
 
 

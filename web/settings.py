@@ -35,6 +35,20 @@ class Settings:
     port: int = _DEFAULT_PORT
     data_dir: Path = Path("data")
     """Where the default SQLite database and the generated secret live."""
+    max_body_bytes: int = 64 * 1024
+    """The largest request body the API reads (`413 payload_too_large` beyond it)."""
+    max_message_chars: int = 8000
+    """The longest user message accepted (`422 validation_error` beyond it)."""
+    rate_limit_burst: float = 120.0
+    """Per-user token bucket on writes: how many requests may come at once..."""
+    rate_limit_per_second: float = 10.0
+    """...and how fast the bucket refills (`DURABLE_CHAT_RATE_LIMIT_BURST` / `_PER_SECOND`)."""
+    sse_ping_seconds: float = 15.0
+    """How often an idle event stream sends a keep-alive comment."""
+    sse_poll_seconds: float = 5.0
+    """How often an idle event stream also reads the log, for events written by other processes."""
+    shutdown_timeout_seconds: float = 10.0
+    """How long shutdown waits for cancelled runs to checkpoint and requeue."""
 
     @classmethod
     def load(
@@ -74,6 +88,8 @@ class Settings:
             host=_DEFAULT_HOST if host is None else host,
             port=_DEFAULT_PORT if port is None else port,
             data_dir=directory,
+            rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
+            rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
         )
 
     @staticmethod
@@ -100,6 +116,19 @@ class Settings:
 def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None:
     # An empty variable counts as unset, as `FOO= cmd` is a common way to unset one.
     return explicit if explicit is not None else (env.get(ENV_PREFIX + name) or None)
+
+
+def _number(name: str, env: Mapping[str, str], default: float) -> float:
+    text = _pick(None, name, env)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise SettingsError(f"{ENV_PREFIX}{name} must be a positive number, not {text!r}")
+    return value
 
 
 def _data_dir(explicit: Path | str | None, env: Mapping[str, str]) -> Path:

@@ -1,0 +1,208 @@
+"""`durable-chat chat`: a terminal chat that runs the agent in this process, on the database.
+
+No server is involved: each message queues a run and `run_step` drives it here, streaming to the
+terminal. A run that pauses for approval ends as it would on the server; the chat asks y/n for each
+pending call, and the decision that completes the set starts the resume run, driven the same way.
+Everything is in the database, so `--thread ID` continues a thread after a restart, a crash, or a
+chat that was left at an approval question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Literal, TextIO
+
+from agent import Runtime, build_agent, decide, feedback_model, resolve_model, run_step
+from store import Approval, Database, StoreError, Thread
+from store.business import BusinessData
+
+from .terminal import USER, TerminalSink, call_text, conversation_lines
+
+__all__ = ("DEFAULT_USER", "EndOfInput", "chat", "read_line")
+
+DEFAULT_USER = "demo"
+QUIT = "/quit"
+_TITLE = "Terminal chat"
+
+
+class EndOfInput(Exception):
+    """The user closed the input (EOF) or typed `/quit`."""
+
+
+async def read_line(prompt: str) -> str:
+    """`input(prompt)` without blocking the event loop.
+
+    The read runs in a daemon thread rather than `asyncio.to_thread`: a worker of the default
+    executor is joined at exit, so Ctrl-C at a prompt would hang until the user pressed Enter.
+
+    Raises:
+        EndOfInput: The input is closed.
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(line or "")
+
+    def deliver(line: str | None, error: BaseException | None) -> None:
+        # The loop may have closed while we read: then nobody waits for the line any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, line, error)
+
+    def read() -> None:
+        try:
+            line = input(prompt)
+        except EOFError:
+            deliver(None, EndOfInput())
+        except BaseException as error:  # e.g. a closed stdin: the chat ends with it, not this thread
+            deliver(None, error)
+        else:
+            deliver(line, None)
+
+    threading.Thread(target=read, name="durable-chat-input", daemon=True).start()
+    return await answer
+
+
+@dataclass
+class _Chat:
+    db: Database
+    runtime: Runtime
+    thread: Thread
+    user_id: str
+    sink: TerminalSink
+    out: TextIO
+
+    async def loop(self) -> None:
+        while True:
+            text = (await read_line(USER)).strip()
+            if not text:
+                continue
+            if text == QUIT:
+                raise EndOfInput
+            try:
+                run, _ = await self.db.runs.create_message_run(self.thread.thread_id, content=text)
+            except StoreError as error:
+                self._say(f"(cannot send: {error})")
+                continue
+            await self.drive(run.run_id)
+
+    async def drive(self, run_id: str) -> None:
+        """Drive a run, then every resume run the user's decisions start, until no call waits."""
+        next_run: str | None = run_id
+        while next_run is not None:
+            await run_step(self.runtime, next_run, sink=self.sink)
+            next_run = await self.decide_pending()
+
+    async def decide_pending(self) -> str | None:
+        """Ask for a decision on every pending call; return the resume run the last one started."""
+        resume: str | None = None
+        pending = await self.db.approvals.list(thread_id=self.thread.thread_id, status="pending")
+        for approval in pending:
+            decision, reason = await self._ask(approval)
+            try:
+                result = await decide(
+                    self.db,
+                    self.thread.thread_id,
+                    approval.tool_call_id,
+                    decision=decision,
+                    decided_by=self.user_id,
+                    reason=reason,
+                )
+            except StoreError as error:  # decided meanwhile, e.g. in the browser
+                self._say(f"(cannot decide on {approval.tool_name}: {error})")
+                continue
+            resume = result.resume_run_id or resume
+        return resume
+
+    async def _ask(self, approval: Approval) -> tuple[Literal["approved", "rejected"], str | None]:
+        question = f"Approve {call_text(approval.tool_name, approval.args)}? [y/n] "
+        while True:
+            answer = (await read_line(question)).strip().lower()
+            if answer in {"y", "yes"}:
+                return "approved", None
+            if answer in {"n", "no"}:
+                reason = (await read_line("Reason: ")).strip()
+                return "rejected", reason or None
+            if answer == QUIT:
+                raise EndOfInput
+
+    def _say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+async def chat(
+    database_url: str,
+    model: str,
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Chat in the terminal until `/quit` or end of input; return the exit status.
+
+    Args:
+        database_url: The database to chat on.
+        model: `demo` or a pydantic-ai model string.
+        user_id: Who chats; by default the thread's owner, or `demo` for a new thread.
+        thread_id: Continue this thread (its owner must be `user_id`, when given) instead of a new one.
+        out: Where to print; standard output by default.
+
+    Raises:
+        store.StoreError: The database cannot be opened, or the thread is not found.
+    """
+    terminal = sys.stdout if out is None else out
+    async with await Database.connect(database_url) as db:
+        business = BusinessData(db.engine)
+        await business.seed()
+        runtime = Runtime(
+            db=db,
+            business=business,
+            agent=build_agent(resolve_model(model)),
+            feedback_model=feedback_model(),
+        )
+        if thread_id is None:
+            user_id = user_id or DEFAULT_USER
+            thread = await db.threads.create(user_id=user_id, title=_TITLE)
+        else:
+            thread = await db.threads.get(thread_id, user_id=user_id)
+            user_id = thread.user_id
+        session = _Chat(db, runtime, thread, user_id, TerminalSink(terminal), terminal)
+        terminal.write(
+            f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
+            f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"
+        )
+        terminal.flush()
+        try:
+            if thread_id is not None:
+                await _resume(session)
+            await session.loop()
+        except EndOfInput:
+            terminal.write("\n")
+            terminal.flush()
+        return 0
+
+
+async def _resume(session: _Chat) -> None:
+    """Show the stored conversation, then finish what it left: an interrupted run, pending calls."""
+    conversation = await session.db.conversations.load(session.thread.thread_id)
+    lines = conversation_lines(conversation.messages) if conversation is not None else []
+    for line in lines:
+        session.out.write(line + "\n")
+    session.out.flush()
+    active = await session.db.runs.active(session.thread.thread_id)
+    if active is not None:
+        await session.drive(active.run_id)
+        return
+    resume = await session.decide_pending()
+    if resume is not None:
+        await session.drive(resume)

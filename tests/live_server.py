@@ -1,0 +1,169 @@
+"""A real `durable-chat serve` process for end-to-end tests, and an HTTP/SSE client for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Generator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from web.tokens import issue_token
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SECRET = "e2e-test-secret"
+STARTUP_TIMEOUT = 60.0
+EVENT_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event_id: int
+    type: str
+    data: dict[str, object]
+
+
+class LiveServer:
+    """One `python -m cli serve` subprocess on a free loopback port; restartable on its database."""
+
+    def __init__(self, database_url: str, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+        self.database_url = database_url
+        self.workdir = workdir
+        self.extra_env = dict(env or {})
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_CHAT_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env["DURABLE_CHAT_SECRET"] = SECRET
+        env.update(self.extra_env)
+        command = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), "--model", "demo"]
+        command += ["--db", self.database_url]
+        self.starts += 1
+        stderr = self.workdir / f"stderr-{self.port}-{self.starts}.txt"
+        with (self.workdir / "stdout.txt").open("a") as out, stderr.open("w") as err:
+            self.process = subprocess.Popen(command, cwd=self.workdir, env=env, stdout=out, stderr=err)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not self._answers():
+            if self.process.poll() is not None:
+                pytest.fail(f"the server exited with {self.process.returncode}:\n{stderr.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail("the server did not answer in time")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """`kill -9`: the process dies at once, nothing of it runs."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def token(self, user: str) -> str:
+        return issue_token(SECRET, user)
+
+    def _answers(self) -> bool:
+        try:
+            return httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+@contextmanager
+def live_server(
+    database_url: str, workdir: Path, env: Mapping[str, str] | None = None
+) -> Generator[LiveServer]:
+    server = LiveServer(database_url, workdir, env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def sqlite_url(directory: Path) -> str:
+    return f"sqlite+aiosqlite:///{directory / 'chat.db'}"
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def read_events(
+    client: httpx.AsyncClient,
+    thread_id: str,
+    token: str,
+    *,
+    until: Callable[[list[SseEvent]], bool],
+    last_event_id: int | None = None,
+    after: int | None = None,
+) -> list[SseEvent]:
+    """Follow the thread's SSE stream, parsing the raw bytes, until `until(events)` holds (bounded)."""
+    headers = auth(token)
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    params = {} if after is None else {"after": str(after)}
+    events: list[SseEvent] = []
+    with anyio.fail_after(EVENT_TIMEOUT):
+        async with client.stream(
+            "GET", f"/api/threads/{thread_id}/events", headers=headers, params=params, timeout=None
+        ) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            buffer = ""
+            async for text in response.aiter_text():
+                buffer += text
+                while "\n\n" in buffer:
+                    frame, buffer = buffer.split("\n\n", 1)
+                    event = _parse(frame)
+                    if event is not None:
+                        events.append(event)
+                        if until(events):
+                            return events
+    raise AssertionError(f"the stream ended before the condition held: {[e.type for e in events]}")
+
+
+def _parse(frame: str) -> SseEvent | None:
+    fields: dict[str, list[str]] = {}
+    for line in frame.split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name, []).append(value.removeprefix(" "))
+    if "data" not in fields:
+        return None
+    data: dict[str, object] = json.loads("\n".join(fields["data"]))
+    return SseEvent(int(fields["id"][0]), fields["event"][0], data)
+
+
+def has(event_type: str, count: int = 1) -> Callable[[list[SseEvent]], bool]:
+    """Stop once `count` events of `event_type` arrived."""
+    return lambda events: sum(e.type == event_type for e in events) >= count
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,0 +1,39 @@
+"""The in-process broker: fan-out per thread, and a slow follower dropped rather than waited for."""
+
+from __future__ import annotations
+
+import pytest
+
+from stream import RunStarted, StoredEvent
+from web.broker import Broker, SubscriberDropped
+
+pytestmark = pytest.mark.anyio
+
+
+def events(*ids: int) -> list[StoredEvent]:
+    return [StoredEvent(i, RunStarted(run_id="r", kind="message")) for i in ids]
+
+
+async def test_followers_of_a_thread_get_its_events_only() -> None:
+    broker = Broker()
+    with broker.subscribe("t1") as first, broker.subscribe("t1") as second, broker.subscribe("t2") as other:
+        broker.publish("t1", events(1, 2))
+        broker.publish("t1", events(3))
+        assert [e.event_id for e in await first.next_batch()] == [1, 2, 3]
+        assert [e.event_id for e in await second.next_batch()] == [1, 2, 3]
+        assert not other.dropped
+        assert broker.followers("t1") == 2
+    assert broker.followers("t1") == 0
+
+
+async def test_a_follower_that_falls_behind_is_dropped_and_publishing_goes_on() -> None:
+    broker = Broker(capacity=3)
+    with broker.subscribe("t") as slow, broker.subscribe("t") as fast:
+        broker.publish("t", events(1, 2))
+        assert [e.event_id for e in await fast.next_batch()] == [1, 2]
+        broker.publish("t", events(3, 4))
+        assert slow.dropped
+        with pytest.raises(SubscriberDropped):
+            await slow.next_batch()
+        assert [e.event_id for e in await fast.next_batch()] == [3, 4]
+        assert broker.followers("t") == 1

@@ -1,0 +1,264 @@
+"""`durable-chat chat` in a real pseudo-terminal: streaming, y/n approvals, continuing a thread."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dirty_equals import IsStr
+
+from cli.terminal import TerminalSink, conversation_lines
+from stream import RunFinished, StreamEvent, TextDelta, TextDone, TextWithdrawn, ToolCall, ToolResult
+
+from .test_cli import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+
+DEADLINE_SECONDS = 90
+"""How long to wait for an expected output before failing: generous, not a speed assertion."""
+
+
+class Terminal:
+    """`python -m cli ARGS` attached to a pseudo-terminal, driven like a person at a keyboard."""
+
+    def __init__(self, *args: str, cwd: Path) -> None:
+        env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        self._master, slave = os.openpty()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "cli", *args],
+                cwd=cwd,
+                env=env,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+            )
+        finally:
+            os.close(slave)
+        self.output = ""
+        """Everything the terminal showed so far, with the terminal's `\\r\\n` as `\\n`."""
+        self._seen = 0
+
+    def expect(self, text: str) -> str:
+        """Wait until `text` appears after what was expected before; return the output up to its end."""
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while (found := self.output.find(text, self._seen)) < 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read(remaining):
+                raise AssertionError(f"{text!r} did not appear; the terminal showed:\n{self.output}")
+        self._seen = found + len(text)
+        return self.output[: self._seen]
+
+    def type(self, line: str) -> None:
+        os.write(self._master, line.encode() + b"\n")
+
+    def end_input(self) -> None:
+        """Ctrl-D at the start of a line: end of input."""
+        os.write(self._master, b"\x04")
+
+    def interrupt(self) -> None:
+        """Ctrl-C."""
+        self._process.send_signal(signal.SIGINT)
+
+    def wait(self) -> int:
+        """Drain the output until the process exits; return its exit status."""
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while self._read(max(0.0, deadline - time.monotonic())):
+            pass
+        return self._process.wait(timeout=max(1.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        os.close(self._master)
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within `timeout`; False at the end of the output (or time)."""
+        ready, _, _ = select.select([self._master], [], [], timeout)
+        if not ready:
+            return False
+        try:
+            chunk = os.read(self._master, 4096)
+        except OSError:  # EIO: the process exited and closed the terminal
+            return False
+        if not chunk:
+            return False
+        self.output += chunk.decode(errors="replace").replace("\r\n", "\n")
+        return True
+
+
+@pytest.fixture
+def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()
+
+
+def start(terminals: list[Terminal], cwd: Path, *args: str) -> Terminal:
+    terminal = Terminal(*args, cwd=cwd)
+    terminals.append(terminal)
+    return terminal
+
+
+def thread_id_of(output: str) -> str:
+    match = re.search(r"--thread (\S+);", output)
+    assert match is not None, output
+    return match.group(1)
+
+
+def test_refund_approved_in_the_terminal_then_the_thread_continues(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    first = start(terminals, tmp_path, "chat", "--db", url, "--user", "alice")
+    thread_id = thread_id_of(first.expect("you> "))
+    first.type("Please refund ORD-5678")
+    first.expect("→ lookup_order(order_id='ORD-5678')")
+    first.expect("← lookup_order: ")
+    first.expect(
+        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n] "
+    )
+    first.type("y")
+    first.expect("← issue_refund: ")
+    first.expect("assistant> Refunded $99.98 for ORD-5678.\n")
+    first.expect("you> ")
+    first.type("/quit")
+    assert first.wait() == 0
+    assert "Traceback" not in first.output
+
+    second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id)
+    shown = second.expect("assistant> Refunded $99.98 for ORD-5678.\n")
+    header, *history = shown.splitlines()
+    assert f"thread {thread_id} (user 'alice')" in header
+    assert history == [
+        "you> Please refund ORD-5678",
+        "→ lookup_order(order_id='ORD-5678')",
+        IsStr(regex=r'← lookup_order: \{"order_id": "ORD-5678", .*'),
+        "→ issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')",
+        IsStr(regex=r'← issue_refund: \{"order_id": "ORD-5678", "refunded": 99.98, .*'),
+        "assistant> Refunded $99.98 for ORD-5678.",
+    ]
+    # Nothing waits for a decision: the next thing is the prompt.
+    assert second.expect("you> ").endswith("ORD-5678.\nyou> ")
+    second.end_input()
+    assert second.wait() == 0
+
+
+def test_a_chat_left_at_the_question_asks_again_and_a_rejection_quotes_the_reason(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    first = start(terminals, tmp_path, "chat", "--db", url, "--user", "alice")
+    thread_id = thread_id_of(first.expect("you> "))
+    first.type("Please refund ORD-5678")
+    first.expect("Approve issue_refund(")
+    first.end_input()  # leave without deciding: the thread waits in the database
+    assert first.wait() == 0
+
+    second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id, "--user", "alice")
+    second.expect("you> Please refund ORD-5678\n")
+    second.expect(
+        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n] "
+    )
+    second.type("maybe")  # neither y nor n: asked again
+    second.expect("[y/n] ")
+    second.type("n")
+    second.expect("Reason: ")
+    second.type("over the limit")
+    second.expect("← issue_refund denied: ")
+    second.expect('was rejected: "The reviewer rejected this call: over the limit".\n')
+    second.expect("you> ")
+    second.type("/quit")
+    assert second.wait() == 0
+    assert "Traceback" not in first.output + second.output
+
+
+def test_another_users_thread_is_not_found(tmp_path: Path, terminals: list[Terminal]) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    first = start(terminals, tmp_path, "chat", "--db", url, "--user", "alice")
+    thread_id = thread_id_of(first.expect("you> "))
+    first.end_input()
+    assert first.wait() == 0
+
+    second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id, "--user", "mallory")
+    assert second.wait() == 1
+    assert second.output.startswith("durable-chat: error: ")
+    assert "Traceback" not in second.output
+
+
+def test_ctrl_c_at_the_prompt_ends_the_chat(tmp_path: Path, terminals: list[Terminal]) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url)
+    chat.expect("(user 'demo')")
+    chat.expect("you> ")
+    chat.interrupt()
+    # The thread blocked in `input()` does not keep the process alive.
+    assert chat.wait() == 130
+    assert "Traceback" not in chat.output
+
+
+# -- the sink and the history, without a terminal --------------------------------------------------
+
+
+async def emit_all(sink: TerminalSink, *events: StreamEvent) -> None:
+    for event in events:
+        await sink.emit(event)
+    await sink.flush()
+
+
+@pytest.mark.anyio
+async def test_terminal_sink_prints_text_as_it_streams_and_tools_on_one_line() -> None:
+    out = io.StringIO()
+    sink = TerminalSink(out)
+    await sink.emit(
+        ToolCall(run_id="r", tool_call_id="c", tool_name="lookup_order", args={"order_id": "ORD-1"})
+    )
+    await sink.emit(TextDelta(run_id="r", part_id="p0", delta="Hello"))
+    assert out.getvalue().endswith("assistant> Hello")  # no newline until the part is done
+    await emit_all(
+        sink,
+        TextDelta(run_id="r", part_id="p0", delta=" there"),
+        TextDone(run_id="r", part_id="p0", text="Hello there"),
+        ToolResult(
+            run_id="r",
+            tool_call_id="c",
+            tool_name="lookup_order",
+            outcome="success",
+            content={"x": "y" * 200},
+        ),
+        ToolResult(run_id="r", tool_call_id="d", tool_name="issue_refund", outcome="denied", content="no"),
+        TextDelta(run_id="r", part_id="p1", delta="api_secret=…"),
+        TextWithdrawn(run_id="r", part_id="p1", replacement="Sorry, I can't share that."),
+        RunFinished(run_id="r", status="failed", error="the model is unavailable"),
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        "→ lookup_order(order_id='ORD-1')",
+        "assistant> Hello there",
+        '← lookup_order: {"x": "' + "y" * 92 + "…",
+    ]
+    assert lines[3:] == [
+        "← issue_refund denied: no",
+        "assistant> api_secret=…",
+        "(the reply above was withdrawn)",
+        "assistant> Sorry, I can't share that.",
+        "(the run failed: the model is unavailable)",
+    ]
+
+
+def test_conversation_lines_of_an_empty_conversation() -> None:
+    assert conversation_lines([]) == []

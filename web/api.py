@@ -1,0 +1,297 @@
+"""The JSON API: threads, messages, decisions on tool calls, approvals and records.
+
+Every handler authenticates first and scopes everything to the token's user: another user's
+thread is a `404`, exactly like one that does not exist. Writes (POST, DELETE) also take a
+token from the user's rate-limit bucket. Runs are queued in the database and driven by the
+`Runner`, never inside the request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Literal
+
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from agent import InvalidArguments, decide
+from store import AlreadyDecided, Approval, ApprovalPending, NotFound, Record, RunActive, Thread, ThreadCursor
+
+from .auth import authenticate
+from .bodies import ApproveBody, MessageBody, NewThreadBody, RejectBody, read_body, validation_details
+from .errors import ApiError
+from .services import Services, services
+
+__all__ = ("api_routes", "owned_thread", "user_of")
+
+DEFAULT_PAGE = 20
+MAX_PAGE = 100
+_MAX_ID_LENGTH = 200
+
+
+def api_routes() -> list[BaseRoute]:
+    return [
+        Route("/api/threads", create_thread, methods=["POST"]),
+        Route("/api/threads", list_threads, methods=["GET"]),
+        Route("/api/threads/{thread_id}", get_thread, methods=["GET"]),
+        Route("/api/threads/{thread_id}", delete_thread, methods=["DELETE"]),
+        Route("/api/threads/{thread_id}/messages", post_message, methods=["POST"]),
+        Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/approve", approve, methods=["POST"]),
+        Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/reject", reject, methods=["POST"]),
+        Route("/api/threads/{thread_id}/records", list_records, methods=["GET"]),
+        Route("/api/approvals", list_approvals, methods=["GET"]),
+    ]
+
+
+# -- threads -----------------------------------------------------------------------------------------
+
+
+async def create_thread(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s, write=True)
+    body = await read_body(request, NewThreadBody, max_bytes=s.settings.max_body_bytes)
+    thread = await s.db.threads.create(user_id=user_id, title=body.title)
+    return JSONResponse(thread_json(thread), status_code=201)
+
+
+async def list_threads(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s)
+    limit = _limit(request.query_params.get("limit"))
+    cursor_text = request.query_params.get("cursor")
+    cursor = None if not cursor_text else decode_cursor(cursor_text)
+    page = await s.db.threads.list(user_id=user_id, limit=limit + 1, after=cursor)
+    more, page = len(page) > limit, page[:limit]
+    next_cursor = encode_cursor(ThreadCursor(page[-1].updated_at, page[-1].thread_id)) if more else None
+    return JSONResponse({"threads": [thread_json(t) for t in page], "next_cursor": next_cursor})
+
+
+async def get_thread(request: Request) -> Response:
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s))
+    conversation = await s.db.conversations.load(thread.thread_id)
+    messages: object = (
+        [] if conversation is None else json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
+    )
+    pending = await s.db.approvals.list(thread_id=thread.thread_id, status="pending")
+    last_event_id = await s.db.events.last_event_id(thread.thread_id)
+    return JSONResponse(
+        {
+            **thread_json(thread),
+            "messages": messages,
+            "pending_approvals": [approval_json(a) for a in pending],
+            "last_event_id": last_event_id,
+        }
+    )
+
+
+async def delete_thread(request: Request) -> Response:
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s, write=True))
+    await s.db.delete_thread(thread.thread_id)
+    return Response(status_code=204)
+
+
+# -- messages and decisions --------------------------------------------------------------------------
+
+
+async def post_message(request: Request) -> Response:
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s, write=True))
+    body = await read_body(request, MessageBody, max_bytes=s.settings.max_body_bytes)
+    limit = s.settings.max_message_chars
+    if len(body.content) > limit:
+        details: list[dict[str, object]] = [
+            {"loc": "content", "msg": f"at most {limit} characters", "type": "string_too_long"}
+        ]
+        raise ApiError(
+            422,
+            "validation_error",
+            f"the message is {len(body.content)} characters long; the limit is {limit}",
+            details=details,
+        )
+    try:
+        run, created = await s.db.runs.create_message_run(
+            thread.thread_id, content=body.content, idempotency_key=body.idempotency_key
+        )
+    except (RunActive, ApprovalPending) as error:
+        raise ApiError(409, error.code, str(error)) from error
+    except NotFound as error:  # deleted meanwhile
+        raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
+    if created:
+        s.runner.submit(run.run_id)
+    return JSONResponse({"run_id": run.run_id, "thread_id": thread.thread_id}, status_code=202)
+
+
+async def approve(request: Request) -> Response:
+    return await _decide(request, "approved")
+
+
+async def reject(request: Request) -> Response:
+    return await _decide(request, "rejected")
+
+
+async def _decide(request: Request, decision: Literal["approved", "rejected"]) -> Response:
+    s = services(request)
+    user_id = user_of(request, s, write=True)
+    thread = await owned_thread(request, s, user_id)
+    tool_call_id = _path_id(request, "tool_call_id", "tool call")
+    override_args: dict[str, object] | None = None
+    reason: str | None = None
+    if decision == "approved":
+        override_args = (
+            await read_body(request, ApproveBody, max_bytes=s.settings.max_body_bytes)
+        ).override_args
+    else:
+        reason = (await read_body(request, RejectBody, max_bytes=s.settings.max_body_bytes)).reason
+    try:
+        result = await decide(
+            s.db,
+            thread.thread_id,
+            tool_call_id,
+            decision=decision,
+            decided_by=user_id,
+            override_args=override_args,
+            reason=reason,
+            publish=s.broker.publish,
+        )
+    except NotFound as error:
+        raise ApiError.not_found(f"no tool call {tool_call_id!r} in thread {thread.thread_id!r}") from error
+    except AlreadyDecided as error:
+        raise ApiError(409, error.code, str(error)) from error
+    except InvalidArguments as error:
+        raise ApiError(
+            422, "invalid_arguments", str(error), details=validation_details(error.errors)
+        ) from error
+    if result.resume_run_id is not None:
+        s.runner.submit(result.resume_run_id)
+    return JSONResponse({"tool_call_id": tool_call_id, "decision": decision, "run_id": result.resume_run_id})
+
+
+# -- approvals and records ---------------------------------------------------------------------------
+
+
+async def list_approvals(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s)
+    status = request.query_params.get("status")
+    if status not in (None, "pending"):
+        raise ApiError(422, "validation_error", f"status must be 'pending' or absent, not {status!r}")
+    approvals = await s.db.approvals.list(user_id=user_id, status="pending" if status else None)
+    return JSONResponse({"approvals": [approval_json(a) for a in approvals]})
+
+
+async def list_records(request: Request) -> Response:
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s))
+    records = await s.db.records.list(thread.thread_id)
+    return JSONResponse({"records": [record_json(r) for r in records]})
+
+
+# -- shared by the handlers --------------------------------------------------------------------------
+
+
+def user_of(request: Request, s: Services, *, write: bool = False) -> str:
+    """The token's user; a write also takes a token from the user's rate-limit bucket."""
+    user_id = authenticate(request, s.settings.secret)
+    if write:
+        s.limiter.check(user_id)
+    return user_id
+
+
+async def owned_thread(request: Request, s: Services, user_id: str) -> Thread:
+    """The path's thread if `user_id` owns it; otherwise a 404, the same as for a missing one."""
+    thread_id = _path_id(request, "thread_id", "thread")
+    try:
+        return await s.db.threads.get(thread_id, user_id=user_id)
+    except NotFound as error:
+        raise ApiError.not_found(f"no thread {thread_id!r}") from error
+
+
+def _path_id(request: Request, name: str, what: str) -> str:
+    value = str(request.path_params[name])
+    # No stored id is that long or holds a NUL (which PostgreSQL would refuse to even compare).
+    if len(value) > _MAX_ID_LENGTH or "\x00" in value:
+        raise ApiError.not_found(f"no {what} {value[:_MAX_ID_LENGTH]!r}")
+    return value
+
+
+def _limit(text: str | None) -> int:
+    if text is None or text == "":
+        return DEFAULT_PAGE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+        raise ApiError(
+            422, "validation_error", f"limit must be an integer from 1 to {MAX_PAGE}, not {text!r}"
+        )
+    return int(text)
+
+
+def encode_cursor(cursor: ThreadCursor) -> str:
+    """An opaque cursor: base64url of `[updated_at, thread_id]`."""
+    raw = json.dumps([cursor.updated_at.isoformat(), cursor.thread_id]).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(text: str) -> ThreadCursor:
+    """The cursor `encode_cursor` made.
+
+    Raises:
+        ApiError: 422 `validation_error` for anything else.
+    """
+    invalid = ApiError(422, "validation_error", f"cursor {text[:100]!r} is not a cursor this API returned")
+    try:
+        decoded: object = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (binascii.Error, ValueError) as error:
+        raise invalid from error
+    match decoded:
+        case [str(updated_at), str(thread_id)]:
+            try:
+                moment = datetime.fromisoformat(updated_at)
+            except ValueError as error:
+                raise invalid from error
+            if moment.tzinfo is None:
+                raise invalid
+            return ThreadCursor(moment, thread_id)
+        case _:
+            raise invalid
+
+
+def thread_json(thread: Thread) -> dict[str, object]:
+    return {
+        "thread_id": thread.thread_id,
+        "title": thread.title,
+        "status": thread.status,
+        "created_at": thread.created_at.isoformat(),
+        "updated_at": thread.updated_at.isoformat(),
+    }
+
+
+def approval_json(approval: Approval) -> dict[str, object]:
+    return {
+        "thread_id": approval.thread_id,
+        "tool_call_id": approval.tool_call_id,
+        "run_id": approval.run_id,
+        "tool_name": approval.tool_name,
+        "args": approval.args,
+        "status": approval.status,
+        "override_args": approval.override_args,
+        "reason": approval.reason,
+        "decided_by": approval.decided_by,
+        "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
+        "created_at": approval.created_at.isoformat(),
+    }
+
+
+def record_json(record: Record) -> dict[str, object]:
+    return {
+        "tool_call_id": record.tool_call_id,
+        "run_id": record.run_id,
+        "kind": record.kind,
+        "data": record.data,
+        "created_at": record.created_at.isoformat(),
+    }

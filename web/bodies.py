@@ -1,0 +1,118 @@
+"""Request bodies: read under a size limit, decoded as JSON, validated by pydantic models.
+
+Every way a body can be wrong has its own answer, and none is a 500: too large (`413
+payload_too_large`, counted while reading, so a body without `Content-Length` cannot get
+around it), not JSON by its content type (`415 unsupported_media_type`), not UTF-8 or not JSON
+(`400 invalid_json`), the wrong shape (`422 validation_error`, with pydantic's error list as
+`details`). An empty body stands for `{}`: every body field of the API is optional or named in
+the 422.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+from starlette.requests import Request
+
+from .errors import ApiError
+
+__all__ = (
+    "ApproveBody",
+    "MessageBody",
+    "NewThreadBody",
+    "RejectBody",
+    "read_body",
+    "validation_details",
+)
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NewThreadBody(_Strict):
+    title: str = Field(default="", max_length=200)
+
+
+class MessageBody(_Strict):
+    content: str = Field(min_length=1)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ApproveBody(_Strict):
+    override_args: dict[str, object] | None = None
+
+
+class RejectBody(_Strict):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> Body:
+    """The request's body as `model`.
+
+    Raises:
+        ApiError: 413, 415, 400 or 422, as the module docstring says.
+    """
+    raw = await _read_limited(request, max_bytes)
+    if not raw.strip():
+        data: object = {}
+    else:
+        media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json" and not media_type.endswith("+json"):
+            raise ApiError(
+                415,
+                "unsupported_media_type",
+                f"the body must be application/json, not {media_type or 'untyped'!r}",
+            )
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise ApiError(400, "invalid_json", f"the body is not UTF-8: {error.reason}") from error
+        except (json.JSONDecodeError, RecursionError) as error:
+            raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise validation_error(error) from error
+
+
+def validation_error(error: ValidationError) -> ApiError:
+    details = validation_details(error.errors(include_url=False, include_context=False, include_input=False))
+    summary = "; ".join(f"{d['loc']}: {d['msg']}" for d in details)
+    return ApiError(422, "validation_error", f"the request is not valid: {summary}", details=details)
+
+
+def validation_details(errors: list[ErrorDetails] | list[dict[str, object]]) -> list[dict[str, object]]:
+    """Pydantic errors as JSON: a dotted `loc`, `msg` and `type` each."""
+    details: list[dict[str, object]] = []
+    for error in errors:
+        loc = error.get("loc", ())
+        parts: list[object] = list(loc) if isinstance(loc, (list, tuple)) else [loc]  # pyright: ignore[reportUnknownArgumentType]
+        details.append(
+            {
+                "loc": ".".join(str(part) for part in parts) or "(body)",
+                "msg": str(error.get("msg", "")),
+                "type": str(error.get("type", "")),
+            }
+        )
+    return details
+
+
+async def _read_limited(request: Request, max_bytes: int) -> bytes:
+    too_large = ApiError(413, "payload_too_large", f"the body is larger than {max_bytes} bytes")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

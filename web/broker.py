@@ -1,0 +1,109 @@
+"""In-process publish/subscribe of a thread's logged events, for live SSE followers.
+
+The step function publishes a batch of events once they are durable in the thread's log
+(`agent.Publisher`); every subscription of that thread gets them in its own bounded buffer.
+Deliberate choices:
+
+- Publishing never blocks and never waits for a subscriber: a run streams at the speed of the
+  model, not of the slowest client.
+- A subscriber whose buffer is full is *dropped*: it is told so on its next `next_batch()`
+  (`SubscriberDropped`) and reads what it missed from the log, which holds every event, then
+  subscribes again. Dropping loses nothing, since the log is the source of truth; the broker is
+  only a doorbell that also carries the events to spare the database a read.
+- The broker knows only this process. Followers of a thread that another process runs (several
+  servers on one PostgreSQL) see its events by polling the log (see `web.sse`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
+
+from stream import StoredEvent
+
+__all__ = ("DEFAULT_BUFFER", "Broker", "SubscriberDropped", "Subscription")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BUFFER = 1024
+"""Events a subscriber may fall behind by before it is dropped."""
+
+
+class SubscriberDropped(Exception):
+    """The subscriber fell too far behind; it must read the missed events from the log."""
+
+
+class Subscription:
+    """One follower's buffer of a thread's live events."""
+
+    def __init__(self, thread_id: str, capacity: int) -> None:
+        self.thread_id = thread_id
+        self._capacity = capacity
+        self._buffer: list[StoredEvent] = []
+        self._ready = asyncio.Event()
+        self.dropped = False
+
+    def offer(self, events: Sequence[StoredEvent]) -> bool:
+        """Buffer `events`; False (and the subscription dropped) when they do not fit."""
+        if len(self._buffer) + len(events) > self._capacity:
+            self.dropped = True
+            self._buffer.clear()
+        else:
+            self._buffer.extend(events)
+        self._ready.set()
+        return not self.dropped
+
+    async def next_batch(self) -> list[StoredEvent]:
+        """Every event buffered since the last call, waiting for one if there is none.
+
+        Raises:
+            SubscriberDropped: The subscriber fell behind and was dropped.
+        """
+        while not self._buffer and not self.dropped:
+            self._ready.clear()
+            await self._ready.wait()
+        if self.dropped:
+            raise SubscriberDropped(f"a follower of thread {self.thread_id!r} fell behind")
+        batch, self._buffer = self._buffer, []
+        return batch
+
+
+class Broker:
+    """Live events per thread, fanned out to bounded subscriptions."""
+
+    def __init__(self, *, capacity: int = DEFAULT_BUFFER) -> None:
+        self._capacity = capacity
+        self._subscriptions: dict[str, set[Subscription]] = {}
+
+    @contextmanager
+    def subscribe(self, thread_id: str) -> Generator[Subscription]:
+        """Follow `thread_id` for the duration of the `with` block."""
+        subscription = Subscription(thread_id, self._capacity)
+        self._subscriptions.setdefault(thread_id, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            self._discard(subscription)
+
+    def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
+        """Hand `events` (durable already) to every follower of `thread_id`; never blocks."""
+        if not events:
+            return
+        for subscription in list(self._subscriptions.get(thread_id, ())):
+            if not subscription.offer(events):
+                logger.info("dropped a slow follower of thread %s", thread_id)
+                self._discard(subscription)
+
+    def followers(self, thread_id: str) -> int:
+        """How many subscriptions follow `thread_id` now."""
+        return len(self._subscriptions.get(thread_id, ()))
+
+    def _discard(self, subscription: Subscription) -> None:
+        followers = self._subscriptions.get(subscription.thread_id)
+        if followers is None:
+            return
+        followers.discard(subscription)
+        if not followers:
+            del self._subscriptions[subscription.thread_id]

@@ -1,0 +1,32 @@
+"""`Services`: what the handlers share for the life of the process, opened by the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from store import Database
+
+from .broker import Broker
+from .limits import RateLimiter
+from .runner import Runner
+from .settings import Settings
+
+__all__ = ("Services", "services")
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    db: Database
+    broker: Broker
+    runner: Runner
+    limiter: RateLimiter
+
+
+def services(request: Request) -> Services:
+    """The services of the application serving `request`."""
+    found: object = getattr(request.app.state, "services", None)
+    assert isinstance(found, Services), "the lifespan has not opened the services"
+    return found

@@ -1,0 +1,133 @@
+"""`GET /api/threads/{thread_id}/events`: a thread's event log, then its live events, over SSE.
+
+The client names where it is with `Last-Event-ID` (or `?after=`, for clients that cannot set
+headers); it gets every event with a greater id, in order, none missing, none repeated, then
+the live ones. How:
+
+1. Subscribe to the broker *first*, so nothing published during the replay is missed.
+2. Replay from the log every event after the client's id.
+3. Relay live events, skipping any id not above the last one sent (those came in the replay).
+   An id that skips ahead (a batch published out of order, or by another process) and a
+   subscription dropped as too slow both fall back to reading the log, which holds everything.
+4. When idle for `sse_poll_seconds`, read the log too: events another process wrote (several
+   servers on one PostgreSQL) reach this process's followers that way. A thread deleted
+   meanwhile ends the stream.
+
+Frames come from `stream.encode_event` only; the keep-alive is `stream.ping_frame`, sent by
+sse-starlette's ping task, which also races the stream against the client's disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from agent import stored_events
+from store import Database, NotFound
+from stream import StoredEvent, encode_event, ping_frame
+
+from .api import owned_thread, user_of
+from .broker import Broker, SubscriberDropped
+from .errors import ApiError
+from .services import services
+
+__all__ = ("event_frames", "sse_routes")
+
+_REPLAY_PAGE = 500
+
+
+def sse_routes() -> list[BaseRoute]:
+    return [Route("/api/threads/{thread_id}/events", follow_events, methods=["GET"])]
+
+
+async def follow_events(request: Request) -> Response:
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s))
+    after = _after(request)
+    frames = event_frames(
+        s.db, s.broker, thread.thread_id, after=after, poll_seconds=s.settings.sse_poll_seconds
+    )
+    return EventSourceResponse(
+        frames,
+        sep="\n",
+        ping=s.settings.sse_ping_seconds,
+        ping_message_factory=_Ping,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def event_frames(
+    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+) -> AsyncIterator[bytes]:
+    """The SSE frames of every event of `thread_id` after `after`, then of live ones, forever."""
+    last = after
+    while True:
+        with broker.subscribe(thread_id) as subscription:
+            async for stored in _replay(db, thread_id, after=last):
+                last = stored.event_id
+                yield encode_event(stored)
+            while True:
+                try:
+                    batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
+                except SubscriberDropped:
+                    break  # read the log, then follow again
+                except TimeoutError:
+                    if not await _exists(db, thread_id):
+                        return  # deleted: nothing more will come
+                    break
+                gap = False
+                for stored in batch:
+                    if stored.event_id <= last:
+                        continue
+                    if stored.event_id != last + 1:
+                        gap = True  # fill it from the log, which has every event up to this one
+                        break
+                    last = stored.event_id
+                    yield encode_event(stored)
+                if gap:
+                    break
+
+
+async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[StoredEvent]:
+    while True:
+        logged = await db.events.read(thread_id, after=after, limit=_REPLAY_PAGE)
+        for stored in stored_events(logged):
+            after = stored.event_id
+            yield stored
+        if len(logged) < _REPLAY_PAGE:
+            return
+
+
+async def _exists(db: Database, thread_id: str) -> bool:
+    try:
+        await db.threads.get(thread_id)
+    except NotFound:
+        return False
+    return True
+
+
+def _after(request: Request) -> int:
+    text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    text = text.strip()
+    if not text.isdigit() or len(text) > 18:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"Last-Event-ID / after must be a non-negative integer, not {text[:40]!r}",
+        )
+    return int(text)
+
+
+class _Ping(ServerSentEvent):
+    """sse-starlette's ping task sends whatever `encode` returns: our keep-alive frame."""
+
+    def __init__(self) -> None:
+        super().__init__(comment="ping")
+
+    def encode(self) -> bytes:
+        return ping_frame()
