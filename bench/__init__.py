@@ -1,0 +1,1 @@
+"""Benchmarks, one command each (`python -m bench.store`); results go to `docs/benchmarks.md`."""

@@ -1,0 +1,211 @@
+"""Other frameworks' conversation persistence, fed the same turns converted to their own message shapes.
+
+Both are optional (`pip install -e '.[bench]'`): `open_*` raises `Unavailable` with the reason when
+a package is missing, and the benchmark carries on without that system.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from bench.systems import Backend, Location, Timing
+
+__all__ = ["Unavailable", "open_langgraph", "open_openai_agents"]
+
+# Items and checkpoints are untyped JSON-like dicts in both libraries' own signatures.
+Item = dict[str, Any]
+
+
+class Unavailable(Exception):
+    """A system that can't be benchmarked here, and why."""
+
+
+def openai_items(messages: Sequence[ModelMessage]) -> list[Item]:
+    """The OpenAI Responses input items equivalent to `messages`, as the Agents SDK stores them."""
+    items: list[Item] = []
+    for message in messages:
+        for part in message.parts:
+            match part:
+                case UserPromptPart(content=str(content)):
+                    items.append({"role": "user", "content": content})
+                case ToolReturnPart():
+                    items.append(
+                        {
+                            "type": "function_call_output",
+                            "call_id": part.tool_call_id,
+                            "output": part.model_response_str(),
+                        }
+                    )
+                case ToolCallPart():
+                    items.append(
+                        {
+                            "type": "function_call",
+                            "id": f"fc_{part.tool_call_id}",
+                            "call_id": part.tool_call_id,
+                            "name": part.tool_name,
+                            "arguments": part.args_as_json_str(),
+                            "status": "completed",
+                        }
+                    )
+                case TextPart():
+                    assert isinstance(message, ModelResponse)
+                    items.append(
+                        {
+                            "type": "message",
+                            "id": f"msg_{message.provider_response_id}",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": part.content, "annotations": []}],
+                        }
+                    )
+                case _:
+                    raise TypeError(f"no OpenAI item for {part!r}")
+    return items
+
+
+class OpenAIAgentsBackend(Backend[list[Item]]):
+    """The OpenAI Agents SDK's `SQLAlchemySession`: `get_items()` then `add_items()` per turn."""
+
+    def __init__(self, engine: Any, session_class: Any) -> None:
+        super().__init__("openai-agents SQLAlchemySession")
+        self.engine = engine
+        self._session_class = session_class
+        self._sessions: dict[str, Any] = {}
+
+    def session(self, conversation_id: str) -> Any:
+        session = self._sessions.get(conversation_id)
+        if session is None:
+            session = self._session_class(conversation_id, engine=self.engine, create_tables=True)
+            self._sessions[conversation_id] = session
+        return session
+
+    def convert(self, messages: Sequence[ModelMessage]) -> list[Item]:
+        return openai_items(messages)
+
+    async def append(self, conversation_id: str, batch: list[Item]) -> Timing:
+        session = self.session(conversation_id)
+        started = time.perf_counter()
+        await session.get_items()
+        loaded = time.perf_counter()
+        await session.add_items(batch)
+        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+
+async def open_openai_agents(location: Location) -> OpenAIAgentsBackend:
+    try:
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+        from sqlalchemy.ext.asyncio import create_async_engine
+    except ImportError as error:
+        raise Unavailable(f"openai-agents[sqlalchemy] is not installed ({error})") from error
+    backend = OpenAIAgentsBackend(create_async_engine(location.url), SQLAlchemySession)
+    await backend.session("setup").get_items()  # creates the tables outside the timed turns
+    return backend
+
+
+def langchain_messages(messages: Sequence[ModelMessage]) -> list[Any]:
+    """The LangChain messages equivalent to `messages`, as a LangGraph `messages` channel holds them."""
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+    converted: list[BaseMessage] = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    converted.append(HumanMessage(content=str(part.content)))
+                elif isinstance(part, ToolReturnPart):
+                    converted.append(
+                        ToolMessage(content=part.model_response_str(), tool_call_id=part.tool_call_id)
+                    )
+            continue
+        usage = {
+            "input_tokens": message.usage.input_tokens,
+            "output_tokens": message.usage.output_tokens,
+            "total_tokens": message.usage.input_tokens + message.usage.output_tokens,
+        }
+        calls = [
+            {
+                "name": part.tool_name,
+                "args": part.args_as_dict(),
+                "id": part.tool_call_id,
+                "type": "tool_call",
+            }
+            for part in message.parts
+            if isinstance(part, ToolCallPart)
+        ]
+        text = "".join(part.content for part in message.parts if isinstance(part, TextPart))
+        converted.append(
+            AIMessage(
+                content=text,
+                tool_calls=calls,
+                usage_metadata=usage,
+                response_metadata={"model_name": message.model_name, "finish_reason": message.finish_reason},
+                id=message.provider_response_id,
+            )
+        )
+    return converted
+
+
+class LangGraphBackend(Backend[list[Any]]):
+    """LangGraph's `AsyncSqliteSaver`: `aget_tuple` then `aput` of a checkpoint holding the whole list."""
+
+    def __init__(self, saver: Any, connection: Any) -> None:
+        super().__init__("LangGraph AsyncSqliteSaver")
+        self.saver = saver
+        self.connection = connection
+
+    def convert(self, messages: Sequence[ModelMessage]) -> list[Any]:
+        return langchain_messages(messages)
+
+    async def append(self, conversation_id: str, batch: list[Any]) -> Timing:
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        config: dict[str, Any] = {"configurable": {"thread_id": conversation_id, "checkpoint_ns": ""}}
+        started = time.perf_counter()
+        current = await self.saver.aget_tuple(config)
+        loaded = time.perf_counter()
+        history: list[Any] = []
+        step = 0
+        if current is not None:
+            config = current.config
+            history = current.checkpoint["channel_values"]["messages"]
+            step = current.metadata.get("step", 0) + 1
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": [*history, *batch]}
+        checkpoint["channel_versions"] = {"messages": step + 1}
+        await self.saver.aput(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})
+        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
+
+    async def aclose(self) -> None:
+        await self.connection.close()
+
+
+async def open_langgraph(location: Location) -> LangGraphBackend:
+    if location.path is None:
+        raise Unavailable("LangGraph's saver is measured on SQLite only (its PostgreSQL saver needs psycopg)")
+    try:
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        importlib.import_module("langchain_core.messages")  # the channel holds LangChain messages
+    except ImportError as error:
+        raise Unavailable(f"langgraph-checkpoint-sqlite is not installed ({error})") from error
+    connection = await aiosqlite.connect(location.path)
+    saver = AsyncSqliteSaver(connection)
+    await saver.setup()
+    return LangGraphBackend(saver, connection)

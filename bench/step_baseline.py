@@ -1,0 +1,106 @@
+"""The step without durability: the same agent driven the same way, with nothing stored or logged.
+
+It mirrors `agent.step`'s loop node for node: `Agent.iter`, every node's events streamed with
+`node.stream`, and the same typed stream events built from them, then dropped. What it leaves
+out is what the step adds for durability: loading and checkpointing the conversation, the run's
+bookkeeping, and appending events to the log.
+"""
+
+from __future__ import annotations
+
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import (
+    FunctionToolResultEvent,
+    PartDeltaEvent,
+    PartEndEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+)
+from pydantic_ai.usage import UsageLimits
+from pydantic_core import to_jsonable_python
+from pydantic_graph import End
+
+from agent import Deps, SupportAgent
+from stream import (
+    RunFinished,
+    RunStarted,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+
+__all__ = ("run_bare",)
+
+
+async def run_bare(
+    agent: SupportAgent, deps: Deps, prompt: str, conversation: Conversation, limits: UsageLimits
+) -> str:
+    """Run one turn of `conversation` in memory and return its output; events are built and dropped."""
+    run_id = deps.run_id
+    events: list[StreamEvent] = [
+        RunStarted(run_id=run_id, kind="message"),
+        UserMessage(run_id=run_id, content=prompt),
+    ]
+    responses = 0
+    async with agent.iter(prompt, conversation=conversation, deps=deps, usage_limits=limits) as agent_run:
+        async for node in agent_run:
+            if agent.is_model_request_node(node):
+                responses += 1
+                async with node.stream(agent_run.ctx) as stream:
+                    async for event in stream:
+                        found = _model_event(run_id, f"{run_id[:8]}.1.{responses}", event)
+                        if found is not None:
+                            events.append(found)
+            elif agent.is_call_tools_node(node):
+                async with node.stream(agent_run.ctx) as stream:
+                    async for event in stream:
+                        if isinstance(event, FunctionToolResultEvent):
+                            events.append(_tool_result(run_id, event))
+            elif isinstance(node, End):
+                break
+        result = agent_run.result
+        assert result is not None, "the run ended without a result"
+    output = result.output
+    if not isinstance(output, str):
+        raise RuntimeError(f"the baseline turn paused for approval: {prompt!r}")
+    events.append(RunFinished(run_id=run_id, status="completed", output=output))
+    return output
+
+
+def _model_event(run_id: str, prefix: str, event: object) -> StreamEvent | None:
+    match event:
+        case PartStartEvent(index=index, part=TextPart(content=content)) if content:
+            return TextDelta(run_id=run_id, part_id=f"{prefix}.{index}", delta=content)
+        case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
+            return TextDelta(run_id=run_id, part_id=f"{prefix}.{index}", delta=delta)
+        case PartEndEvent(index=index, part=TextPart(content=content)):
+            return TextDone(run_id=run_id, part_id=f"{prefix}.{index}", text=content)
+        case PartEndEvent(part=ToolCallPart() as call):
+            return ToolCall(
+                run_id=run_id,
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args_as_dict(),
+            )
+        case _:
+            return None
+
+
+def _tool_result(run_id: str, event: FunctionToolResultEvent) -> ToolResult:
+    part = event.part
+    return ToolResult(
+        run_id=run_id,
+        tool_call_id=part.tool_call_id,
+        tool_name=part.tool_name,
+        outcome="success"
+        if part.outcome == "success"
+        else "denied"
+        if part.outcome == "denied"
+        else "failed",
+        content=to_jsonable_python(part.content, fallback=str),
+    )

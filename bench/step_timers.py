@@ -1,0 +1,139 @@
+"""Where a step's time goes: wall time of each store call, CPU per turn, and CPU by package.
+
+The store calls are timed by wrapping the methods on one `Database`'s objects (the instances
+only, for the benchmark). CPU is the event loop thread's (`time.thread_time`) and the whole
+process's, which adds the database driver's thread (aiosqlite). cProfile's cumulative times are
+unreliable across SQLAlchemy's greenlet switches, so its profile is summed by own time per package.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType
+from typing import Literal, ParamSpec, TypeVar
+
+from store import Database, LoggedEvent, NewEvent
+
+__all__ = ("CATEGORIES", "GROUPS", "Sample", "Timers", "Variant", "cpu_by_group")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Variant = Literal["ours", "unlogged", "bare"]
+"""Ours; ours with the event log's appends skipped; the same turn with no persistence."""
+
+CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("checkpoint", "conversations.save_with"),
+    ("load", "conversations.load"),
+    ("append", "events.append"),
+    ("start", "runs.start"),
+    ("thread", "threads.get"),
+)
+"""A short label and the attribute path on a `Database` of each store call a step makes."""
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # label, markers found in a function's file (or a built-in's name); the first group to match wins
+    ("our store", (f"{ROOT / 'store'}/",)),
+    ("our agent and stream", (f"{ROOT / 'agent'}/", f"{ROOT / 'stream'}/")),
+    ("SQLAlchemy", ("/sqlalchemy/", "greenlet")),
+    ("database drivers", ("/aiosqlite/", "/asyncpg/", "sqlite3", "_queue.SimpleQueue")),
+    (
+        "pydantic-ai, pydantic, anyio",
+        ("/pydantic_ai/", "/pydantic_graph/", "/pydantic/", "pydantic_core", "/anyio/", "/sniffio/"),
+    ),
+    ("asyncio", ("/asyncio/", "select.epoll", "_asyncio", "_contextvars")),
+)
+OTHER = "the standard library and built-ins, for any of them"
+
+
+@dataclass
+class Spent:
+    calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall: float
+    loop_cpu: float
+    process_cpu: float
+
+
+@dataclass
+class Timers:
+    """Wall time per store call over timed turns, and samples of whole turns per variant."""
+
+    spent: dict[str, Spent] = field(default_factory=dict[str, Spent])
+    samples: dict[Variant, list[Sample]] = field(default_factory=dict[Variant, list[Sample]])
+    profiles: dict[Variant, cProfile.Profile] = field(default_factory=dict[Variant, cProfile.Profile])
+    profiled_turns: int = 0
+    event_log_off: bool = False
+    timing: bool = False
+
+    @classmethod
+    def around(cls, db: Database) -> Timers:
+        """Timers wrapped around `db`'s store calls (its objects are changed for good)."""
+        timers = cls()
+        for label, path in CATEGORIES:
+            owner_name, method_name = path.split(".")
+            owner = getattr(db, owner_name)
+            setattr(owner, method_name, timers._timed(label, getattr(owner, method_name)))
+        append = db.events.append
+
+        async def maybe_append(thread_id: str, events: Sequence[NewEvent]) -> list[LoggedEvent]:
+            # Nothing reads what a skipped append returns: the benchmark's runtime publishes to no one.
+            return [] if timers.event_log_off else await append(thread_id, events)
+
+        setattr(db.events, "append", maybe_append)  # noqa: B010 -- replacing a method on one instance
+        return timers
+
+    def _timed(self, label: str, method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        spent = self.spent.setdefault(label, Spent())
+
+        async def timed(*args: P.args, **kwargs: P.kwargs) -> T:
+            if not self.timing:
+                return await method(*args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                spent.calls += 1
+                spent.seconds += time.perf_counter() - started
+
+        return timed
+
+    async def sample(self, variant: Variant, turn: Callable[[], Awaitable[object]]) -> None:
+        """Run `turn` as `variant`, keeping its wall and CPU times (and store calls' times, for ours)."""
+        self.event_log_off = variant == "unlogged"
+        self.timing = variant == "ours"
+        wall, loop, process = time.perf_counter(), time.thread_time(), time.process_time()
+        try:
+            await turn()
+        finally:
+            self.samples.setdefault(variant, []).append(
+                Sample(time.perf_counter() - wall, time.thread_time() - loop, time.process_time() - process)
+            )
+            self.event_log_off = self.timing = False
+
+    def per_turn(self, label: str) -> tuple[float, float]:
+        """Calls and wall seconds of one store call, per timed turn of ours."""
+        spent, turns = self.spent.get(label, Spent()), max(len(self.samples.get("ours", [])), 1)
+        return spent.calls / turns, spent.seconds / turns
+
+    def profiler(self, variant: Variant) -> cProfile.Profile:
+        # Per-thread CPU, not wall time: waiting in epoll or on the driver's thread is no work here.
+        return self.profiles.setdefault(variant, cProfile.Profile(time.thread_time))
+
+
+def cpu_by_group(profile: cProfile.Profile) -> dict[str, float]:
+    """The loop thread's CPU seconds in a profile, summed by own time per package group."""
+    found: dict[str, float] = {}
+    for entry in profile.getstats():
+        where = entry.code.co_filename if isinstance(entry.code, CodeType) else entry.code
+        group = next((label for label, markers in GROUPS if any(m in where for m in markers)), OTHER)
+        found[group] = found.get(group, 0.0) + entry.inlinetime
+    return found

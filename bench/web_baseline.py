@@ -1,0 +1,208 @@
+"""A bare Starlette SSE app with no persistence: the floor `bench.web` measures the server against.
+
+    python -m bench.web_baseline --port N      (the secret from $DURABLE_CHAT_SECRET)
+
+The same routes, bearer tokens and stream events as the server's demo turn "Where is ORD-5678?"
+(`run_started`, `user_message`, `tool_call`, `tool_result`, a `text_delta` per word, `text_done`,
+`run_finished`), with the demo model's pacing (none: the event loop is yielded between events),
+served by uvicorn and sse-starlette exactly as the server is. Nothing else: threads live in a dict,
+a run is a task that publishes its events straight to the thread's followers; no database, no
+agent, no event log, no replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import uvicorn
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from web.tokens import InvalidToken, verify_token
+
+__all__ = ("SECRET_ENV", "create_app")
+
+SECRET_ENV = "DURABLE_CHAT_SECRET"
+_ORDER_ID = "ORD-5678"
+_ORDER: dict[str, object] = {
+    "order_id": _ORDER_ID,
+    "item": "Widget Pro",
+    "quantity": 2,
+    "total": 99.98,
+    "status": "shipped",
+    "tracking": "TRK-111",
+    "refunded": 0.0,
+}
+_WORDS = (
+    "Order ",
+    "ORD-5678: ",
+    "Widget ",
+    "Pro ",
+    "x2, ",
+    "$99.98, ",
+    "shipped ",
+    "(tracking ",
+    "TRK-111).",
+)
+_Frames = asyncio.Queue[bytes]
+
+
+class _Error(Exception):
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+
+
+@dataclass
+class _Thread:
+    thread_id: str
+    user_id: str
+    created_at: str
+    next_id: int = 1
+    running: bool = False
+    followers: set[_Frames] = field(default_factory=set[_Frames])
+
+    def publish(self, event_type: str, data: dict[str, object]) -> None:
+        body = json.dumps(data, separators=(",", ":"))
+        frame = f"id: {self.next_id}\nevent: {event_type}\ndata: {body}\n\n".encode()
+        self.next_id += 1
+        for follower in self.followers:
+            follower.put_nowait(frame)
+
+    def json(self) -> dict[str, object]:
+        return {
+            "thread_id": self.thread_id,
+            "title": None,
+            "status": "running" if self.running else "idle",
+            "created_at": self.created_at,
+            "updated_at": self.created_at,
+        }
+
+
+def create_app(secret: str) -> Starlette:
+    threads: dict[str, _Thread] = {}
+    runs: set[asyncio.Task[None]] = set()
+
+    def user_of(request: Request) -> str:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            raise _Error(401, "unauthorized")
+        try:
+            return verify_token(secret, token.strip()).user_id
+        except InvalidToken as error:
+            raise _Error(401, error.code) from error
+
+    def owned(request: Request) -> _Thread:
+        user_id = user_of(request)
+        thread = threads.get(request.path_params["thread_id"])
+        if thread is None or thread.user_id != user_id:
+            raise _Error(404, "not_found")
+        return thread
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def create_thread(request: Request) -> Response:
+        user_id = user_of(request)
+        await request.body()
+        now = datetime.now(UTC).isoformat()
+        thread = _Thread(thread_id=str(uuid.uuid4()), user_id=user_id, created_at=now)
+        threads[thread.thread_id] = thread
+        return JSONResponse(thread.json(), status_code=201)
+
+    async def post_message(request: Request) -> Response:
+        thread = owned(request)
+        body = await request.json()
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str) or not content:
+            raise _Error(422, "validation_error")
+        if thread.running:
+            raise _Error(409, "run_active")
+        thread.running = True
+        run_id = str(uuid.uuid4())
+        task = asyncio.create_task(_run(thread, run_id, content))
+        runs.add(task)
+        task.add_done_callback(runs.discard)
+        return JSONResponse({"run_id": run_id, "thread_id": thread.thread_id}, status_code=202)
+
+    async def follow(request: Request) -> Response:
+        thread = owned(request)
+        follower: _Frames = asyncio.Queue()
+        thread.followers.add(follower)  # before answering: nothing published from now on is missed
+
+        async def frames() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield await follower.get()
+            finally:
+                thread.followers.discard(follower)
+
+        return EventSourceResponse(
+            frames(), sep="\n", ping=15, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+
+    async def error_response(request: Request, error: Exception) -> Response:
+        assert isinstance(error, _Error)
+        return JSONResponse({"error": {"code": error.code, "message": error.code}}, status_code=error.status)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/api/threads", create_thread, methods=["POST"]),
+            Route("/api/threads/{thread_id}/messages", post_message, methods=["POST"]),
+            Route("/api/threads/{thread_id}/events", follow, methods=["GET"]),
+        ],
+        exception_handlers={_Error: error_response},
+    )
+
+
+async def _run(thread: _Thread, run_id: str, content: str) -> None:
+    """The demo turn's events, published with the event loop yielded between them."""
+    call_id = "call_0_lookup_order"
+    part_id = f"{run_id[:8]}.1.2.0"
+    text = "".join(_WORDS)
+    steps: list[tuple[str, dict[str, object]]] = [
+        ("run_started", {"kind": "message"}),
+        ("user_message", {"content": content}),
+        (
+            "tool_call",
+            {"tool_call_id": call_id, "tool_name": "lookup_order", "args": {"order_id": _ORDER_ID}},
+        ),
+        (
+            "tool_result",
+            {"tool_call_id": call_id, "tool_name": "lookup_order", "outcome": "success", "content": _ORDER},
+        ),
+        *(("text_delta", {"part_id": part_id, "delta": word}) for word in _WORDS),
+        ("text_done", {"part_id": part_id, "text": text}),
+    ]
+    try:
+        for event_type, data in steps:
+            thread.publish(event_type, {"run_id": run_id, **data})
+            await asyncio.sleep(0)
+    finally:
+        thread.running = False
+    thread.publish("run_finished", {"run_id": run_id, "status": "completed", "output": text})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    arguments = parser.parse_args()
+    app = create_app(os.environ[SECRET_ENV])
+    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
+
+
+if __name__ == "__main__":
+    main()
