@@ -71,9 +71,9 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
     async def stop(self) -> int | None:
-        """SIGINT (uvicorn's graceful shutdown), then SIGKILL after 20 s; the exit code."""
+        """SIGTERM (uvicorn's graceful shutdown), then SIGKILL after 20 s; the exit code."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 await asyncio.to_thread(self.process.wait, 20)
             except subprocess.TimeoutExpired:
