@@ -1,9 +1,20 @@
-"""The sink that appends a run's events to its thread's log, then publishes them to live followers.
+"""The sink that gives a run's events their ids, publishes them live and appends them to the log.
 
-Writes are group-committed: events emitted while a write is in flight go out together in the
-next one, so a model streaming word by word costs a few transactions per second, not one per
-word, and no event waits longer than one write. An event is published (to SSE followers) only
-after it is durable, so a client never holds an id the log does not have.
+Deliberate choices:
+
+- **Ids from a reserved block.** A run reserves a block of ids from its thread's counter once
+  (more when it runs out), so an event has its id the moment it is emitted, without a database
+  round trip. Ids increase per thread and are never handed out twice; ids a run leaves unused
+  are gaps, never reused.
+- **Streaming events are published at once**, before they are stored, so live followers see
+  text as the model writes it. They are stored by the next checkpoint, in its own transaction,
+  or by a background write at most `flush_after` seconds later, whichever comes first. The
+  broker keeps a thread's recent events, so a follower who subscribes between publication and
+  storage still gets them (see `web.broker`). A crash loses only unstored events of the node in
+  flight, which the recovered run streams again, under new ids.
+- **Control events** (`approval_required`, `run_finished`) are published only once stored, and
+  so is everything emitted after one: a client that sees `approval_required` can decide at once,
+  and one that sees `run_finished` finds the run's whole log stored.
 """
 
 from __future__ import annotations
@@ -14,14 +25,20 @@ from collections.abc import Callable, Sequence
 from store import EventLog, LoggedEvent, NewEvent
 from stream import StoredEvent, StreamEvent, event_data, event_from_data
 
-__all__ = ("EventLogSink", "Publisher", "new_events", "stored_events")
+__all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "new_events", "stored_events")
 
 Publisher = Callable[[str, Sequence[StoredEvent]], None]
-"""Tells live followers of a thread about events that are now in its log."""
+"""Tells live followers of a thread about its events, in id order."""
+
+CONTROL_EVENTS = frozenset({"approval_required", "run_finished"})
+"""Events published only once stored: a client acts on them (decides, reads the thread)."""
 
 
-def new_events(events: Sequence[StreamEvent]) -> list[NewEvent]:
-    return [NewEvent(event.run_id, event.type, event_data(event)) for event in events]
+def new_events(events: Sequence[StoredEvent]) -> list[tuple[int, NewEvent]]:
+    return [
+        (stored.event_id, NewEvent(stored.event.run_id, stored.event.type, event_data(stored.event)))
+        for stored in events
+    ]
 
 
 def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
@@ -29,61 +46,120 @@ def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
 
 
 class EventLogSink:
-    """A `stream.Sink` writing to one thread's event log."""
+    """A `stream.Sink` for one thread's events; see the module's notes."""
 
-    def __init__(self, log: EventLog, thread_id: str, *, publish: Publisher | None = None) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        thread_id: str,
+        *,
+        publish: Publisher | None = None,
+        block: int = 128,
+        flush_after: float = 0.25,
+        reserved: tuple[int, int] | None = None,
+    ) -> None:
+        """`reserved`: a block of ids reserved already, as (first id, count)."""
         self._log = log
         self._thread_id = thread_id
         self._publish = publish
-        self._buffer: list[StreamEvent] = []
+        self._block = block
+        self._flush_after = flush_after
+        self._next_id, self._end_id = (
+            (0, -1) if reserved is None else (reserved[0], reserved[0] + reserved[1] - 1)
+        )
+        self._last_id = 0
+        self._unstored: list[StoredEvent] = []
+        self._held: list[StoredEvent] = []
         self._writer: asyncio.Task[None] | None = None
+        self._writing = False
         self._failure: BaseException | None = None
+
+    @property
+    def last_id(self) -> int:
+        """The id of the newest event emitted so far (0 before the first)."""
+        return self._last_id
 
     async def emit(self, event: StreamEvent) -> None:
         self._raise_failure()
-        self._buffer.append(event)
+        if self._next_id > self._end_id:
+            self._next_id = await self._log.reserve(self._thread_id, self._block)
+            self._end_id = self._next_id + self._block - 1
+        stored = StoredEvent(self._next_id, event)
+        self._last_id = self._next_id
+        self._next_id += 1
+        self._unstored.append(stored)
+        if self._held or event.type in CONTROL_EVENTS:
+            self._held.append(stored)
+        elif self._publish is not None:
+            self._publish(self._thread_id, [stored])
         if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_all(), name=f"event-log {self._thread_id}")
+            self._writer = asyncio.create_task(self._write_later(), name=f"event-log {self._thread_id}")
 
     async def flush(self) -> None:
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
-        self._raise_failure()
-        if self._buffer:
-            await self._write_all()
-            self._raise_failure()
+        """Store every event emitted so far, then publish the held ones."""
+        pending = await self.take_pending()
+        if pending:
+            await self._log.insert(self._thread_id, new_events(pending))
+        self.stored(pending)
 
-    async def take_pending(self) -> list[StreamEvent]:
-        """Wait for the write in flight, then hand over what is buffered, to be written by the caller.
+    async def take_pending(self) -> list[StoredEvent]:
+        """Hand over the events not stored yet, for the caller to store in its own transaction.
 
-        A checkpoint writes them in its own transaction (`append_events`) and then calls
-        `published`: one transaction instead of two, and the events stay in order.
+        The caller then calls `stored` once its transaction committed.
         """
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        writer = self._writer
+        if writer is not None and not writer.done():
+            if self._writing:
+                await asyncio.shield(writer)  # its events go first, in order
+            else:
+                writer.cancel()  # still waiting: it has taken nothing
         self._raise_failure()
-        pending, self._buffer = self._buffer, []
+        pending, self._unstored = self._unstored, []
         return pending
 
-    def published(self, logged: Sequence[LoggedEvent], events: Sequence[StreamEvent]) -> None:
-        """Publish events a checkpoint wrote (see `take_pending`), now that they are committed."""
-        if self._publish is not None and logged:
-            self._publish(
-                self._thread_id,
-                [StoredEvent(item.event_id, event) for item, event in zip(logged, events, strict=True)],
-            )
+    async def aclose(self) -> None:
+        """Stop the background writer: a pending wait is dropped, a write in flight is awaited.
 
-    async def _write_all(self) -> None:
-        while self._buffer and self._failure is None:
-            batch, self._buffer = self._buffer, []
-            items = new_events(batch)
-            try:
-                logged = await self._log.append(self._thread_id, items)
-            except Exception as error:
-                # Kept for the next emit or flush to raise: a background task has no one to tell.
-                self._failure = error
-                return
-            self.published(logged, batch)
+        Events not stored by then are abandoned, as a crash would lose them.
+        """
+        writer = self._writer
+        if writer is None or writer.done():
+            return
+        if self._writing:
+            await asyncio.wait([writer])
+        else:
+            writer.cancel()
+            await asyncio.wait([writer])
+
+    def put_back(self, events: Sequence[StoredEvent]) -> None:
+        """Return events `take_pending` handed over whose transaction failed."""
+        self._unstored[:0] = events
+
+    def stored(self, events: Sequence[StoredEvent]) -> None:
+        """`events` are committed: publish the held events among them, in order."""
+        if not events or not self._held:
+            return
+        newest = events[-1].event_id
+        ready = [stored for stored in self._held if stored.event_id <= newest]
+        self._held = self._held[len(ready) :]
+        if ready and self._publish is not None:
+            self._publish(self._thread_id, ready)
+
+    async def _write_later(self) -> None:
+        await asyncio.sleep(self._flush_after)
+        pending, self._unstored = self._unstored, []
+        if not pending:
+            return
+        self._writing = True
+        try:
+            await self._log.insert(self._thread_id, new_events(pending))
+        except Exception as error:
+            # Kept for the next emit or flush to raise: a background task has no one to tell.
+            self._failure = error
+            return
+        finally:
+            self._writing = False
+        self.stored(pending)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:

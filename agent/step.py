@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.conversation import Conversation
@@ -40,21 +40,19 @@ from pydantic_ai.messages import (
     repair_messages,
 )
 from pydantic_ai.models import Model
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
     Database,
-    LoggedEvent,
     PendingCall,
     Run,
-    append_events,
-    count_checkpoint,
-    finish_run,
+    insert_events,
     insert_pending,
     insert_records,
+    record_checkpoint,
 )
 from store.business import BusinessData
 from store.schema import RunStatus
@@ -86,6 +84,9 @@ def default_limits() -> UsageLimits:
     return UsageLimits(request_limit=12, tool_calls_limit=24)
 
 
+EVENT_BLOCK = 128
+"""Event ids a run reserves at once; a typical turn uses a few dozen."""
+
 LIMIT_REPLY = (
     "I'm sorry, I couldn't finish this request: it took more steps than I'm allowed. "
     "Please rephrase it or ask for something more specific."
@@ -102,6 +103,12 @@ class Runtime:
     feedback_model: Model | str
     publish: Publisher | None = None
     usage_limits: UsageLimits = field(default_factory=default_limits)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
+
+
+class _Stopped(Exception):
+    """The runtime is stopping: the run reached a checkpoint and is put back in the queue."""
 
 
 async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -> RunStatus:
@@ -111,17 +118,33 @@ async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -
     status returned. Cancelling the task stops the run between two awaits; it is put back in the
     queue, to continue from its last checkpoint when driven again.
     """
-    run = await runtime.db.runs.start(run_id)
-    if run is None:
+    started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK)
+    if started is None:
         return (await runtime.db.runs.get(run_id)).status
-    thread = await runtime.db.threads.get(run.thread_id)
-    log = EventLogSink(runtime.db.events, run.thread_id, publish=runtime.publish)
+    run, user_id, first_event_id = started
+    log = EventLogSink(
+        runtime.db.events,
+        run.thread_id,
+        publish=runtime.publish,
+        block=EVENT_BLOCK,
+        reserved=(first_event_id, EVENT_BLOCK),
+    )
     out: Sink = log if sink is None else TeeSink(log, sink)
-    step = _Step(runtime, run, thread.user_id, out, log)
+    step = _Step(runtime, run, user_id, out, log)
+    try:
+        return await _drive(runtime, run, step, out)
+    finally:
+        await log.aclose()
+
+
+async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatus:
     try:
         return await step.drive()
+    except _Stopped:
+        await _requeue(runtime, run, out)
+        return "queued"
     except asyncio.CancelledError:
-        # Shutdown or a cancelled task: keep the run for a later continuation, whatever happens here.
+        # A cancelled task: keep the run for a later continuation, whatever happens here.
         await asyncio.shield(_requeue(runtime, run, out))
         raise
     except Exception as error:
@@ -156,6 +179,7 @@ class _Step:
             records=self.records,
         )
         self.conversation = Conversation(conversation_id=run.thread_id)
+        self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
 
     async def drive(self) -> RunStatus:
@@ -179,12 +203,16 @@ class _Step:
                 conversation=self.conversation,
                 deferred_tool_results=deferred,
                 deps=self.deps,
-                usage_limits=self.runtime.usage_limits,
+                usage_limits=_per_turn(self.runtime.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
             ) as agent_run:
+                self.history = agent_run.all_messages
                 async for node in agent_run:
-                    if not _answers_last_response(node):
+                    if not isinstance(node, End) and not _answers_last_response(node):
+                        # The end's checkpoint is the pause's or the completion's, one transaction.
                         await self._save(list(agent_run.all_messages()))
+                    if self.runtime.stopping.is_set() and not isinstance(node, End):
+                        raise _Stopped
                     if self.runtime.agent.is_model_request_node(node):
                         self.response_count += 1
                         async with node.stream(agent_run.ctx) as events:
@@ -228,23 +256,25 @@ class _Step:
         if not changed and not records and finish is None:
             return
         run, conversation = self.run, self.conversation
-        # Events still buffered go out in the checkpoint's own transaction.
+        # Events not stored yet go out in the checkpoint's own transaction.
         events = await self.log.take_pending()
-        logged: list[LoggedEvent] = []
+        covered = self.log.last_id
 
         async def also(connection: AsyncConnection) -> None:
             await insert_records(connection, run.thread_id, run.run_id, records)
-            await count_checkpoint(connection, run.run_id)
             if approvals:
                 await insert_pending(connection, run.thread_id, run.run_id, approvals)
-            if finish is not None:
-                await finish_run(connection, run.run_id, finish, error=error)
-            logged[:] = await append_events(connection, run.thread_id, new_events(events))
+            await insert_events(connection, run.thread_id, new_events(events))
+            await record_checkpoint(connection, run, event_id=covered, finish=finish, error=error)
 
         conversation.messages = merged
         conversation.deferred_tool_requests = deferred
-        await self.db.conversations.save_with(conversation, also=also)
-        self.log.published(logged, events)
+        try:
+            await self.db.conversations.save_with(conversation, also=also)
+        except BaseException:
+            self.log.put_back(events)
+            raise
+        self.log.stored(events)
         await self.out.flush()
 
     # -- the end of a run -------------------------------------------------------------------------
@@ -279,7 +309,9 @@ class _Step:
     async def _finish_over_limit(self) -> RunStatus:
         # The graceful end of a looping turn: close its open calls and answer in place of the model.
         reply = ModelResponse(parts=[TextPart(LIMIT_REPLY)], model_name="durable-chat")
-        messages = [*repair_messages(self.conversation.messages), reply]
+        # The run's own history, not the last checkpoint: results streamed since are kept as they
+        # were, and only calls that truly got no result are closed.
+        messages = [*repair_messages(self.history()), reply]
         part_id = self._part_id(0)
         await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=LIMIT_REPLY))
         await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=LIMIT_REPLY))
@@ -346,6 +378,17 @@ class _Step:
 
     def _part_id(self, index: int) -> str:
         return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
+
+
+def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
+    """`limits` for this turn alone: pydantic-ai counts a run's usage from the conversation's total."""
+    return replace(
+        limits,
+        request_limit=None if limits.request_limit is None else limits.request_limit + spent.requests,
+        tool_calls_limit=None
+        if limits.tool_calls_limit is None
+        else limits.tool_calls_limit + spent.tool_calls,
+    )
 
 
 def _answers_last_response(node: object) -> bool:

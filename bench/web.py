@@ -41,11 +41,18 @@ from bench.web_process import Sampler, raise_open_files_limit, start_server
 from bench.web_report import BASELINE, Phase, Report, render, write_section
 
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
+_SNAPSHOT = ("agent", "bench", "cli", "store", "stream", "web")
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 SECRET = "bench-secret"
 LEVELS = (50, 200, 500)
 QUICK_LEVELS = (50,)
+LEVEL_TURNS = {50: 3, 200: 3, 500: 1}
+"""Turns per user at each level: 500 users take one turn each, so that a full run stays under ~8 minutes."""
+BUDGET_SECONDS = 450.0
+"""The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
+ALONE_TURNS = 5
+"""Turns of a single user before the load, for the first-delta latency of an unloaded server."""
 _PACKAGES = (
     "uvicorn",
     "starlette",
@@ -70,12 +77,22 @@ def server_env() -> dict[str, str]:
 
 
 async def run_phase(
-    system: str, users: int, turns: int, argv: list[str], env: dict[str, str], log_dir: Path
+    system: str,
+    users: int,
+    turns: int,
+    argv: list[str],
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    source: Path,
+    deadline: float,
 ) -> Phase:
     """Start a server, warm it up with one turn, run `users` users of `turns` turns, stop it."""
-    server = await start_server(f"{system}-{users}", argv, env, log_dir, cwd=ROOT)
+    server = await start_server(f"{system}-{users}", argv, env, log_dir, cwd=source)
     try:
         warm = await run_load(server.base_url, Load(users=1, turns=1, secret=SECRET, deadline=60))
+        alone = await run_load(server.base_url, Load(users=1, turns=ALONE_TURNS, secret=SECRET, deadline=60))
+        _merge(warm, alone, "")
         await asyncio.sleep(0.5)
         idle_kb = server.status("VmRSS") or 0
         sampler = Sampler(server)
@@ -87,7 +104,7 @@ async def run_phase(
 
         result = await run_load(
             server.base_url,
-            Load(users=users, turns=turns, secret=SECRET, deadline=max(60.0, users * turns * 0.15)),
+            Load(users=users, turns=turns, secret=SECRET, deadline=deadline),
             on_start=started,
         )
         server_cpu = server.cpu_seconds() - marks.get("server", 0.0)
@@ -95,17 +112,18 @@ async def run_phase(
         peak_kb = await sampler.stop()
     finally:
         exit_code = await server.stop()
-    _merge_warmup(result, warm)
+    _merge(result, warm, "warm-up: ")
     trouble, statuses = server.trouble()
     phase = Phase(system, result, idle_kb, peak_kb, server_cpu, client_cpu, trouble, statuses, exit_code)
+    phase.alone_first_delta = alone.first_delta
     _print_phase(phase)
     return phase
 
 
-def _merge_warmup(result: LoadResult, warm: LoadResult) -> None:
-    for kind, count in warm.errors.items():
-        result.errors[f"warm-up: {kind}"] += count
-        result.error_samples.setdefault(f"warm-up: {kind}", warm.error_samples[kind])
+def _merge(result: LoadResult, other: LoadResult, prefix: str) -> None:
+    for kind, count in other.errors.items():
+        result.errors[prefix + kind] += count
+        result.error_samples.setdefault(prefix + kind, other.error_samples[kind])
 
 
 def _print_phase(phase: Phase) -> None:
@@ -164,11 +182,42 @@ def baseline_argv() -> list[str]:
     return [sys.executable, "-m", "bench.web_baseline", "--port", "{port}"]
 
 
+def snapshot(target: Path) -> Path:
+    """Copy the packages the servers import, so that every phase runs the code as it was at the start."""
+    for package in _SNAPSHOT:
+        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+async def _phase(
+    system: str,
+    users: int,
+    turns: int,
+    arguments: argparse.Namespace,
+    env: dict[str, str],
+    directory: Path,
+    source: Path,
+    deadline: float,
+) -> Phase:
+    if system == BASELINE:
+        return await run_phase(
+            system, users, turns, baseline_argv(), env, directory, source=source, deadline=deadline
+        )
+    database = (
+        sqlite_database(directory, users) if system == "SQLite" else postgres_database(arguments.postgres)
+    )
+    async with database as url:
+        return await run_phase(
+            system, users, turns, ours_argv(url), env, directory, source=source, deadline=deadline
+        )
+
+
 async def run(arguments: argparse.Namespace, report: Report) -> None:
     levels: tuple[int, ...] = (
         tuple(arguments.users) if arguments.users else QUICK_LEVELS if arguments.quick else LEVELS
     )
     directory = Path(tempfile.mkdtemp(prefix="bench-web-"))
+    source = snapshot(directory / "src")
     env = server_env()
     systems: list[str] = [BASELINE, "SQLite"]
     if arguments.postgres:
@@ -181,24 +230,26 @@ async def run(arguments: argparse.Namespace, report: Report) -> None:
             report.notes.append(f"PostgreSQL not measured: {error!r}")
     else:
         report.notes.append(f"PostgreSQL not measured: pass --postgres URL or set {POSTGRES_ENV}")
+    plan = [
+        (users, system)
+        for index, users in enumerate(levels)
+        # Alternate which side goes first, so a drift in the machine's load spreads over both.
+        for system in (systems if index % 2 == 0 else systems[::-1])
+    ]
     try:
-        for index, users in enumerate(levels):
-            print(f"{users} concurrent users, {arguments.turns} turns each:", flush=True)
-            # Alternate which side goes first, so a drift in the machine's load spreads over both.
-            for system in systems if index % 2 == 0 else systems[::-1]:
-                if system == BASELINE:
-                    phase = await run_phase(system, users, arguments.turns, baseline_argv(), env, directory)
-                elif system == "SQLite":
-                    async with sqlite_database(directory, users) as url:
-                        phase = await run_phase(
-                            system, users, arguments.turns, ours_argv(url), env, directory
-                        )
-                else:
-                    async with postgres_database(arguments.postgres) as url:
-                        phase = await run_phase(
-                            system, users, arguments.turns, ours_argv(url), env, directory
-                        )
-                report.phases.append(phase)
+        for number, (users, system) in enumerate(plan):
+            turns = arguments.turns or LEVEL_TURNS.get(users, 3)
+            if number == 0 or plan[number - 1][0] != users:
+                print(f"{users} concurrent users, {turns} turns each:", flush=True)
+            left = report.budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
+            deadline = max(20.0, min(users * turns * 0.3, left))
+            try:
+                report.phases.append(
+                    await _phase(system, users, turns, arguments, env, directory, source, deadline)
+                )
+            except (RuntimeError, OSError, SQLAlchemyError) as error:
+                print(f"  {system:<10} {users:>4} users: FAILED: {error}", flush=True)
+                report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
     finally:
         if arguments.keep_logs:
             print(f"server logs kept in {directory}", flush=True)
@@ -228,6 +279,12 @@ def _versions() -> list[str]:
     return [f"Python {platform.python_version()}; SQLite {sqlite3.sqlite_version}", ", ".join(packages)]
 
 
+def _turns_text(turns: int | None) -> str:
+    if turns is not None:
+        return str(turns)
+    return ", ".join(f"{count} at {users} users" for users, count in LEVEL_TURNS.items())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
@@ -243,7 +300,9 @@ def main() -> int:
     parser.add_argument(
         "--users", type=int, nargs="+", help="the levels of concurrent users (default: 50 200 500)"
     )
-    parser.add_argument("--turns", type=int, default=3, help="turns per user (default: 3)")
+    parser.add_argument(
+        "--turns", type=int, help="turns per user (default: 3 at 50 and 200 users, 1 at 500; at most 6)"
+    )
     parser.add_argument(
         "--write", action="store_true", help="write the docs section even for --quick/--users"
     )
@@ -259,10 +318,12 @@ def main() -> int:
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         machine=_machine(),
         versions=_versions(),
-        settings=f"{arguments.turns} turns per user after all streams are open, no think time; one warm-up turn "
-        f"per server; per-user rate limit raised to 1000/s; open-files limit {limit}",
+        settings=f"turns per user {_turns_text(arguments.turns)}, sent when every user's stream is open, no think "
+        f"time; per server, one warm-up turn, then {ALONE_TURNS} turns of one user alone; per-user rate limit "
+        f"raised to 1000/s; open-files limit {limit}; a full run's turns stop after {BUDGET_SECONDS:.0f} s",
         load_start=os.getloadavg()[0],
     )
+    report.budget_end = started + BUDGET_SECONDS
     asyncio.run(run(arguments, report))
     report.run_seconds = time.monotonic() - started
     report.load_end = os.getloadavg()[0]

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from web.tokens import InvalidToken, verify_token
+from bench.web_tokens import InvalidToken, verify_token
 
 __all__ = ("SECRET_ENV", "create_app")
 
@@ -101,7 +101,7 @@ def create_app(secret: str) -> Starlette:
         try:
             return verify_token(secret, token.strip()).user_id
         except InvalidToken as error:
-            raise _Error(401, error.code) from error
+            raise _Error(401, str(getattr(error, "code", "invalid_token"))) from error
 
     def owned(request: Request) -> _Thread:
         user_id = user_of(request)

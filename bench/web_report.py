@@ -36,6 +36,8 @@ class Phase:
     statuses: dict[str, int] = field(default_factory=dict[str, int])
     """Non-2xx answers in the server's access log, by status."""
     exit_code: int | None = None
+    alone_first_delta: list[float] = field(default_factory=list[float])
+    """First-delta latencies of one user alone on the server, before the load."""
 
     @property
     def users(self) -> int:
@@ -83,9 +85,13 @@ class Report:
     settings: str
     phases: list[Phase] = field(default_factory=list[Phase])
     notes: list[str] = field(default_factory=list[str])
+    failures: list[str] = field(default_factory=list[str])
+    """Phases that could not run (a server that did not start), as text."""
     run_seconds: float = 0.0
     load_start: float = 0.0
     load_end: float = 0.0
+    budget_end: float = float("inf")
+    """`time.monotonic()` by which the turns of every phase must be done."""
 
     def phase(self, system: str, users: int) -> Phase | None:
         return next((p for p in self.phases if p.system == system and p.users == users), None)
@@ -128,7 +134,7 @@ class Report:
     @property
     def passed(self) -> bool:
         verdicts = self.verdicts()
-        return bool(verdicts) and all(met for _, _, met in verdicts)
+        return bool(verdicts) and all(met for _, _, met in verdicts) and not self.failures
 
 
 def _ms(seconds: float) -> str:
@@ -145,14 +151,14 @@ def render(report: Report) -> str:
         "## Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
         "",
         "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark "
-        "process (asyncio, one `httpx.AsyncClient`, loopback). Each user creates a thread, opens its event "
+        "process (asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event "
         "stream (`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users "
         '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
-        "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (consecutive "
+        "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing "
         "ids, the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
         "(`bench/web_baseline.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
         "tokens and events, published from memory with no database, agent or log; it gets the same load. "
-        "Each phase runs on a fresh server process (and a fresh database).",
+        "Each phase runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of the run.",
         "",
         "### Environment",
         "",
@@ -167,11 +173,13 @@ def render(report: Report) -> str:
         "",
         "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
         "sending the POST to receiving the turn's first `text_delta`. CPU: the server process's, per completed "
-        "turn, and its share of one core while the turns ran; the client's share is the load generator's.",
+        "turn, and its share of one core while the turns ran; the client's share is the load generator's. Alone: "
+        "the first-delta p50 of one user's turns on the same server just before the load, unloaded.",
         "",
         "| server | users | streams open | turns ok | errors | turns/s | first delta p50 ms | p99 ms "
-        "| POST p50 ms | turn p50 ms | RSS idle / peak MB | server CPU ms/turn | server CPU | client CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| POST p50 ms | turn p50 ms | alone: first delta p50 ms | RSS idle / peak MB | server CPU ms/turn "
+        "| server CPU | client CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase in sorted(report.phases, key=lambda p: (p.users, p.system != BASELINE, p.system)):
         load = phase.load
@@ -179,7 +187,7 @@ def render(report: Report) -> str:
             f"| {phase.system} | {phase.users} | {load.streams_open}/{phase.users} "
             f"| {load.completed_turns}/{phase.users * load.turns_per_user} | {load.error_count} "
             f"| {load.turns_per_second:.1f} | {_ms(p50(load.first_delta))} | {_ms(p99(load.first_delta))} "
-            f"| {_ms(p50(load.post_latency))} | {_ms(p50(load.turn_latency))} "
+            f"| {_ms(p50(load.post_latency))} | {_ms(p50(load.turn_latency))} | {_ms(p50(phase.alone_first_delta))} "
             f"| {phase.idle_rss_kb / 1024:.0f} / {phase.peak_rss_kb / 1024:.0f} | {phase.cpu_ms_per_turn:.1f} "
             f"| {phase.server_busy:.0%} | {phase.client_busy:.0%} |"
         )
@@ -211,6 +219,8 @@ def render(report: Report) -> str:
     lines += ["", f"**Verdict: {'PASS' if report.passed else 'FAIL'}**", ""]
     lines += _analysis(report)
     lines += _errors(report)
+    if report.failures:
+        lines += ["", "Phases that could not run:", "", *(f"- `{failure}`" for failure in report.failures)]
     if report.notes:
         lines += ["", "Notes:", "", *(f"- {note}" for note in report.notes)]
     return "\n".join(lines).rstrip() + "\n"
@@ -239,6 +249,24 @@ def _analysis(report: Report) -> list[str]:
                 f"{_ms(p50(o.first_delta))} ms (POST p50 {_ms(p50(o.post_latency))} ms, the baseline's "
                 f"{_ms(p50(b.post_latency))} ms)."
             )
+    for system in report.systems():
+        ours = [p.alone_first_delta for p in report.phases if p.system == system]
+        base = [p.alone_first_delta for p in report.phases if p.system == BASELINE]
+        mine, theirs = [x for xs in ours for x in xs], [x for xs in base for x in xs]
+        if out and mine and theirs:
+            out.append(
+                f"- {system}, one user alone (no queue): first-delta p50 {_ms(p50(mine))} ms against the "
+                f"baseline's {_ms(p50(theirs))} ms (+{_ms(p50(mine) - p50(theirs))} ms): what a turn costs before "
+                "its first word, without waiting for other users' turns."
+            )
+    bound = [p for p in report.phases if p.system == BASELINE and p.client_busy > 0.85]
+    if out and bound:
+        out.append(
+            "- The baseline at "
+            + ", ".join(f"{p.users} users" for p in bound)
+            + " kept the load generator busy (client CPU over 85% of a core): its real capacity is higher "
+            "than measured, so those ratios flatter ours."
+        )
     if out:
         out = [
             "What dominates where a target is missed (turns run on the server's one event loop; each turn's CPU is "

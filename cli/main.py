@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -88,8 +89,15 @@ def _serve(settings: Settings) -> int:
     # it would be a traceback. The lifespan's own connect then finds the schema up to date.
     asyncio.run(_upgrade(settings.database_url))
     config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, lifespan="on")
-    server = _Server(config, ready_url=_browser_url(settings.host, settings.port))
-    server.run()
+    # The demo user's token rides in the URL's fragment, which browsers never send to the server,
+    # so it cannot reach the server's access log; the page moves it to session storage.
+    ready_url = (
+        f"{_browser_url(settings.host, settings.port)}#token={issue_token(settings.secret, DEFAULT_USER)}"
+    )
+    server = _Server(config, ready_url=ready_url)
+    # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
     return 0 if server.started else 1
 
 

@@ -17,10 +17,10 @@ from .errors import (
     StoreError,
     UnsupportedDatabase,
 )
-from .events import EventLog, LoggedEvent, NewEvent, append_events
+from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, mark_checkpoint
 from .migrate import current_revision, head_revision, upgrade
 from .records import NewRecord, Record, Records, insert_records
-from .runs import Run, Runs, count_checkpoint, finish_run, insert_run
+from .runs import Run, Runs, count_checkpoint, finish_run, insert_run, record_checkpoint
 from .threads import Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
@@ -58,9 +58,12 @@ __all__ = (
     "current_revision",
     "finish_run",
     "head_revision",
+    "insert_events",
     "insert_pending",
     "insert_records",
     "insert_run",
+    "mark_checkpoint",
+    "record_checkpoint",
     "touch_thread",
     "upgrade",
 )

@@ -19,7 +19,7 @@ from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import EventRow, ThreadRow, metadata, now_utc
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "mark_checkpoint")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -74,6 +74,46 @@ class EventLog:
                 rows = (await connection.execute(query)).all()
         return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
 
+    async def reserve(self, thread_id: str, count: int) -> int:
+        """Reserve `count` consecutive ids for a writer of the thread; return the first.
+
+        The ids are the writer's to use in order (`insert`); those it leaves unused are never
+        handed out again. A run reserves a block once instead of advancing the counter per write.
+
+        Raises:
+            NotFound: The thread does not exist.
+        """
+        with translate_errors(f"reserving event ids of thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                last = (
+                    await connection.execute(
+                        _threads.update()
+                        .where(_threads.c.thread_id == thread_id)
+                        .values(last_event_id=_threads.c.last_event_id + count)
+                        .returning(_threads.c.last_event_id)
+                    )
+                ).scalar_one_or_none()
+        if last is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return last - count + 1
+
+    async def insert(self, thread_id: str, events: Sequence[tuple[int, NewEvent]]) -> None:
+        """Store events whose ids were reserved, in one transaction."""
+        with translate_errors(f"appending events to thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                await insert_events(connection, thread_id, events)
+
+    async def newest(self, thread_id: str) -> int:
+        """The id of the thread's newest stored event, 0 when it has none."""
+        with translate_errors(f"reading the events of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                value = (
+                    await connection.execute(
+                        sa.select(sa.func.max(_events.c.event_id)).where(_events.c.thread_id == thread_id)
+                    )
+                ).scalar_one_or_none()
+        return value or 0
+
     async def last_event_id(self, thread_id: str) -> int:
         with translate_errors(f"reading thread {thread_id!r}"):
             async with self._reader.connect() as connection:
@@ -85,6 +125,36 @@ class EventLog:
         if value is None:
             raise NotFound(f"no thread {thread_id!r}")
         return value
+
+
+async def insert_events(
+    connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
+) -> None:
+    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work."""
+    if not events:
+        return
+    now = now_utc()
+    await connection.execute(
+        _events.insert(),
+        [
+            {
+                "thread_id": thread_id,
+                "event_id": event_id,
+                "run_id": event.run_id,
+                "type": event.type,
+                "data": event.data,
+                "created_at": now,
+            }
+            for event_id, event in events
+        ],
+    )
+
+
+async def mark_checkpoint(connection: AsyncConnection, thread_id: str, event_id: int) -> None:
+    """Record that the stored messages now reflect every event up to `event_id`."""
+    await connection.execute(
+        _threads.update().where(_threads.c.thread_id == thread_id).values(checkpoint_event_id=event_id)
+    )
 
 
 async def append_events(

@@ -19,16 +19,26 @@ from .schema import (
     RunKind,
     RunRow,
     RunStatus,
+    ThreadRow,
     ThreadStatus,
     metadata,
     now_utc,
 )
 from .threads import touch_thread
 
-__all__ = ("Run", "Runs", "count_checkpoint", "finish_run", "insert_run", "thread_status_after")
+__all__ = (
+    "Run",
+    "Runs",
+    "count_checkpoint",
+    "finish_run",
+    "insert_run",
+    "record_checkpoint",
+    "thread_status_after",
+)
 
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,37 @@ class Runs:
                 )
         return None if row is None else _run(row)
 
+    async def start_reserving(self, run_id: str, *, events: int) -> tuple[Run, str, int] | None:
+        """`start`, and in the same transaction reserve `events` event ids of the run's thread.
+
+        Returns the run, its thread's user and the first reserved id, or `None` as `start` does.
+        """
+        with translate_errors(f"starting run {run_id!r}"):
+            async with self._engine.begin() as connection:
+                row = (
+                    (
+                        await connection.execute(
+                            _runs.update()
+                            .where(_runs.c.run_id == run_id, _runs.c.status == "queued")
+                            .values(status="running", started_at=now_utc(), attempt=_runs.c.attempt + 1)
+                            .returning(*_runs.c)
+                        )
+                    )
+                    .mappings()
+                    .one_or_none()
+                )
+                if row is None:
+                    return None
+                reserved = (
+                    await connection.execute(
+                        _threads.update()
+                        .where(_threads.c.thread_id == row["thread_id"])
+                        .values(last_event_id=_threads.c.last_event_id + events)
+                        .returning(_threads.c.user_id, _threads.c.last_event_id)
+                    )
+                ).one()
+        return _run(row), reserved[0], reserved[1] - events + 1
+
     async def requeue(self, run_id: str) -> bool:
         """Put a run left `running` by a dead or cancelled attempt back in the queue."""
         with translate_errors(f"requeueing run {run_id!r}"):
@@ -221,6 +262,31 @@ async def insert_run(
 async def count_checkpoint(connection: AsyncConnection, run_id: str) -> None:
     await connection.execute(
         _runs.update().where(_runs.c.run_id == run_id).values(checkpoints=_runs.c.checkpoints + 1)
+    )
+
+
+async def record_checkpoint(
+    connection: AsyncConnection,
+    run: Run,
+    *,
+    event_id: int,
+    finish: RunStatus | None = None,
+    error: str | None = None,
+) -> None:
+    """A run's bookkeeping for a checkpoint, inside its unit of work: two statements.
+
+    Counts the checkpoint (and ends the run with `finish`), and records on the thread the newest
+    event the stored messages now reflect (and the status the run's end gives the thread).
+    """
+    now = now_utc()
+    run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
+    thread_values: dict[str, object] = {"checkpoint_event_id": event_id, "updated_at": now}
+    if finish is not None:
+        run_values.update(status=finish, error=error, finished_at=now)
+        thread_values["status"] = thread_status_after(finish)
+    await connection.execute(_runs.update().where(_runs.c.run_id == run.run_id).values(**run_values))
+    await connection.execute(
+        _threads.update().where(_threads.c.thread_id == run.thread_id).values(**thread_values)
     )
 
 

@@ -178,7 +178,11 @@ class ThreadRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
     last_event_id: Mapped[int] = mapped_column(sa.BigInteger())
-    """The id of the thread's newest event; ids are allocated by incrementing it, so never reused."""
+    """The last event id handed out; ids are allocated by advancing it, so never reused.
+
+    A run reserves a block of ids at once, so this can be ahead of the newest stored event."""
+    checkpoint_event_id: Mapped[int] = mapped_column(sa.BigInteger())
+    """The newest event the stored messages reflect: events after it happened since the last checkpoint."""
 
     __table_args__ = (sa.Index("ix_threads_user_updated", "user_id", "updated_at", "thread_id"),)
 

@@ -30,6 +30,8 @@ class Thread:
     created_at: datetime
     updated_at: datetime
     last_event_id: int
+    checkpoint_event_id: int = 0
+    """The newest event the stored messages reflect (see `ThreadRow.checkpoint_event_id`)."""
 
 
 @dataclass(frozen=True)
@@ -142,4 +144,5 @@ def _thread(row: RowMapping) -> Thread:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         last_event_id=row["last_event_id"],
+        checkpoint_event_id=row["checkpoint_event_id"],
     )

@@ -89,7 +89,10 @@ async def test_a_refund_is_approved_then_made(server: LiveServer, client: httpx.
     resumed = await read_events(
         client, thread_id, token, last_event_id=paused[-1].event_id, until=finished(resume_id)
     )
-    assert [e.event_id for e in resumed] == list(range(paused[-1].event_id + 1, resumed[-1].event_id + 1))
+    # Increasing, all after the paused run's; a run's ids are consecutive, gaps lie between runs.
+    ids = [e.event_id for e in resumed]
+    assert ids == sorted(set(ids))
+    assert ids[0] > paused[-1].event_id
     assert resumed[0].type == "approval_decided"
     [result] = [e for e in resumed if e.type == "tool_result"]
     assert result.data["outcome"] == "success"

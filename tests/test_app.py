@@ -87,9 +87,14 @@ def test_wrong_method_is_a_json_405(server: Server) -> None:
 
 
 def test_prints_the_url_to_open(server: Server) -> None:
-    expected = f"durable-chat is ready: open {server.base_url}/\n"
-
+    expected = f"durable-chat is ready: open {server.base_url}/#token="
     _wait_until(lambda: expected in server.stdout.read_text(), "the ready line")
+    # The URL signs the demo user in: its token (in the fragment, never sent to the server) works.
+    token = server.stdout.read_text().split("#token=", 1)[1].split()[0]
+    request = Request(server.base_url + "/api/threads", headers={"Authorization": f"Bearer {token}"})
+    with urlopen(request, timeout=10) as response:
+        assert response.status == 200
+        assert json.load(response) == {"threads": [], "next_cursor": None}
 
 
 def get(server: Server, path: str, *, method: str = "GET") -> Reply:

@@ -57,6 +57,7 @@ async def add_thread(store: SqlConversationStore, thread_id: str) -> None:
                 created_at=now,
                 updated_at=now,
                 last_event_id=0,
+                checkpoint_event_id=0,
             )
         )
 

@@ -313,11 +313,6 @@ def test_without_a_token_the_page_asks_for_one(server: Server, page: Page) -> No
         expect(page.get_by_test_id("new-thread")).to_be_visible()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="GET /api/threads/{id} answers the thread's newest event id as last_event_id, not the last event "
-    "its stored messages cover: a reload between a node's events and its checkpoint loses them",
-)
 def test_reload_during_a_long_run_loses_and_doubles_nothing(server: Server, page: Page) -> None:
     with _server_log_on_failure(server):
         _sign_in(page, server)

@@ -74,18 +74,27 @@ async def list_threads(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s))
+    # The messages and the id of the newest event they reflect, read consistently: a checkpoint
+    # committed between the two reads is noticed and the pair read again.
     conversation = await s.db.conversations.load(thread.thread_id)
+    for _ in range(5):
+        again = await s.db.threads.get(thread.thread_id)
+        if again.checkpoint_event_id == thread.checkpoint_event_id:
+            break
+        thread = again
+        conversation = await s.db.conversations.load(thread.thread_id)
     messages: object = (
         [] if conversation is None else json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
     )
     pending = await s.db.approvals.list(thread_id=thread.thread_id, status="pending")
-    last_event_id = await s.db.events.last_event_id(thread.thread_id)
+    last_event_id = await s.db.events.newest(thread.thread_id)
     return JSONResponse(
         {
             **thread_json(thread),
             "messages": messages,
             "pending_approvals": [approval_json(a) for a in pending],
             "last_event_id": last_event_id,
+            "messages_event_id": thread.checkpoint_event_id,
         }
     )
 

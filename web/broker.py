@@ -1,7 +1,7 @@
 """In-process publish/subscribe of a thread's logged events, for live SSE followers.
 
-The step function publishes a batch of events once they are durable in the thread's log
-(`agent.Publisher`); every subscription of that thread gets them in its own bounded buffer.
+The step function publishes a thread's events as they happen (`agent.Publisher`, see
+`agent.eventlog` for which are published before they are stored); every subscription of that thread gets them in its own bounded buffer.
 Deliberate choices:
 
 - Publishing never blocks and never waits for a subscriber: a run streams at the speed of the
@@ -10,6 +10,10 @@ Deliberate choices:
   (`SubscriberDropped`) and reads what it missed from the log, which holds every event, then
   subscribes again. Dropping loses nothing, since the log is the source of truth; the broker is
   only a doorbell that also carries the events to spare the database a read.
+- The broker remembers each thread's most recent events (`recent` of them, for the threads
+  active lately): the step function publishes streaming events *before* they are stored, and a
+  follower subscribing in between would find them neither in the log nor in its buffer. A new
+  subscription starts with them; the follower skips those it already has by id.
 - The broker knows only this process. Followers of a thread that another process runs (several
   servers on one PostgreSQL) see its events by polling the log (see `web.sse`).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict, deque
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 
@@ -73,14 +78,20 @@ class Subscription:
 class Broker:
     """Live events per thread, fanned out to bounded subscriptions."""
 
-    def __init__(self, *, capacity: int = DEFAULT_BUFFER) -> None:
+    def __init__(self, *, capacity: int = DEFAULT_BUFFER, recent: int = 1024, threads: int = 10_000) -> None:
         self._capacity = capacity
         self._subscriptions: dict[str, set[Subscription]] = {}
+        self._recent_size = recent
+        self._threads = threads
+        self._recent: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
 
     @contextmanager
     def subscribe(self, thread_id: str) -> Generator[Subscription]:
         """Follow `thread_id` for the duration of the `with` block."""
         subscription = Subscription(thread_id, self._capacity)
+        recent = self._recent.get(thread_id)
+        if recent:
+            subscription.offer(list(recent))
         self._subscriptions.setdefault(thread_id, set()).add(subscription)
         try:
             yield subscription
@@ -88,9 +99,17 @@ class Broker:
             self._discard(subscription)
 
     def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
-        """Hand `events` (durable already) to every follower of `thread_id`; never blocks."""
+        """Hand `events` to every follower of `thread_id`, in id order; never blocks."""
         if not events:
             return
+        recent = self._recent.get(thread_id)
+        if recent is None:
+            recent = self._recent[thread_id] = deque(maxlen=self._recent_size)
+            while len(self._recent) > self._threads:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(thread_id)
+        recent.extend(events)
         for subscription in list(self._subscriptions.get(thread_id, ())):
             if not subscription.offer(events):
                 logger.info("dropped a slow follower of thread %s", thread_id)

@@ -9,8 +9,10 @@ it. Deliberate choices:
   from its last checkpoint. With several processes on one database, a process starting while
   another one runs a run would take that run over too (the step function's `start` lets only
   one of them drive it at a time, and side effects are exactly-once by the ledger).
-- At shutdown, in-flight runs are cancelled: the step function flushes their events and
-  requeues them, and shutdown waits for that, bounded; the next start recovers them.
+- At shutdown, in-flight runs are asked to stop at their next checkpoint (the runtime's
+  `stopping` event): each commits what it has, goes back to the queue and ends; shutdown waits
+  for that, bounded, then cancels what is left (a cancelled run is requeued too, losing at most
+  its node in flight). The next start recovers them all.
 - Paused runs hold no task: a run waiting for approval has ended.
 """
 
@@ -30,8 +32,10 @@ logger = logging.getLogger(__name__)
 class Runner:
     """Drives submitted runs in background tasks, one task per run."""
 
-    def __init__(self, runtime: Runtime, *, shutdown_timeout: float = 10.0) -> None:
+    def __init__(self, runtime: Runtime, *, shutdown_timeout: float = 10.0, max_concurrent: int = 16) -> None:
         self._runtime = runtime
+        # Runs beyond this wait their turn here, queued, instead of exhausting the database pool.
+        self._slots = asyncio.Semaphore(max_concurrent)
         self._shutdown_timeout = shutdown_timeout
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closed = False
@@ -60,19 +64,27 @@ class Runner:
         return len(self._tasks)
 
     async def aclose(self) -> None:
-        """Cancel in-flight runs (they requeue themselves) and wait for them, bounded."""
+        """Let in-flight runs reach a checkpoint and requeue themselves; cancel the late ones."""
         self._closed = True
+        self._runtime.stopping.set()
         tasks = list(self._tasks.values())
-        for task in tasks:
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=self._shutdown_timeout)
+        for task in late:
             task.cancel()
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._shutdown_timeout)
-            if pending:
-                logger.warning("%d runs did not stop in time; the next start recovers them", len(pending))
+        if late:
+            _, stuck = await asyncio.wait(late, timeout=self._shutdown_timeout)
+            logger.warning(
+                "%d runs did not reach a checkpoint in time and were cancelled (%d did not stop)",
+                len(late),
+                len(stuck),
+            )
 
     async def _drive(self, run_id: str) -> None:
         try:
-            status = await run_step(self._runtime, run_id)
+            async with self._slots:
+                status = await run_step(self._runtime, run_id)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)

@@ -6,9 +6,10 @@ the live ones. How:
 
 1. Subscribe to the broker *first*, so nothing published during the replay is missed.
 2. Replay from the log every event after the client's id.
-3. Relay live events, skipping any id not above the last one sent (those came in the replay).
-   An id that skips ahead (a batch published out of order, or by another process) and a
-   subscription dropped as too slow both fall back to reading the log, which holds everything.
+3. Relay live events (a new subscription starts with the thread's recent events, which may not
+   be stored yet), skipping any id not above the last one sent. Ids increase per thread but can
+   skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
+   falls back to reading the log, then subscribes again.
 4. When idle for `sse_poll_seconds`, read the log too: events another process wrote (several
    servers on one PostgreSQL) reach this process's followers that way. A thread deleted
    meanwhile ends the stream.
@@ -80,17 +81,12 @@ async def event_frames(
                     if not await _exists(db, thread_id):
                         return  # deleted: nothing more will come
                     break
-                gap = False
                 for stored in batch:
-                    if stored.event_id <= last:
-                        continue
-                    if stored.event_id != last + 1:
-                        gap = True  # fill it from the log, which has every event up to this one
-                        break
-                    last = stored.event_id
-                    yield encode_event(stored)
-                if gap:
-                    break
+                    # Ids increase but may skip (ids a run reserved and left unused): any id above
+                    # the last one sent is next. Lower ones came in the replay or a snapshot.
+                    if stored.event_id > last:
+                        last = stored.event_id
+                        yield encode_event(stored)
 
 
 async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[StoredEvent]:

@@ -214,7 +214,8 @@ async function selectThread(threadId) {
     if (pending.decision) markDecided(pending.tool_call_id, pending.decision, pending.reason);
   }
   setRunStatus(thread.status === "running" ? "running" : thread.status, null);
-  state.lastEventId = Number(thread.last_event_id ?? 0) || 0;
+  // Follow from the newest event the stored messages reflect: later ones are replayed.
+  state.lastEventId = Number(thread.messages_event_id ?? thread.last_event_id ?? 0) || 0;
   scrollToEnd(true);
   followEvents(threadId, generation);
 }

@@ -54,6 +54,7 @@ def upgrade() -> None:
         sa.Column("created_at", UtcDateTime(), nullable=False),
         sa.Column("updated_at", UtcDateTime(), nullable=False),
         sa.Column("last_event_id", sa.BigInteger(), nullable=False),
+        sa.Column("checkpoint_event_id", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("thread_id", name=op.f("pk_threads")),
     )
     with op.batch_alter_table("threads", schema=None) as batch_op:
