@@ -148,6 +148,10 @@ def translate_errors(what: str, *, connecting: bool = False) -> Generator[None]:
         yield
     except StoreError:
         raise
+    except exc.TimeoutError as error:
+        # The pool had no free connection in time: the database is saturated, which the caller
+        # should treat as unavailable (a 503 to retry), not as a fault in its request.
+        raise DatabaseUnavailable(f"{what} failed: no database connection was free in time") from error
     except (exc.OperationalError, exc.InterfaceError, OSError) as error:
         raise DatabaseUnavailable(
             f"{what} failed: the database is unreachable or went away ({_cause(error)})"

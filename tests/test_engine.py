@@ -93,3 +93,13 @@ async def test_a_disposed_store_reconnects_on_next_use(database_url: str) -> Non
         assert await store.load("nothing") is None
     finally:
         await store.aclose()
+
+
+def test_a_saturated_pool_is_reported_as_unavailable() -> None:
+    from sqlalchemy import exc
+
+    from store.engine import translate_errors
+
+    with pytest.raises(DatabaseUnavailable) as raised, translate_errors("saving conversation 'c'"):
+        raise exc.TimeoutError("QueuePool limit of size 10 overflow 20 reached")
+    assert str(raised.value) == "saving conversation 'c' failed: no database connection was free in time"
