@@ -284,8 +284,6 @@ class _Step:
             PendingCall(call.tool_call_id, call.tool_name, _args(call))
             for call in [*requests.approvals, *requests.calls]
         ]
-        # Announced before the pause commits: a crash in between re-drives the run, which asks again
-        # for the same calls, rather than leaving followers without the request.
         await self.out.emit(
             ApprovalRequired(
                 run_id=self.run.run_id,
@@ -295,15 +293,15 @@ class _Step:
                 ],
             )
         )
-        await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
+        # Both are published once the pause commits, in the same transaction as the approval rows.
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
-        await self.out.flush()
+        await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
 
     async def _complete(self, messages: list[ModelMessage], output: str) -> RunStatus:
-        await self._save(messages, finish="completed")
+        # Stored with the run's end, in one transaction, and published once it commits.
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=output))
-        await self.out.flush()
+        await self._save(messages, finish="completed")
         return "completed"
 
     async def _finish_over_limit(self) -> RunStatus:
@@ -315,9 +313,8 @@ class _Step:
         part_id = self._part_id(0)
         await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=LIMIT_REPLY))
         await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=LIMIT_REPLY))
-        await self._save(messages, finish="completed")
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=LIMIT_REPLY))
-        await self.out.flush()
+        await self._save(messages, finish="completed")
         return "completed"
 
     async def _decisions(self) -> DeferredToolResults:

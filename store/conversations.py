@@ -56,7 +56,16 @@ AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
 _also: ContextVar[AlsoWrite | None] = ContextVar("durable_chat_also_write", default=None)
 
 _prefetch: ContextVar[_Prefetch | None] = ContextVar("durable_chat_prefetch", default=None)
-_known: ContextVar[ConversationRecord | None] = ContextVar("durable_chat_known_record", default=None)
+
+
+class _Absent:
+    """A save's conversation is known not to be stored (a load just found it missing)."""
+
+
+_ABSENT = _Absent()
+_known: ContextVar[ConversationRecord | _Absent | None] = ContextVar(
+    "durable_chat_known_record", default=None
+)
 
 
 @dataclass
@@ -144,6 +153,9 @@ class SqlConversationStore(ConversationStore):
         # of a conversation loaded or saved here needs no read of its record first. A stale entry
         # is harmless: the revision-guarded write then fails as a conflict, as it must.
         self._records: OrderedDict[tuple[str, str], ConversationRecord] = OrderedDict()
+        # Conversations a load just found missing: their first save needs no read either (a
+        # concurrent creator makes the insert fail as a conflict, as it must).
+        self._absent: OrderedDict[str, None] = OrderedDict()
         # Reads need no transaction: skipping BEGIN/ROLLBACK saves two round trips on PostgreSQL.
         self._reader = reader(engine)
 
@@ -242,7 +254,10 @@ class SqlConversationStore(ConversationStore):
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         known = _known.get()
-        if known is not None and known.conversation_id == conversation_id:
+        if known is _ABSENT:
+            _known.set(None)  # once, as below
+            return None
+        if isinstance(known, ConversationRecord) and known.conversation_id == conversation_id:
             _known.set(None)  # once: a retry inside the same save reads the database
             return known
         prefetch = _prefetch.get()
@@ -259,6 +274,10 @@ class SqlConversationStore(ConversationStore):
                     prefetch.history = await _read_history(connection, record.head_id, prefetch.limit)
         if record is not None:
             self._remember(record)
+        elif prefetch is not None:
+            self._absent[conversation_id] = None
+            while len(self._absent) > _KNOWN_RECORDS:
+                self._absent.popitem(last=False)
         return record
 
     def _remember(self, record: ConversationRecord) -> None:
