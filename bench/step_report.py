@@ -131,8 +131,7 @@ def _breakdown(timers: Timers, target: Case) -> list[str]:
         for label, name in (
             ("checkpoint", "checkpoints (conversation and run bookkeeping, one transaction each)"),
             ("load", "conversation load"),
-            ("start", "run start"),
-            ("thread", "thread read"),
+            ("start", "run start (with its block of event ids)"),
         )
     )
     lines = [
@@ -145,9 +144,9 @@ def _breakdown(timers: Timers, target: Case) -> list[str]:
     if unlogged:
         appends, append_seconds = calls["append"]
         lines.append(
-            f"- Event log: {appends:.1f} appends ({append_seconds * 1000:.1f} ms), group-committed by a "
-            f"background task while the model streams; turns that skip them take {_median_ms(unlogged, 'wall'):.1f} "
-            f"ms, so the log costs {turn_ms - _median_ms(unlogged, 'wall'):.1f} ms of the turn."
+            f"- Event log: {appends:.1f} background stores ({append_seconds * 1000:.1f} ms) of events no "
+            f"checkpoint took first; turns that skip them take {_median_ms(unlogged, 'wall'):.1f} "
+            f"ms, so they cost {turn_ms - _median_ms(unlogged, 'wall'):.1f} ms of the turn."
         )
     lines.append(
         f"- CPU per turn (medians; load-independent): the loop thread {_median_ms(ours, 'loop_cpu'):.1f} ms for "

@@ -17,10 +17,10 @@ from .errors import (
     StoreError,
     UnsupportedDatabase,
 )
-from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, mark_checkpoint
+from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events
 from .migrate import current_revision, head_revision, upgrade
 from .records import NewRecord, Record, Records, insert_records
-from .runs import Run, Runs, count_checkpoint, finish_run, insert_run, record_checkpoint
+from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
 from .threads import Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
@@ -54,7 +54,6 @@ __all__ = (
     "Threads",
     "UnsupportedDatabase",
     "append_events",
-    "count_checkpoint",
     "current_revision",
     "finish_run",
     "head_revision",
@@ -62,7 +61,6 @@ __all__ = (
     "insert_pending",
     "insert_records",
     "insert_run",
-    "mark_checkpoint",
     "record_checkpoint",
     "touch_thread",
     "upgrade",

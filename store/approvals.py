@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import reader, translate_errors
+from .engine import insert_new, reader, translate_errors
 from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .runs import insert_run
@@ -179,21 +179,22 @@ async def insert_pending(
     connection: AsyncConnection, thread_id: str, run_id: str, calls: Sequence[PendingCall]
 ) -> None:
     """Hold `calls` for decisions, inside the caller's unit of work; a call held already is kept."""
+    if not calls:
+        return
     now = now_utc()
-    for call in calls:
-        if await _get(connection, thread_id, call.tool_call_id) is not None:
-            continue
-        await connection.execute(
-            _approvals.insert().values(
-                thread_id=thread_id,
-                tool_call_id=call.tool_call_id,
-                run_id=run_id,
-                tool_name=call.tool_name,
-                args=_dump(call.args),
-                status="pending",
-                created_at=now,
-            )
-        )
+    rows = [
+        {
+            "thread_id": thread_id,
+            "tool_call_id": call.tool_call_id,
+            "run_id": run_id,
+            "tool_name": call.tool_name,
+            "args": _dump(call.args),
+            "status": "pending",
+            "created_at": now,
+        }
+        for call in calls
+    ]
+    await connection.execute(insert_new(connection.dialect.name, _approvals), rows)
 
 
 async def _get(connection: AsyncConnection, thread_id: str, tool_call_id: str) -> Approval | None:

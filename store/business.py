@@ -42,12 +42,11 @@ from typing import Literal, TypeVar
 import sqlalchemy as sa
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from sqlalchemy import exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
 
-from .engine import reader, translate_errors
-from .errors import Conflict, CorruptData, NotFound, UnsupportedDatabase
+from .engine import insert_new, reader, translate_errors
+from .errors import Conflict, CorruptData, NotFound
 from .schema import AccountRow, FaqRow, OrderRow, ToolExecutionRow, metadata
 
 __all__ = ("Account", "BusinessData", "CancelOutcome", "FaqAnswer", "Order", "RefundOutcome")
@@ -240,7 +239,9 @@ class BusinessData:
             async with self._engine.begin() as connection:
                 for table in empty:
                     key = table.primary_key.columns.values()[0]
-                    statement = self._insert_new(table).values(rows[table]).returning(key)
+                    statement = (
+                        insert_new(self._engine.dialect.name, table).values(rows[table]).returning(key)
+                    )
                     inserted += len((await connection.execute(statement)).all())
         if inserted:
             logger.info("seeded %d rows of demo business data", inserted)
@@ -370,7 +371,7 @@ class BusinessData:
         """Run `decide` and record its outcome in one transaction, unless the call has a recorded outcome."""
         key = (_ledger.c.thread_id == thread_id) & (_ledger.c.tool_call_id == tool_call_id)
         claim = (
-            self._insert_new(_ledger)
+            insert_new(self._engine.dialect.name, _ledger)
             .values(
                 thread_id=thread_id,
                 tool_call_id=tool_call_id,
@@ -408,17 +409,6 @@ class BusinessData:
             except exc.IntegrityError as error:
                 # The ledger's only constraint left to fail is its foreign key to the thread.
                 raise NotFound(f"no thread {thread_id!r} to record tool call {tool_call_id!r} in") from error
-
-    def _insert_new(self, table: sa.Table) -> sa.Insert:
-        """An INSERT that skips rows whose primary key is taken (after waiting for their writer)."""
-        keys = list(table.primary_key.columns)
-        match self._engine.dialect.name:
-            case "postgresql":
-                return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
-            case "sqlite":
-                return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
-            case other:
-                raise UnsupportedDatabase(f"the demo business data needs SQLite or PostgreSQL, not {other!r}")
 
 
 async def _read_order(connection: AsyncConnection, order_id: str, *, lock: bool = False) -> Order | None:

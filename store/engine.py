@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import sqlalchemy as sa
 from sqlalchemy import event, exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -54,6 +56,22 @@ def normalize_url(url: str | URL) -> URL:
             f"use {backend}+{driver}://"
         )
     return parsed.set(drivername=f"{backend}+{driver}")
+
+
+def insert_new(dialect_name: str, table: sa.Table) -> sa.Insert:
+    """An INSERT that skips rows whose primary key is taken (after waiting for their writer).
+
+    Raises:
+        UnsupportedDatabase: The dialect is neither SQLite nor PostgreSQL.
+    """
+    keys = list(table.primary_key.columns)
+    match dialect_name:
+        case "postgresql":
+            return postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
+        case "sqlite":
+            return sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
+        case other:
+            raise UnsupportedDatabase(f"durable-chat needs SQLite or PostgreSQL, not {other!r}")
 
 
 def redacted(url: str | URL) -> str:

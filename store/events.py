@@ -1,9 +1,10 @@
 """The per-thread event log: ids that increase per thread and are never reused, kept for replay.
 
 The store knows events only as a type name and the bytes of their JSON data; `stream/` owns
-their shape. Ids come from the thread's `last_event_id` counter, incremented in the same
-transaction that inserts the events, so concurrent writers of one thread serialize on the
-thread's row and a deleted-then-recreated id cannot happen.
+their shape. Ids come from the thread's `last_event_id` counter: a run reserves a block of them
+when it starts (`Runs.start_reserving`, or `EventLog.reserve` when a block runs out) and stores
+its events with them (`insert_events`, in a checkpoint's transaction or on its own); a decision
+appends its event with the next id (`append_events`). Ids a run leaves unused are never reused.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import EventRow, ThreadRow, metadata, now_utc
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "mark_checkpoint")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -51,12 +52,6 @@ class EventLog:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = reader(engine)
-
-    async def append(self, thread_id: str, events: Sequence[NewEvent]) -> list[LoggedEvent]:
-        """Append `events` in one transaction, returning them with their new ids."""
-        with translate_errors(f"appending events to thread {thread_id!r}"):
-            async with self._engine.begin() as connection:
-                return await append_events(connection, thread_id, events)
 
     async def read(self, thread_id: str, *, after: int = 0, limit: int | None = None) -> list[LoggedEvent]:
         """The thread's events with an id greater than `after`, in order."""
@@ -114,18 +109,6 @@ class EventLog:
                 ).scalar_one_or_none()
         return value or 0
 
-    async def last_event_id(self, thread_id: str) -> int:
-        with translate_errors(f"reading thread {thread_id!r}"):
-            async with self._reader.connect() as connection:
-                value = (
-                    await connection.execute(
-                        sa.select(_threads.c.last_event_id).where(_threads.c.thread_id == thread_id)
-                    )
-                ).scalar_one_or_none()
-        if value is None:
-            raise NotFound(f"no thread {thread_id!r}")
-        return value
-
 
 async def insert_events(
     connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
@@ -147,13 +130,6 @@ async def insert_events(
             }
             for event_id, event in events
         ],
-    )
-
-
-async def mark_checkpoint(connection: AsyncConnection, thread_id: str, event_id: int) -> None:
-    """Record that the stored messages now reflect every event up to `event_id`."""
-    await connection.execute(
-        _threads.update().where(_threads.c.thread_id == thread_id).values(checkpoint_event_id=event_id)
     )
 
 

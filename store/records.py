@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import reader, translate_errors
+from .engine import insert_new, reader, translate_errors
 from .schema import RecordRow, metadata, now_utc
 
 __all__ = ("NewRecord", "Record", "Records", "insert_records")
@@ -84,5 +83,4 @@ async def insert_records(
         }
         for record in records
     ]
-    insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
-    await connection.execute(insert(_records).on_conflict_do_nothing(), rows)
+    await connection.execute(insert_new(connection.dialect.name, _records), rows)

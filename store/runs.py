@@ -29,7 +29,6 @@ from .threads import touch_thread
 __all__ = (
     "Run",
     "Runs",
-    "count_checkpoint",
     "finish_run",
     "insert_run",
     "record_checkpoint",
@@ -148,28 +147,11 @@ class Runs:
             async with self._reader.connect() as connection:
                 return [_run(row) for row in (await connection.execute(query)).mappings().all()]
 
-    async def start(self, run_id: str) -> Run | None:
-        """Mark a queued run running and count the attempt; `None` if it is not queued (taken already)."""
-        with translate_errors(f"starting run {run_id!r}"):
-            async with self._engine.begin() as connection:
-                row = (
-                    (
-                        await connection.execute(
-                            _runs.update()
-                            .where(_runs.c.run_id == run_id, _runs.c.status == "queued")
-                            .values(status="running", started_at=now_utc(), attempt=_runs.c.attempt + 1)
-                            .returning(*_runs.c)
-                        )
-                    )
-                    .mappings()
-                    .one_or_none()
-                )
-        return None if row is None else _run(row)
-
     async def start_reserving(self, run_id: str, *, events: int) -> tuple[Run, str, int] | None:
-        """`start`, and in the same transaction reserve `events` event ids of the run's thread.
+        """Mark a queued run running, count the attempt, and reserve `events` event ids of its thread.
 
-        Returns the run, its thread's user and the first reserved id, or `None` as `start` does.
+        One transaction. Returns the run, its thread's user and the first reserved id, or `None`
+        when the run is not queued (another worker took it, or it ended).
         """
         with translate_errors(f"starting run {run_id!r}"):
             async with self._engine.begin() as connection:
@@ -257,12 +239,6 @@ async def insert_run(
     await connection.execute(_runs.insert().values(**run.__dict__))
     await touch_thread(connection, thread_id, status="running")
     return run
-
-
-async def count_checkpoint(connection: AsyncConnection, run_id: str) -> None:
-    await connection.execute(
-        _runs.update().where(_runs.c.run_id == run_id).values(checkpoints=_runs.c.checkpoints + 1)
-    )
 
 
 async def record_checkpoint(

@@ -99,11 +99,6 @@ class Threads:
                 rows = (await connection.execute(query)).mappings().all()
         return [_thread(row) for row in rows]
 
-    async def set_status(self, thread_id: str, status: ThreadStatus) -> None:
-        with translate_errors(f"updating thread {thread_id!r}"):
-            async with self._engine.begin() as connection:
-                await touch_thread(connection, thread_id, status=status)
-
     async def delete(self, thread_id: str) -> None:
         """Delete the thread and, by cascade, its runs, events, approvals, records and ledger rows.
 

@@ -25,8 +25,11 @@ import pytest
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
 from sqlalchemy.engine import make_url
 
-from store import SqlConversationStore
+from agent import Runtime, build_agent, demo_model, feedback_model
+from store import Database, SqlConversationStore
+from store.business import BusinessData
 
+from .step_app import App, AppFactory
 from .store_conformance import StoreFactory
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
@@ -232,3 +235,33 @@ def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+# -- the agent core on a test database ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def app_factory(database_url: str) -> AsyncIterator[AppFactory]:
+    """Opens apps on one database: each call is a fresh process's view (new engine, nothing cached)."""
+    opened: list[Database] = []
+
+    async def open_app() -> App:
+        db = await Database.connect(database_url)
+        opened.append(db)
+        business = BusinessData(db.engine)
+        await business.seed()
+        runtime = Runtime(
+            db=db, business=business, agent=build_agent(demo_model()), feedback_model=feedback_model()
+        )
+        return App(db, business, runtime)
+
+    try:
+        yield open_app
+    finally:
+        for db in opened:
+            await db.aclose()
+
+
+@pytest.fixture
+async def app(app_factory: AppFactory) -> App:
+    return await app_factory()

@@ -20,20 +20,32 @@ from pydantic_ai.conversation_store import (
     InMemoryConversationStore,
 )
 from pydantic_ai.exceptions import UserError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from store import SqlConversationStore
 from store.schema import ConversationEntryRow
+
+from .messages import realistic_turn
 
 __all__ = (
     "Operation",
     "StoreFactory",
     "apply",
+    "dump",
     "observe",
     "operations",
     "reply",
+    "saved",
     "stored_entry_ids",
     "transcript",
+    "turns",
     "user",
 )
 
@@ -64,6 +76,26 @@ def transcript(messages: Sequence[ModelMessage] | Sequence[ConversationEntry]) -
             case part:
                 texts.append(f"<{part.part_kind}>")
     return texts
+
+
+def turns(count: int) -> list[ModelMessage]:
+    return [message for i in range(count) for message in realistic_turn(i)]
+
+
+def dump(messages: list[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(messages)
+
+
+async def saved(
+    store: ConversationStore, conversation_id: str, *texts: str, scope: str | None = None
+) -> Conversation:
+    """A conversation of alternating user and model `texts`, saved to `store`."""
+    conversation = Conversation(
+        conversation_id=conversation_id,
+        messages=[user(text) if i % 2 == 0 else reply(text) for i, text in enumerate(texts)],
+    )
+    await store.save(conversation, scope=scope)
+    return conversation
 
 
 async def stored_entry_ids(store: ConversationStore) -> set[str]:

@@ -1,0 +1,147 @@
+"""The step function when a run dies, is cancelled or is stopped: it continues from its checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+from inline_snapshot import snapshot
+
+from agent import decide, run_step
+from store import Thread
+from stream import CollectingSink, StreamEvent
+
+from .step_app import App, AppFactory, refunded_cents, shapes
+
+pytestmark = pytest.mark.anyio
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing after it runs, no handler sees it."""
+
+
+class CrashingSink(CollectingSink):
+    """Dies at a chosen point of the run: at its `at_flush`-th checkpoint or on an event it matches."""
+
+    def __init__(
+        self, *, at_flush: int | None = None, on: Callable[[StreamEvent], bool] | None = None
+    ) -> None:
+        super().__init__()
+        self.at_flush, self.on, self.flushes = at_flush, on, 0
+
+    async def emit(self, event: StreamEvent) -> None:
+        await super().emit(event)
+        if self.on is not None and self.on(event):
+            raise Crash
+
+    async def flush(self) -> None:
+        await super().flush()
+        self.flushes += 1
+        if self.flushes == self.at_flush:
+            raise Crash
+
+
+async def _crash_then_recover(
+    app_factory: AppFactory, thread: Thread, run_id: str, sink: CrashingSink
+) -> App:
+    crashed = await app_factory()
+    with pytest.raises(Crash):
+        await run_step(crashed.runtime, run_id, sink=sink)
+    assert (await crashed.db.runs.get(run_id)).status == "running"
+    # After the restart: the run left running by the dead process is put back and driven again.
+    recovered = await app_factory()
+    assert await recovered.db.runs.requeue(run_id)
+    assert await run_step(recovered.runtime, run_id) in {"completed", "awaiting_approval"}
+    return recovered
+
+
+@pytest.mark.parametrize("at_flush", [1, 2])
+async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
+    app_factory: AppFactory, at_flush: int
+) -> None:
+    reference = await app_factory()
+    clean = await reference.thread()
+    await reference.send(clean, "Please refund ORD-5678")
+    app = await app_factory()
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
+    recovered = await _crash_then_recover(app_factory, thread, run.run_id, CrashingSink(at_flush=at_flush))
+    # No message lost, none repeated: the same history as a run that never crashed.
+    assert shapes(await recovered.messages(thread)) == shapes(await reference.messages(clean))
+    assert len(await recovered.pending(thread)) == 1
+    kinds = [e.type for e in await recovered.log(thread)]
+    assert kinds.count("approval_required") == 1
+    assert kinds.count("run_started") == 2
+
+
+async def test_a_resume_killed_after_the_refund_does_not_refund_twice(app_factory: AppFactory) -> None:
+    app = await app_factory()
+    thread = await app.thread()
+    await app.send(thread, "Please refund ORD-5678")
+    [call_id] = await app.pending(thread)
+    decision = await decide(app.db, thread.thread_id, call_id, decision="approved", decided_by="bob")
+    assert decision.resume_run_id is not None
+    # Dies right after the refund committed, before any checkpoint recorded it in the conversation.
+    sink = CrashingSink(on=lambda e: e.type == "tool_result")
+    recovered = await _crash_then_recover(app_factory, thread, decision.resume_run_id, sink)
+    assert await refunded_cents(recovered, "ORD-5678") == 9998
+    assert shapes(await recovered.messages(thread))[-2:] == [
+        "request: tool-return(issue_refund)",
+        "response: text",
+    ]
+    async with recovered.db.engine.connect() as connection:
+        ledger = (await connection.execute(sa.text("SELECT count(*) FROM tool_executions"))).scalar_one()
+    assert ledger == 1
+
+
+async def test_a_cancelled_run_is_requeued_and_continues(app: App) -> None:
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
+    tool_called = asyncio.Event()
+
+    class SignallingSink(CollectingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "tool_result":
+                tool_called.set()
+
+    task = asyncio.create_task(run_step(app.runtime, run.run_id, sink=SignallingSink()))
+    await tool_called.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await app.db.runs.get(run.run_id)).status == "queued"
+    assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
+    assert shapes(await app.messages(thread)) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(lookup_order)",
+            "request: tool-return(lookup_order)",
+            "response: tool-call(issue_refund)",
+        ]
+    )
+
+
+async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(app_factory: AppFactory) -> None:
+    reference = await app_factory()
+    clean = await reference.thread()
+    await reference.send(clean, "Please refund ORD-5678")
+    app = await app_factory()
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
+
+    class StopOnToolResult(CollectingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "tool_result":
+                app.runtime.stopping.set()  # shutdown begins while the lookup's result comes in
+
+    assert await run_step(app.runtime, run.run_id, sink=StopOnToolResult()) == "queued"
+    parked = await app.db.runs.get(run.run_id)
+    assert (parked.status, parked.checkpoints) == ("queued", 1)
+    # The next process continues it from that checkpoint.
+    restarted = await app_factory()
+    assert await run_step(restarted.runtime, run.run_id) == "awaiting_approval"
+    assert shapes(await restarted.messages(thread)) == shapes(await reference.messages(clean))
