@@ -37,3 +37,19 @@ async def test_a_follower_that_falls_behind_is_dropped_and_publishing_goes_on() 
             await slow.next_batch()
         assert [e.event_id for e in await fast.next_batch()] == [3, 4]
         assert broker.followers("t") == 1
+
+
+async def test_a_late_follower_starts_with_the_threads_recent_events() -> None:
+    # Streaming events are published before they are stored: one subscribing in between must
+    # still get them, since the log does not have them yet.
+    broker = Broker(recent=3, threads=1)
+    broker.publish("t", events(1, 2, 3, 4))
+    with broker.subscribe("t") as late:
+        broker.publish("t", events(5))
+        assert [e.event_id for e in await late.next_batch()] == [2, 3, 4, 5]
+    # Only the most recently active threads are remembered.
+    broker.publish("u", events(9))
+    with broker.subscribe("t") as after_eviction, broker.subscribe("u") as other:
+        broker.publish("t", events(6))
+        assert [e.event_id for e in await after_eviction.next_batch()] == [6]
+        assert [e.event_id for e in await other.next_batch()] == [9]
