@@ -209,6 +209,12 @@ class RunRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    trace_id: Mapped[str | None] = mapped_column(sa.String(32))
+    """The OpenTelemetry trace of the run's latest attempt (32 hex digits), to find its spans."""
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(64))
+    """The worker driving the run while it is `running`; only it may checkpoint or end the run."""
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    """When the owner's lease lapses unless its heartbeat renews it; another worker may then take over."""
 
     __table_args__ = (
         sa.Index("ix_runs_thread_created", "thread_id", "created_at"),
@@ -260,6 +266,8 @@ class ApprovalRow(Base):
     resume_run_id: Mapped[str | None] = mapped_column(sa.String(64))
     """The run the completing decision started."""
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    trace_id: Mapped[str | None] = mapped_column(sa.String(32))
+    """The trace of the run that paused for this call."""
 
     __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
 
