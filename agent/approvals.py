@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Literal
+
+from opentelemetry import context, trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from store import Approval, Database, Decision, NewEvent
 from stream import ApprovalDecided, event_data
@@ -11,6 +15,8 @@ from .eventlog import Publisher, stored_events
 from .tools import validate_args
 
 __all__ = ("decide",)
+
+tracer = trace.get_tracer("durable_chat.agent")
 
 
 async def decide(
@@ -27,20 +33,51 @@ async def decide(
     """Approve (possibly with edited arguments) or reject a pending call.
 
     The decision that completes its run's set queues the resume run (`Decision.resume_run_id`);
-    the caller drives it with `run_step`.
+    the caller drives it with `run_step`. It is traced in an `approval` span of the paused run's
+    trace, and its `approval_decided` event carries that trace's id.
 
     Raises:
         store.NotFound: No such call waits in the thread.
         store.AlreadyDecided: The call was given the opposite decision.
         InvalidArguments: `override_args` do not fit the tool's schema.
     """
+    pending = await db.approvals.get(thread_id, tool_call_id)
+    attributes = {
+        "durable_chat.thread_id": thread_id,
+        "durable_chat.run_id": pending.run_id,
+        "durable_chat.tool_call_id": tool_call_id,
+        "durable_chat.tool_name": pending.tool_name,
+        "durable_chat.approval.decision": decision,
+        "durable_chat.approval.edited": override_args is not None,
+    }
+    with tracer.start_as_current_span("approval", _in_trace(pending.trace_id), attributes=attributes) as span:
+        result = await _decide(
+            db, pending, decision, decided_by=decided_by, override_args=override_args, reason=reason
+        )
+        span.set_attribute("durable_chat.approval.repeated", result.repeated)
+        if result.resume_run_id is not None:
+            span.set_attribute("durable_chat.approval.resume_run_id", result.resume_run_id)
+    if publish is not None and result.events:
+        publish(thread_id, stored_events(result.events))
+    return result
+
+
+async def _decide(
+    db: Database,
+    pending: Approval,
+    decision: Literal["approved", "rejected"],
+    *,
+    decided_by: str,
+    override_args: dict[str, object] | None,
+    reason: str | None,
+) -> Decision:
     if decision == "approved" and override_args is not None:
-        pending = await db.approvals.get(thread_id, tool_call_id)
         override_args = validate_args(pending.tool_name, override_args)
 
     def event(approval: Approval) -> NewEvent:
         decided = ApprovalDecided(
             run_id=approval.run_id,
+            trace_id=approval.trace_id,
             tool_call_id=approval.tool_call_id,
             decision=decision,
             decided_by=decided_by,
@@ -49,15 +86,29 @@ async def decide(
         )
         return NewEvent(decided.run_id, decided.type, event_data(decided))
 
-    result = await db.approvals.decide(
-        thread_id,
-        tool_call_id,
+    return await db.approvals.decide(
+        pending.thread_id,
+        pending.tool_call_id,
         decision=decision,
         decided_by=decided_by,
         override_args=override_args if decision == "approved" else None,
         reason=reason if decision == "rejected" else None,
         event=event,
     )
-    if publish is not None and result.events:
-        publish(thread_id, stored_events(result.events))
-    return result
+
+
+def _in_trace(trace_id: str | None) -> context.Context | None:
+    """A context whose parent is a placeholder in the trace `trace_id`, so a span started in it joins that trace.
+
+    The paused run's span ended long ago and its id was not kept: the approval span hangs under a
+    remote parent that is never exported, and `durable-chat trace` shows it as a root of the trace.
+    """
+    if trace_id is None:
+        return None
+    parent = SpanContext(
+        trace_id=int(trace_id, 16),
+        span_id=secrets.randbits(64) or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))

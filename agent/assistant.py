@@ -6,6 +6,7 @@ from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.models import Model
 
 from .tools import TOOLS, Deps
+from .tracing import instrumentation
 
 __all__ = ("INSTRUCTIONS", "SupportAgent", "build_agent")
 
@@ -27,8 +28,12 @@ You are the customer-service assistant of an online shop. Be brief, friendly and
 SupportAgent = Agent[Deps, str | DeferredToolRequests]
 
 
-def build_agent(model: Model | str) -> SupportAgent:
-    """The agent on `model`: the demo model or any pydantic-ai model string."""
+def build_agent(model: Model | str, *, trace_content: bool = False) -> SupportAgent:
+    """The agent on `model`: the demo model or any pydantic-ai model string.
+
+    Its runs, model requests and tool calls are traced (`agent.tracing.instrumentation`), with
+    prompts, completions and tool arguments and results only when `trace_content` is set.
+    """
     return Agent(
         model,
         deps_type=Deps,
@@ -36,4 +41,5 @@ def build_agent(model: Model | str) -> SupportAgent:
         instructions=INSTRUCTIONS,
         tools=TOOLS,
         name="support",
+        capabilities=[instrumentation(include_content=trace_content)],
     )

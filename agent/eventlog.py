@@ -15,6 +15,8 @@ Deliberate choices:
 - **Control events** (`approval_required`, `run_finished`) are published only once stored, and
   so is everything emitted after one: a client that sees `approval_required` can decide at once,
   and one that sees `run_finished` finds the run's whole log stored.
+- **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
+  the log, live followers and any other sink see the same event, `trace_id` included.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from store import EventLog, LoggedEvent, NewEvent
-from stream import StoredEvent, StreamEvent, event_data, event_from_data
+from stream import Sink, StoredEvent, StreamEvent, event_data, event_from_data
 
-__all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "new_events", "stored_events")
+__all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "TraceStampSink", "new_events", "stored_events")
 
 Publisher = Callable[[str, Sequence[StoredEvent]], None]
 """Tells live followers of a thread about its events, in id order."""
@@ -164,3 +166,18 @@ class EventLogSink:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from self._failure
+
+
+class TraceStampSink:
+    """A `stream.Sink` that sets `trace_id` on every event without one, then passes it to `inner`."""
+
+    def __init__(self, inner: Sink, trace_id: str) -> None:
+        self._inner = inner
+        self._update = {"trace_id": trace_id}
+
+    async def emit(self, event: StreamEvent) -> None:
+        # A shallow copy without validation: a few microseconds, paid once per event.
+        await self._inner.emit(event if event.trace_id is not None else event.model_copy(update=self._update))
+
+    async def flush(self) -> None:
+        await self._inner.flush()

@@ -24,6 +24,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from opentelemetry import trace
+from opentelemetry.trace import Span, StatusCode
 from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
@@ -71,12 +73,14 @@ from stream import (
 from stream import PendingCall as PendingCallEvent
 
 from .assistant import SupportAgent
-from .eventlog import EventLogSink, Publisher, new_events
+from .eventlog import EventLogSink, Publisher, TraceStampSink, new_events
+from .logs import current_trace_id
 from .tools import Deps, RecordBuffer
 
 __all__ = ("Runtime", "run_step")
 
 logger = logging.getLogger(__name__)
+tracer = trace.get_tracer("durable_chat.agent")
 
 
 def default_limits() -> UsageLimits:
@@ -117,27 +121,46 @@ async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -
     A run that is not queued (another worker took it, or it ended) is left alone and its current
     status returned. Cancelling the task stops the run between two awaits; it is put back in the
     queue, to continue from its last checkpoint when driven again.
+
+    Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
+    spans; its trace id is kept on the run's row and on every event and approval row of the run.
     """
-    started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK)
-    if started is None:
-        return (await runtime.db.runs.get(run_id)).status
-    run, user_id, first_event_id = started
-    log = EventLogSink(
-        runtime.db.events,
-        run.thread_id,
-        publish=runtime.publish,
-        block=EVENT_BLOCK,
-        reserved=(first_event_id, EVENT_BLOCK),
-    )
-    out: Sink = log if sink is None else TeeSink(log, sink)
-    step = _Step(runtime, run, user_id, out, log)
-    try:
-        return await _drive(runtime, run, step, out)
-    finally:
-        await log.aclose()
+    with tracer.start_as_current_span("run", attributes={"durable_chat.run_id": run_id}) as span:
+        trace_id = current_trace_id()
+        started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK, trace_id=trace_id)
+        if started is None:
+            status = (await runtime.db.runs.get(run_id)).status
+            span.set_attributes({"durable_chat.run.started": False, "durable_chat.run.status": status})
+            return status
+        run, user_id, first_event_id = started
+        span.set_attributes(
+            {
+                "durable_chat.thread_id": run.thread_id,
+                "durable_chat.run.kind": run.kind,
+                "durable_chat.run.attempt": run.attempt,
+                "durable_chat.run.started": True,
+            }
+        )
+        log = EventLogSink(
+            runtime.db.events,
+            run.thread_id,
+            publish=runtime.publish,
+            block=EVENT_BLOCK,
+            reserved=(first_event_id, EVENT_BLOCK),
+        )
+        out: Sink = log if sink is None else TeeSink(log, sink)
+        if trace_id is not None:
+            out = TraceStampSink(out, trace_id)
+        step = _Step(runtime, run, user_id, out, log, trace_id)
+        try:
+            status = await _drive(runtime, run, step, out, span)
+        finally:
+            await log.aclose()
+        span.set_attribute("durable_chat.run.status", status)
+        return status
 
 
-async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatus:
+async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink, span: Span) -> RunStatus:
     try:
         return await step.drive()
     except _Stopped:
@@ -149,6 +172,8 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
+        span.record_exception(error)
+        span.set_status(StatusCode.ERROR, type(error).__name__)
         await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
         await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
         await out.flush()
@@ -163,9 +188,12 @@ async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
 
 
 class _Step:
-    def __init__(self, runtime: Runtime, run: Run, user_id: str, out: Sink, log: EventLogSink) -> None:
+    def __init__(
+        self, runtime: Runtime, run: Run, user_id: str, out: Sink, log: EventLogSink, trace_id: str | None
+    ) -> None:
         self.runtime = runtime
         self.run = run
+        self.trace_id = trace_id
         self.db = runtime.db
         self.out = out
         self.log = log
@@ -263,7 +291,7 @@ class _Step:
         async def also(connection: AsyncConnection) -> None:
             await insert_records(connection, run.thread_id, run.run_id, records)
             if approvals:
-                await insert_pending(connection, run.thread_id, run.run_id, approvals)
+                await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
             await insert_events(connection, run.thread_id, new_events(events))
             await record_checkpoint(connection, run, event_id=covered, finish=finish, error=error)
 
@@ -284,6 +312,13 @@ class _Step:
             PendingCall(call.tool_call_id, call.tool_name, _args(call))
             for call in [*requests.approvals, *requests.calls]
         ]
+        trace.get_current_span().add_event(
+            "approval_required",
+            {
+                "durable_chat.tool_call_ids": [call.tool_call_id for call in calls],
+                "durable_chat.tool_names": [call.tool_name for call in calls],
+            },
+        )
         await self.out.emit(
             ApprovalRequired(
                 run_id=self.run.run_id,

@@ -147,6 +147,7 @@ async def chat(
     user_id: str | None = None,
     thread_id: str | None = None,
     out: TextIO | None = None,
+    trace_content: bool = False,
 ) -> int:
     """Chat in the terminal until `/quit` or end of input; return the exit status.
 
@@ -156,6 +157,7 @@ async def chat(
         user_id: Who chats; by default the thread's owner, or `demo` for a new thread.
         thread_id: Continue this thread (its owner must be `user_id`, when given) instead of a new one.
         out: Where to print; standard output by default.
+        trace_content: Put prompts and completions in the agent's spans.
 
     Raises:
         store.StoreError: The database cannot be opened, or the thread is not found.
@@ -167,7 +169,7 @@ async def chat(
         runtime = Runtime(
             db=db,
             business=business,
-            agent=build_agent(resolve_model(model)),
+            agent=build_agent(resolve_model(model), trace_content=trace_content),
             feedback_model=feedback_model(),
         )
         if thread_id is None:

@@ -9,15 +9,19 @@ import logging
 import re
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import uvicorn
 
+from agent.logs import LOG_FORMAT, install_log_filters
+from agent.tracing import TracingUnavailable, setup_tracing
 from store import Database, SqlConversationStore, StoreError, Thread, current_revision
 from web import Settings, SettingsError, create_app
 from web.tokens import issue_token
 
 from .chat import DEFAULT_USER, chat
+from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
 
 __all__ = ("build_parser", "main")
 
@@ -25,6 +29,7 @@ _PROG = "durable-chat"
 _THREADS_SHOWN = 100
 _THREAD_COLUMNS = ("THREAD", "TITLE", "STATUS", "UPDATED (UTC)")
 _OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
+_UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _add_db(migrate)
+
+    trace = commands.add_parser("trace", help="print a run's spans as a tree with timings")
+    trace.add_argument("run_id", metavar="RUN_ID")
+    _add_db(trace)
+    trace.add_argument(
+        "--file",
+        metavar="PATH",
+        type=Path,
+        help="the JSONL trace file (env DURABLE_CHAT_TRACE_FILE; default: traces.jsonl under ./data)",
+    )
     return parser
 
 
@@ -76,9 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _token(Settings.load(), args.user)
             case "threads":
                 return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
+            case "trace":
+                return _trace(args.run_id, args.db, args.file)
             case _:
                 raise AssertionError(f"unknown command {command!r}")
-    except (StoreError, SettingsError) as error:
+    except (StoreError, SettingsError, TracingUnavailable, TraceFileError) as error:
         # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 1
@@ -88,7 +105,18 @@ def _serve(settings: Settings) -> int:
     # Migrating before uvicorn starts turns a bad database into one clear line; in the lifespan
     # it would be a traceback. The lifespan's own connect then finds the schema up to date.
     asyncio.run(_upgrade(settings.database_url))
+    _configure_logging(settings.tracing.secrets)
     config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, lifespan="on")
+    # Uvicorn has just configured its own loggers' handlers: they get the filters too.
+    install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
+    tracing = setup_tracing(settings.tracing)
+    try:
+        return _run_server(settings, config)
+    finally:
+        tracing.shutdown()
+
+
+def _run_server(settings: Settings, config: uvicorn.Config) -> int:
     # The demo user's token rides in the URL's fragment, which browsers never send to the server,
     # so it cannot reach the server's access log; the page moves it to session storage.
     ready_url = (
@@ -112,12 +140,35 @@ def _chat(settings: Settings, user_id: str | None, thread_id: str | None) -> int
     # upgrade is still worth a line, and warnings stay.
     for name in ("agent", "store.business"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    _configure_logging(settings.tracing.secrets)
+    tracing = setup_tracing(settings.tracing)
     try:
-        return asyncio.run(chat(settings.database_url, settings.model, user_id=user_id, thread_id=thread_id))
+        return asyncio.run(
+            chat(
+                settings.database_url,
+                settings.model,
+                user_id=user_id,
+                thread_id=thread_id,
+                trace_content=settings.tracing.include_content,
+            )
+        )
     except KeyboardInterrupt:
         # An interrupted run was put back in its queue; `--thread` continues it.
         print(file=sys.stderr)
         return 130
+    finally:
+        tracing.shutdown()
+
+
+def _trace(run_id: str, database_url: str | None, trace_file: Path | None) -> int:
+    path = trace_file or Settings.resolve_trace_file()
+    if path is None:
+        print(f"{_PROG}: error: tracing to a file is off (DURABLE_CHAT_TRACE_FILE=off)", file=sys.stderr)
+        return 1
+    url = Settings.resolve_database_url(database_url)
+    for spans in run_traces(path, run_id, asyncio.run(stored_trace_id(url, run_id))):
+        render_trace(spans, sys.stdout)
+    return 0
 
 
 def _token(settings: Settings, user_id: str) -> int:
@@ -170,9 +221,11 @@ class _Server(uvicorn.Server):
             print(f"{_PROG} is ready: open {self._ready_url}", flush=True)
 
 
-def _configure_logging() -> None:
+def _configure_logging(secrets: Iterable[str] = ()) -> None:
     # Our own packages speak at INFO (e.g. a schema upgrade); libraries only when something is wrong.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Every line is redacted and, inside a run, names its trace; called again once the secrets are known.
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    install_log_filters(secrets)
     for package in _OWN_PACKAGES:
         logging.getLogger(package).setLevel(logging.INFO)
 

@@ -22,6 +22,7 @@ from .events import LoggedEvent, NewEvent, append_events
 from .runs import insert_run
 from .schema import ApprovalRow, ApprovalStatus, ThreadRow, metadata, now_utc
 from .threads import touch_thread
+from .tracing import traced
 
 __all__ = ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending")
 
@@ -54,6 +55,8 @@ class Approval:
     decided_at: datetime | None
     resume_run_id: str | None
     created_at: datetime
+    trace_id: str | None = None
+    """The trace of the run that paused for the call (32 hex digits), when it was traced."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Approvals:
             raise NotFound(f"no tool call {tool_call_id!r} awaits a decision in thread {thread_id!r}")
         return approval
 
+    @traced("list_approvals")
     async def list(
         self,
         *,
@@ -109,6 +113,7 @@ class Approvals:
                 rows = (await connection.execute(query)).mappings().all()
         return [_approval(row) for row in rows]
 
+    @traced("decide")
     async def decide(
         self,
         thread_id: str,
@@ -176,9 +181,17 @@ class Approvals:
 
 
 async def insert_pending(
-    connection: AsyncConnection, thread_id: str, run_id: str, calls: Sequence[PendingCall]
+    connection: AsyncConnection,
+    thread_id: str,
+    run_id: str,
+    calls: Sequence[PendingCall],
+    *,
+    trace_id: str | None = None,
 ) -> None:
-    """Hold `calls` for decisions, inside the caller's unit of work; a call held already is kept."""
+    """Hold `calls` for decisions, inside the caller's unit of work; a call held already is kept.
+
+    `trace_id` is the trace of the run that pauses, kept on each approval row.
+    """
     if not calls:
         return
     now = now_utc()
@@ -191,6 +204,7 @@ async def insert_pending(
             "args": _dump(call.args),
             "status": "pending",
             "created_at": now,
+            "trace_id": trace_id,
         }
         for call in calls
     ]
@@ -230,4 +244,5 @@ def _approval(row: RowMapping) -> Approval:
         decided_at=row["decided_at"],
         resume_run_id=row["resume_run_id"],
         created_at=row["created_at"],
+        trace_id=row["trace_id"],
     )

@@ -43,6 +43,7 @@ from .engine import check_reachable, create_engine, dispose, normalize_url, read
 from .errors import CorruptData, NotFound
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
+from .tracing import store_span, traced
 
 __all__ = ("PageCursor", "SqlConversationStore")
 
@@ -208,7 +209,8 @@ class SqlConversationStore(ConversationStore):
     ) -> Conversation | None:
         token = _prefetch.set(_Prefetch(limit))
         try:
-            return await super().load(conversation_id, limit=limit, scope=scope)
+            with store_span("load"):
+                return await super().load(conversation_id, limit=limit, scope=scope)
         except CorruptData as error:
             raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
         finally:
@@ -240,6 +242,7 @@ class SqlConversationStore(ConversationStore):
         finally:
             _known.reset(token)
 
+    @traced("checkpoint")
     async def save_with(
         self, conversation: Conversation, *, also: AlsoWrite, scope: str | None = None
     ) -> list[ConversationEntry]:

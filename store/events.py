@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import EventRow, ThreadRow, metadata, now_utc
+from .tracing import traced
 
 __all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events")
 
@@ -69,6 +70,7 @@ class EventLog:
                 rows = (await connection.execute(query)).all()
         return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
 
+    @traced("reserve_events")
     async def reserve(self, thread_id: str, count: int) -> int:
         """Reserve `count` consecutive ids for a writer of the thread; return the first.
 
@@ -92,6 +94,7 @@ class EventLog:
             raise NotFound(f"no thread {thread_id!r}")
         return last - count + 1
 
+    @traced("append_events")
     async def insert(self, thread_id: str, events: Sequence[tuple[int, NewEvent]]) -> None:
         """Store events whose ids were reserved, in one transaction."""
         with translate_errors(f"appending events to thread {thread_id!r}"):

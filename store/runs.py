@@ -25,6 +25,7 @@ from .schema import (
     now_utc,
 )
 from .threads import touch_thread
+from .tracing import traced
 
 __all__ = (
     "Run",
@@ -76,6 +77,7 @@ class Runs:
         self._engine = engine
         self._reader = reader(engine)
 
+    @traced("queue_run")
     async def create_message_run(
         self, thread_id: str, *, content: str, idempotency_key: str | None = None
     ) -> tuple[Run, bool]:
@@ -147,11 +149,15 @@ class Runs:
             async with self._reader.connect() as connection:
                 return [_run(row) for row in (await connection.execute(query)).mappings().all()]
 
-    async def start_reserving(self, run_id: str, *, events: int) -> tuple[Run, str, int] | None:
+    @traced("claim_run")
+    async def start_reserving(
+        self, run_id: str, *, events: int, trace_id: str | None = None
+    ) -> tuple[Run, str, int] | None:
         """Mark a queued run running, count the attempt, and reserve `events` event ids of its thread.
 
         One transaction. Returns the run, its thread's user and the first reserved id, or `None`
-        when the run is not queued (another worker took it, or it ended).
+        when the run is not queued (another worker took it, or it ended). `trace_id` is the trace
+        of this attempt, kept on the run's row.
         """
         with translate_errors(f"starting run {run_id!r}"):
             async with self._engine.begin() as connection:
@@ -160,7 +166,12 @@ class Runs:
                         await connection.execute(
                             _runs.update()
                             .where(_runs.c.run_id == run_id, _runs.c.status == "queued")
-                            .values(status="running", started_at=now_utc(), attempt=_runs.c.attempt + 1)
+                            .values(
+                                status="running",
+                                started_at=now_utc(),
+                                attempt=_runs.c.attempt + 1,
+                                trace_id=trace_id,
+                            )
                             .returning(*_runs.c)
                         )
                     )
@@ -179,6 +190,7 @@ class Runs:
                 ).one()
         return _run(row), reserved[0], reserved[1] - events + 1
 
+    @traced("requeue_run")
     async def requeue(self, run_id: str) -> bool:
         """Put a run left `running` by a dead or cancelled attempt back in the queue."""
         with translate_errors(f"requeueing run {run_id!r}"):
@@ -190,6 +202,7 @@ class Runs:
                 )
         return result.rowcount == 1
 
+    @traced("finish_run")
     async def finish(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
         """End a run with `status` and set its thread's status to match, in one unit of work."""
         with translate_errors(f"finishing run {run_id!r}"):

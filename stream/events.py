@@ -61,6 +61,8 @@ class _Event(BaseModel):
 
     run_id: str
     """The run that produced the event."""
+    trace_id: str | None = None
+    """The OpenTelemetry trace of the run (32 hex digits), when the process traces; left out otherwise."""
 
 
 class RunStarted(_Event):

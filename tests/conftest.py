@@ -4,6 +4,9 @@
 opens conversation stores on pydantic-ai's in-memory store, SQLite and PostgreSQL, so one suite checks
 every backend against the same `ConversationStore` semantics.
 
+Every test runs traced, as a server does: the session installs a tracer provider whose spans, redacted
+as in production, go to an in-memory exporter (`spans`), emptied after each test.
+
 PostgreSQL runs on the server `DURABLE_CHAT_TEST_POSTGRES_URL` names (the tests create and drop their
 own databases there). Without it the PostgreSQL tests skip, or fail when `CI=true`.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from graphlib import TopologicalSorter
 from pathlib import Path
@@ -22,10 +25,15 @@ from typing import Literal, NoReturn
 import asyncpg
 import pydantic_ai.models
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
 from sqlalchemy.engine import make_url
 
 from agent import Runtime, build_agent, demo_model, feedback_model
+from agent.tracing import RedactingSpanExporter
 from store import Database, SqlConversationStore
 from store.business import BusinessData
 
@@ -33,6 +41,13 @@ from .step_app import App, AppFactory
 from .store_conformance import StoreFactory
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
+
+TRACE_SECRET = "trace-test-secret-7f3a"
+"""A configured secret of the test session's tracer provider: redacted from every exported span."""
+_SPANS = InMemorySpanExporter()
+_tracer_provider = TracerProvider()
+_tracer_provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(_SPANS, [TRACE_SECRET])))
+trace.set_tracer_provider(_tracer_provider)
 
 POSTGRES_URL_VARIABLE = "DURABLE_CHAT_TEST_POSTGRES_URL"
 
@@ -47,6 +62,14 @@ _SQL_BACKENDS = [
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans the test ended so far, redacted as exported; emptied after every test."""
+    _SPANS.clear()
+    yield _SPANS
+    _SPANS.clear()
 
 
 @pytest.fixture(params=_SQL_BACKENDS)

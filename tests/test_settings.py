@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from agent.tracing import TracingConfig
 from web import Settings, SettingsError
 
-_VARIABLES = ("DATABASE_URL", "MODEL", "SECRET", "DATA_DIR")
+_VARIABLES = ("DATABASE_URL", "MODEL", "SECRET", "DATA_DIR", "TRACE_FILE", "OTLP_ENDPOINT", "TRACE_CONTENT")
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +67,7 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch, workdir: Pa
         data_dir=workdir / "flag-data",
     )
 
-    assert settings == Settings(
+    assert replace(settings, tracing=TracingConfig(trace_file=None)) == Settings(
         database_url="sqlite+aiosqlite:///flag.db",
         model="test",
         secret="flag-secret",
@@ -73,6 +75,8 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch, workdir: Pa
         port=8123,
         data_dir=workdir / "flag-data",
     )
+    assert settings.tracing.trace_file == workdir / "flag-data" / "traces.jsonl"
+    assert "flag-secret" in settings.tracing.secrets
 
 
 def test_data_dir_from_environment_holds_the_defaults(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
@@ -143,3 +147,44 @@ def test_explicit_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch) -
 
     assert settings.model == "from-mapping"
     assert os.environ["DURABLE_CHAT_MODEL"] == "from-os-environ"
+
+
+def test_tracing_defaults_to_a_file_in_the_data_directory_without_content(workdir: Path) -> None:
+    tracing = Settings.load(secret="the-signing-secret", environ={}).tracing
+
+    assert tracing == TracingConfig(
+        trace_file=workdir / "data" / "traces.jsonl",
+        otlp_endpoint=None,
+        include_content=False,
+        secrets=("the-signing-secret",),
+    )
+    # Settings only name the file; the exporter creates it with the first span.
+    assert not (workdir / "data" / "traces.jsonl").exists()
+
+
+def test_tracing_from_environment(workdir: Path) -> None:
+    environ = {
+        "DURABLE_CHAT_TRACE_FILE": "spans/run.jsonl",
+        "DURABLE_CHAT_OTLP_ENDPOINT": "http://collector:4318/v1/traces",
+        "DURABLE_CHAT_TRACE_CONTENT": "1",
+        "DURABLE_CHAT_SECRET": "env-signing-secret",
+        "OPENAI_API_KEY": "sk-test-0123456789",
+    }
+
+    tracing = Settings.load(environ=environ).tracing
+
+    assert tracing.trace_file == workdir / "spans" / "run.jsonl"
+    assert tracing.otlp_endpoint == "http://collector:4318/v1/traces"
+    assert tracing.include_content is True
+    assert set(tracing.secrets) == {"env-signing-secret", "sk-test-0123456789"}
+    assert Settings.resolve_trace_file(environ={"DURABLE_CHAT_TRACE_FILE": "off"}) is None
+    assert (
+        Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_CONTENT": "no"}).tracing.include_content
+        is False
+    )
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "yes please"])
+def test_trace_content_must_be_a_flag(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"DURABLE_CHAT_TRACE_CONTENT must be 1 or 0, not "):
+        Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_CONTENT": value})

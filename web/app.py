@@ -52,7 +52,9 @@ def create_app(settings: Settings) -> Starlette:
             runtime = Runtime(
                 db=db,
                 business=business,
-                agent=build_agent(resolve_model(settings.model)),
+                agent=build_agent(
+                    resolve_model(settings.model), trace_content=settings.tracing.include_content
+                ),
                 feedback_model=feedback_model(),
                 publish=broker.publish,
             )

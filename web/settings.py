@@ -8,11 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.redaction import secrets_from_environment
+from agent.tracing import TracingConfig
+
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
 
 ENV_PREFIX = "DURABLE_CHAT_"
 _SECRET_FILE = "secret"
 _DATABASE_FILE = "durable-chat.db"
+_TRACE_FILE = "traces.jsonl"
+_OFF = "off"
 _DEFAULT_HOST = "127.0.0.1"
 _DEFAULT_PORT = 8000
 
@@ -49,6 +54,9 @@ class Settings:
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
     """How long shutdown waits for cancelled runs to checkpoint and requeue."""
+    tracing: TracingConfig = field(default_factory=lambda: TracingConfig(trace_file=None))
+    """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), whether they hold content
+    (`DURABLE_CHAT_TRACE_CONTENT=1`), and the secrets redacted from spans and logs."""
 
     @classmethod
     def load(
@@ -81,16 +89,34 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
+        secret = _pick(secret, "SECRET", env) or _stored_secret(directory)
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
             model=_pick(model, "MODEL", env) or "demo",
-            secret=_pick(secret, "SECRET", env) or _stored_secret(directory),
+            secret=secret,
             host=_DEFAULT_HOST if host is None else host,
             port=_DEFAULT_PORT if port is None else port,
             data_dir=directory,
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
+            tracing=TracingConfig(
+                trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
+                otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
+                include_content=_flag("TRACE_CONTENT", env),
+                secrets=(secret, *secrets_from_environment(env)),
+            ),
         )
+
+    @staticmethod
+    def resolve_trace_file(
+        *, data_dir: Path | str | None = None, environ: Mapping[str, str] | None = None
+    ) -> Path | None:
+        """The JSONL trace file: `DURABLE_CHAT_TRACE_FILE` (`off` for none), else `traces.jsonl` in the data directory."""
+        env = os.environ if environ is None else environ
+        configured = _pick(None, "TRACE_FILE", env)
+        if configured is not None:
+            return None if configured.lower() == _OFF else Path(configured).absolute()
+        return _data_dir(data_dir, env) / _TRACE_FILE
 
     @staticmethod
     def resolve_database_url(
@@ -129,6 +155,17 @@ def _number(name: str, env: Mapping[str, str], default: float) -> float:
     if not value > 0:
         raise SettingsError(f"{ENV_PREFIX}{name} must be a positive number, not {text!r}")
     return value
+
+
+def _flag(name: str, env: Mapping[str, str]) -> bool:
+    text = _pick(None, name, env)
+    if text is None:
+        return False
+    if text.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if text.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{ENV_PREFIX}{name} must be 1 or 0, not {text!r}")
 
 
 def _data_dir(explicit: Path | str | None, env: Mapping[str, str]) -> Path:

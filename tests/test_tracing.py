@@ -1,0 +1,190 @@
+"""Tracing of runs over a real database: the span tree, trace ids everywhere, content and redaction.
+
+The session's tracer provider (see `conftest.py`) exports every span, redacted as in production, to
+the in-memory exporter the `spans` fixture returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+
+import pytest
+import sqlalchemy as sa
+from dirty_equals import IsStr
+from inline_snapshot import snapshot
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agent import Runtime, build_agent, decide, demo_model, feedback_model, run_step
+from store.schema import ApprovalRow, RunRow, metadata
+
+from .conftest import TRACE_SECRET
+from .step_app import App
+
+pytestmark = pytest.mark.anyio
+
+HEX32 = IsStr(regex=r"[0-9a-f]{32}")
+# Timing decides whether the event log's background writer stores some events between checkpoints.
+_TIMING_DEPENDENT = {"store.append_events"}
+
+
+def trace_id_of(span: ReadableSpan) -> str:
+    assert span.context is not None
+    return format(span.context.trace_id, "032x")
+
+
+def tree(spans: Iterable[ReadableSpan]) -> list[str]:
+    """Span names indented under their parents, children in start order; a missing parent makes a root."""
+    spans = [span for span in spans if span.name not in _TIMING_DEPENDENT]
+    ids = {span.context.span_id for span in spans if span.context is not None}
+    children: dict[int | None, list[ReadableSpan]] = defaultdict(list)
+    for span in spans:
+        parent = span.parent.span_id if span.parent is not None and span.parent.span_id in ids else None
+        children[parent].append(span)
+    lines: list[str] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for span in sorted(children[parent], key=lambda s: s.start_time or 0):
+            lines.append("  " * depth + span.name)
+            assert span.context is not None
+            walk(span.context.span_id, depth + 1)
+
+    walk(None, 0)
+    return lines
+
+
+def every_text(spans: Iterable[ReadableSpan]) -> str:
+    """All names, attribute values and event attributes of the spans, as one string to search."""
+    parts: list[object] = []
+    for span in spans:
+        parts += [span.name, *(span.attributes or {}).values(), span.status.description]
+        for event in span.events:
+            parts += [event.name, *(event.attributes or {}).values()]
+    return json.dumps(parts, default=str)
+
+
+async def stored_trace_ids(app: App, table: str, key: str) -> dict[str, str | None]:
+    rows = metadata.tables[table]
+    async with app.db.engine.connect() as connection:
+        result = await connection.execute(sa.select(rows.c[key], rows.c.trace_id))
+        return {row[0]: row[1] for row in result}
+
+
+async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: InMemorySpanExporter) -> None:
+    thread = await app.thread()
+    paused_id = await app.send(thread, "Please refund ORD-5678, it arrived broken, sadly")
+    [tool_call_id] = await app.pending(thread)
+    decision = await decide(app.db, thread.thread_id, tool_call_id, decision="approved", decided_by="alice")
+    assert decision.resume_run_id is not None
+    await run_step(app.runtime, decision.resume_run_id)
+
+    finished = spans.get_finished_spans()
+    runs = {
+        (span.attributes or {}).get("durable_chat.run_id"): span for span in finished if span.name == "run"
+    }
+    paused, resumed = runs[paused_id], runs[decision.resume_run_id]
+    paused_trace, resumed_trace = trace_id_of(paused), trace_id_of(resumed)
+    assert paused_trace != resumed_trace
+    assert dict(paused.attributes or {}) == {
+        "durable_chat.run_id": paused_id,
+        "durable_chat.thread_id": thread.thread_id,
+        "durable_chat.run.kind": "message",
+        "durable_chat.run.attempt": 1,
+        "durable_chat.run.started": True,
+        "durable_chat.run.status": "awaiting_approval",
+    }
+    assert [event.name for event in paused.events] == ["approval_required"]
+    assert (resumed.attributes or {}).get("durable_chat.run.status") == "completed"
+
+    # The paused run's trace: the run, the agent's model requests and tool call, the store's operations;
+    # then the decision, under the same trace, and the resume in a trace of its own.
+    in_paused = [span for span in finished if trace_id_of(span) == paused_trace]
+    assert tree(in_paused) == snapshot(
+        [
+            "run",
+            "  store.claim_run",
+            "  store.load",
+            "  invoke_agent support",
+            "    chat demo",
+            "    store.checkpoint",
+            "    execute_tool lookup_order",
+            "    chat demo",
+            "    store.checkpoint",
+            "  store.checkpoint",
+            "approval",
+            "  store.decide",
+        ]
+    )
+    approval = next(span for span in in_paused if span.name == "approval")
+    assert dict(approval.attributes or {}) == {
+        "durable_chat.thread_id": thread.thread_id,
+        "durable_chat.run_id": paused_id,
+        "durable_chat.tool_call_id": tool_call_id,
+        "durable_chat.tool_name": "issue_refund",
+        "durable_chat.approval.decision": "approved",
+        "durable_chat.approval.edited": False,
+        "durable_chat.approval.repeated": False,
+        "durable_chat.approval.resume_run_id": decision.resume_run_id,
+    }
+    in_resumed = [span for span in finished if trace_id_of(span) == resumed_trace]
+    assert "    execute_tool issue_refund" in tree(in_resumed)
+
+    # The trace id is on the run rows, the approval row and every event of each run.
+    assert paused_trace == HEX32
+    run_rows = await stored_trace_ids(app, RunRow.__tablename__, "run_id")
+    assert (run_rows[paused_id], run_rows[decision.resume_run_id]) == (paused_trace, resumed_trace)
+    assert await stored_trace_ids(app, ApprovalRow.__tablename__, "tool_call_id") == {
+        tool_call_id: paused_trace
+    }
+    expected = {paused_id: paused_trace, decision.resume_run_id: resumed_trace}
+    events = await app.log(thread)
+    assert {event.type for event in events} >= {
+        "run_started",
+        "tool_call",
+        "approval_decided",
+        "run_finished",
+    }
+    assert [(event.type, event.trace_id) for event in events] == [
+        (event.type, expected[event.run_id]) for event in events
+    ]
+
+
+async def test_prompts_and_completions_stay_out_of_spans_by_default(
+    app: App, spans: InMemorySpanExporter
+) -> None:
+    thread = await app.thread()
+    await app.send(thread, "Where is ORD-9012? My neighbour Quentin asked")
+
+    text = every_text(spans.get_finished_spans())
+    assert "chat demo" in text  # the model request was traced...
+    assert "Quentin" not in text  # ...without the prompt
+    assert "Gadget Plus" not in text  # nor the tool's result or the completion
+
+
+async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMemorySpanExporter) -> None:
+    runtime = Runtime(
+        db=app.db,
+        business=app.business,
+        agent=build_agent(demo_model(), trace_content=True),
+        feedback_model=feedback_model(),
+    )
+    traced = App(app.db, app.business, runtime)
+    thread = await traced.thread()
+    await traced.send(
+        thread,
+        f"What plan is alice@example.com on? Card 4111 1111 1111 1111, key {TRACE_SECRET}, Quentin asks",
+    )
+
+    text = every_text(spans.get_finished_spans())
+    assert "Quentin asks" in text  # the prompt is in the spans...
+    assert "Alice Johnson" in text  # ...and the tool's result
+    assert all(mask in text for mask in ("[email]", "[card]", "[secret]"))
+    assert "alice@example.com" not in text
+    assert "4111" not in text
+    assert TRACE_SECRET not in text
+    # Redaction is for operators only: the user's conversation keeps every word.
+    [stored] = [event for event in await traced.log(thread) if event.type == "user_message"]
+    assert stored.type == "user_message"
+    assert f"alice@example.com on? Card 4111 1111 1111 1111, key {TRACE_SECRET}" in stored.content
