@@ -166,7 +166,7 @@ def _trace(run_id: str, database_url: str | None, trace_file: Path | None) -> in
         print(f"{_PROG}: error: tracing to a file is off (DURABLE_CHAT_TRACE_FILE=off)", file=sys.stderr)
         return 1
     url = Settings.resolve_database_url(database_url)
-    for spans in run_traces(path, run_id, asyncio.run(stored_trace_id(url, run_id))):
+    for spans in run_traces(path, run_id, stored_trace_id(url, run_id)):
         render_trace(spans, sys.stdout)
     return 0
 

@@ -9,6 +9,7 @@ was not exported yet) is shown as a root.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import defaultdict
 from collections.abc import Iterator
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from store import Database, NotFound
+from sqlalchemy.engine import make_url
+
+from store import Database, StoreError
 from store.tracing import run_trace_id
 
 __all__ = ("Span", "TraceFileError", "read_spans", "render_trace", "run_traces")
@@ -80,17 +83,24 @@ def _span(line: str) -> Span | None:
         return None
 
 
-async def stored_trace_id(database_url: str, run_id: str) -> str | None:
-    """The trace id the run's row holds, or `None` when the run is unknown there or was not traced.
+def stored_trace_id(database_url: str, run_id: str) -> str | None:
+    """The trace id the run's row holds; `None` when the database, the run or its trace id is missing.
 
-    Raises:
-        store.StoreError: The database cannot be opened.
+    The database only narrows the search: without it, the run's spans are found by their run id. It
+    is opened as it is, never created or upgraded, as a command that reads spans must not write.
     """
-    async with await Database.connect(database_url) as db:
-        try:
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
+        return None
+    return asyncio.run(_stored_trace_id(database_url, run_id))
+
+
+async def _stored_trace_id(database_url: str, run_id: str) -> str | None:
+    try:
+        async with await Database.connect(database_url, migrate=False) as db:
             return await run_trace_id(db.engine, run_id)
-        except NotFound:
-            return None
+    except StoreError:  # NotFound, a database from before trace ids, an unreachable server
+        return None
 
 
 def run_traces(path: Path, run_id: str, trace_id: str | None) -> list[list[Span]]:

@@ -1,0 +1,173 @@
+"""`durable-chat trace RUN_ID`, run as a real process on the trace file a real chat process wrote."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+from inline_snapshot import snapshot
+
+from .test_cli import run_cli
+
+_DURATION = re.compile(r"  \d+\.\d ms")
+
+
+def normalized(output: str) -> list[str]:
+    """The tree with durations as `N ms` and hex ids as `<id>`; timing-dependent store writes left out."""
+    lines = [
+        re.sub(r"[0-9a-f]{32}|[0-9a-f-]{36}", "<id>", _DURATION.sub("  N ms", line))
+        for line in output.splitlines()
+    ]
+    return [line for line in lines if "store.append_events" not in line]
+
+
+def run_ids(database: Path) -> list[str]:
+    with sqlite3.connect(database) as connection:
+        return [row[0] for row in connection.execute("SELECT run_id FROM runs ORDER BY created_at")]
+
+
+def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: Path) -> None:
+    chat = run_cli("chat", cwd=tmp_path, input="Please refund ORD-5678, it arrived broken\ny\n/quit\n")
+    assert chat.returncode == 0, chat.stderr
+    assert "Refunded $99.98 for ORD-5678" in chat.stdout
+    paused, resumed = run_ids(tmp_path / "data" / "durable-chat.db")
+
+    first = run_cli("trace", paused, cwd=tmp_path)
+    second = run_cli("trace", resumed, cwd=tmp_path)
+
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert normalized(first.stdout) == snapshot(
+        [
+            "trace <id> (run_id <id>, attempt 1, status awaiting_approval)",
+            "  run  N ms",
+            "    store.claim_run  N ms",
+            "    store.load  N ms",
+            "    invoke_agent support  N ms",
+            "      chat demo  N ms",
+            "      store.checkpoint  N ms",
+            "      execute_tool lookup_order  N ms",
+            "      chat demo  N ms",
+            "      store.checkpoint  N ms",
+            "    store.checkpoint  N ms",
+            "  approval  N ms",
+            "    store.decide  N ms",
+        ]
+    )
+    assert normalized(second.stdout) == snapshot(
+        [
+            "trace <id> (run_id <id>, attempt 1, status completed)",
+            "  run  N ms",
+            "    store.claim_run  N ms",
+            "    store.load  N ms",
+            "    store.list_approvals  N ms",
+            "    invoke_agent support  N ms",
+            "      execute_tool issue_refund  N ms",
+            "      chat demo  N ms",
+            "    store.checkpoint  N ms",
+        ]
+    )
+    # The header names the run's own trace: the one its row holds.
+    with sqlite3.connect(tmp_path / "data" / "durable-chat.db") as connection:
+        [(trace_id,)] = connection.execute("SELECT trace_id FROM runs WHERE run_id = ?", (paused,))
+    assert first.stdout.startswith(f"trace {trace_id} (run_id {paused}, ")
+
+
+def span_line(
+    name: str, trace_id: str, span_id: str, parent: str | None, start: int, end: int, **attributes: object
+) -> str:
+    return json.dumps(
+        {
+            "name": name,
+            "trace_id": trace_id,
+            "span_id": span_id,
+            "parent_span_id": parent,
+            "start_time_unix_nano": start,
+            "end_time_unix_nano": end,
+            "status": "ERROR" if attributes.pop("error", False) else "UNSET",
+            "attributes": attributes,
+        }
+    )
+
+
+def test_trace_finds_every_attempt_by_its_run_span_and_survives_a_torn_line(tmp_path: Path) -> None:
+    first, second, other = "a" * 32, "b" * 32, "c" * 32
+    ms = 1_000_000
+    lines = [
+        span_line("store.claim_run", first, "0000000000000002", "0000000000000001", 1 * ms, 3 * ms),
+        span_line(
+            "run",
+            first,
+            "0000000000000001",
+            None,
+            0,
+            20 * ms,
+            error=True,
+            **{"durable_chat.run_id": "run-1", "durable_chat.run.attempt": 1},
+        ),
+        span_line("run", other, "0000000000000009", None, 0, 5 * ms, **{"durable_chat.run_id": "run-2"}),
+        span_line("chat demo", second, "0000000000000005", "0000000000000004", 2 * ms, 7_500_000),
+        span_line("late child", second, "0000000000000006", "00000000000000ff", 8 * ms, 9 * ms),
+        span_line(
+            "run",
+            second,
+            "0000000000000004",
+            None,
+            30 * ms,
+            42_250_000,
+            **{
+                "durable_chat.run_id": "run-1",
+                "durable_chat.run.attempt": 2,
+                "durable_chat.run.status": "completed",
+            },
+        ),
+        '{"name": "torn line, a writer died here", "trace_id": "aaaa',
+    ]
+    trace_file = tmp_path / "spans.jsonl"
+    trace_file.write_text("\n".join(lines) + "\n")
+    empty_db = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+
+    result = run_cli("trace", "run-1", "--file", str(trace_file), "--db", empty_db, cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == snapshot(
+        [
+            "trace aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa (run_id run-1, attempt 1)",
+            "  run  20.0 ms  [error]",
+            "    store.claim_run  2.0 ms",
+            "trace bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb (run_id run-1, attempt 2, status completed)",
+            "  late child  1.0 ms",
+            "  run  12.2 ms",
+            "    chat demo  5.5 ms",
+        ]
+    )
+
+
+def test_trace_of_an_unknown_run_is_one_line(tmp_path: Path) -> None:
+    trace_file = tmp_path / "spans.jsonl"
+    trace_file.write_text(
+        span_line("run", "a" * 32, "1" * 16, None, 0, 1, **{"durable_chat.run_id": "run-1"}) + "\n"
+    )
+    db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+
+    result = run_cli("trace", "no-such-run", "--file", str(trace_file), "--db", db, cwd=tmp_path)
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == f"durable-chat: error: no spans of run 'no-such-run' in {str(trace_file)!r}\n"
+
+
+def test_trace_without_a_trace_file_is_one_line(tmp_path: Path) -> None:
+    db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+
+    missing = run_cli("trace", "run-1", "--db", db, cwd=tmp_path)
+    off = run_cli("trace", "run-1", "--db", db, cwd=tmp_path, env={"DURABLE_CHAT_TRACE_FILE": "off"})
+
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == (
+        f"durable-chat: error: cannot read the trace file {str(tmp_path / 'data' / 'traces.jsonl')!r}: "
+        "No such file or directory\n"
+    )
+    assert (off.returncode, off.stdout) == (1, "")
+    assert off.stderr == "durable-chat: error: tracing to a file is off (DURABLE_CHAT_TRACE_FILE=off)\n"
