@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
 from pathlib import Path
 
+import httpx
 from inline_snapshot import snapshot
 
+from .live_server import SseEvent, auth, live_server, read_events, sqlite_url
+from .test_api import finished, new_thread, send
 from .test_cli import run_cli
 
 _DURATION = re.compile(r"  \d+\.\d ms")
@@ -171,3 +175,41 @@ def test_trace_without_a_trace_file_is_one_line(tmp_path: Path) -> None:
     )
     assert (off.returncode, off.stdout) == (1, "")
     assert off.stderr == "durable-chat: error: tracing to a file is off (DURABLE_CHAT_TRACE_FILE=off)\n"
+
+
+async def serve_a_looping_run(url: str, workdir: Path) -> tuple[str, list[SseEvent]]:
+    """Run a real server on `url`, send a message that ends at the turn's limits, return its run and events."""
+    with live_server(url, workdir, env={"OPENAI_API_KEY": "sk-e2e-0123456789"}) as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            token = server.token("alice")
+            thread_id = await new_thread(client, token)
+            # The demo model loops on this until the turn's limits end it, which the server logs at INFO.
+            run_id = await send(
+                client, token, thread_id, "Please loop forever on ORD-5678, sk-e2e-0123456789"
+            )
+            events = await read_events(client, thread_id, token, until=finished(run_id))
+            settled = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
+            assert settled["status"] == "idle"
+            return run_id, events
+
+
+def test_a_served_run_is_traced_logged_and_streamed_with_one_trace_id(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    run_id, events = asyncio.run(serve_a_looping_run(url, tmp_path))
+    with sqlite3.connect(tmp_path / "chat.db") as connection:
+        [(trace_id,)] = connection.execute("SELECT trace_id FROM runs WHERE run_id = ?", (run_id,))
+
+    assert re.fullmatch(r"[0-9a-f]{32}", trace_id)
+    assert {event.data["trace_id"] for event in events} == {trace_id}
+    [stderr] = tmp_path.glob("stderr-*.txt")
+    [logged] = [line for line in stderr.read_text().splitlines() if "hit its usage limits" in line]
+    assert logged.startswith(f"INFO agent.step: run {run_id} hit its usage limits")
+    assert logged.endswith(f" trace_id={trace_id}")
+    # The server flushed its spans at shutdown into the data directory; the key never reached them.
+    spans_text = (tmp_path / "data" / "traces.jsonl").read_text()
+    assert "sk-e2e-0123456789" not in spans_text
+    shown = run_cli("trace", run_id, "--db", url, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = normalized(shown.stdout)
+    assert lines[:2] == ["trace <id> (run_id <id>, attempt 1, status completed)", "  run  N ms"]
+    assert lines.count("      execute_tool lookup_order  N ms") >= 10
