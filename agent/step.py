@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, StatusCode
+from opentelemetry.trace import StatusCode
 from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
@@ -76,6 +76,7 @@ from .assistant import SupportAgent
 from .eventlog import EventLogSink, Publisher, TraceStampSink, new_events
 from .logs import current_trace_id
 from .tools import Deps, RecordBuffer
+from .tracing import run_attributes
 
 __all__ = ("Runtime", "run_step")
 
@@ -125,42 +126,37 @@ async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -
     Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
     spans; its trace id is kept on the run's row and on every event and approval row of the run.
     """
-    with tracer.start_as_current_span("run", attributes={"durable_chat.run_id": run_id}) as span:
-        trace_id = current_trace_id()
-        started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK, trace_id=trace_id)
-        if started is None:
-            status = (await runtime.db.runs.get(run_id)).status
-            span.set_attributes({"durable_chat.run.started": False, "durable_chat.run.status": status})
-            return status
-        run, user_id, first_event_id = started
-        span.set_attributes(
-            {
-                "durable_chat.thread_id": run.thread_id,
-                "durable_chat.run.kind": run.kind,
-                "durable_chat.run.attempt": run.attempt,
-                "durable_chat.run.started": True,
-            }
-        )
-        log = EventLogSink(
-            runtime.db.events,
-            run.thread_id,
-            publish=runtime.publish,
-            block=EVENT_BLOCK,
-            reserved=(first_event_id, EVENT_BLOCK),
-        )
-        out: Sink = log if sink is None else TeeSink(log, sink)
-        if trace_id is not None:
-            out = TraceStampSink(out, trace_id)
-        step = _Step(runtime, run, user_id, out, log, trace_id)
-        try:
-            status = await _drive(runtime, run, step, out, span)
-        finally:
-            await log.aclose()
+    with tracer.start_as_current_span("run", attributes=run_attributes(run_id)) as span:
+        status = await _run_step(runtime, run_id, sink)
         span.set_attribute("durable_chat.run.status", status)
         return status
 
 
-async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink, span: Span) -> RunStatus:
+async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStatus:
+    trace_id = current_trace_id()
+    started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK, trace_id=trace_id)
+    if started is None:
+        return (await runtime.db.runs.get(run_id)).status
+    run, user_id, first_event_id = started
+    trace.get_current_span().set_attributes(run_attributes(run_id, run))
+    log = EventLogSink(
+        runtime.db.events,
+        run.thread_id,
+        publish=runtime.publish,
+        block=EVENT_BLOCK,
+        reserved=(first_event_id, EVENT_BLOCK),
+    )
+    out: Sink = log if sink is None else TeeSink(log, sink)
+    if trace_id is not None:
+        out = TraceStampSink(out, trace_id)
+    step = _Step(runtime, run, user_id, out, log, trace_id)
+    try:
+        return await _drive(runtime, run, step, out)
+    finally:
+        await log.aclose()
+
+
+async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatus:
     try:
         return await step.drive()
     except _Stopped:
@@ -172,8 +168,8 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink, span: Span)
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
-        span.record_exception(error)
-        span.set_status(StatusCode.ERROR, type(error).__name__)
+        trace.get_current_span().record_exception(error)
+        trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
         await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
         await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
         await out.flush()

@@ -36,6 +36,8 @@ from opentelemetry.util.types import AnyValue, Attributes
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
+from store import Run
+
 from .redaction import redact, usable_secrets
 
 __all__ = (
@@ -44,6 +46,7 @@ __all__ = (
     "TracingConfig",
     "TracingUnavailable",
     "instrumentation",
+    "run_attributes",
     "setup_tracing",
     "span_record",
 )
@@ -75,6 +78,18 @@ def instrumentation(*, include_content: bool = False) -> Instrumentation:
     It uses the global tracer provider, so its spans are children of the current span (the run's).
     """
     return Instrumentation(settings=InstrumentationSettings(include_content=include_content))
+
+
+def run_attributes(run_id: str, run: Run | None = None) -> dict[str, AnyValue]:
+    """The attributes of a run's span: its id at the start, and what its row tells once it started."""
+    if run is None:
+        return {"durable_chat.run_id": run_id, "durable_chat.run.started": False}
+    return {
+        "durable_chat.thread_id": run.thread_id,
+        "durable_chat.run.kind": run.kind,
+        "durable_chat.run.attempt": run.attempt,
+        "durable_chat.run.started": True,
+    }
 
 
 def setup_tracing(config: TracingConfig) -> TracerProvider:
