@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, StatusCode
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent import Runtime, build_agent, decide, demo_model, feedback_model, run_step
 from agent.tracing import (
@@ -201,6 +203,33 @@ async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMe
     [stored] = [event for event in await traced.log(thread) if event.type == "user_message"]
     assert stored.type == "user_message"
     assert f"alice@example.com on? Card 4111 1111 1111 1111, key {TRACE_SECRET}" in stored.content
+
+
+@pytest.mark.anyio
+async def test_a_failed_run_is_an_error_span_with_its_exception_redacted(
+    app: App, spans: InMemorySpanExporter
+) -> None:
+    async def broken(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        raise RuntimeError("the provider rejected bob@example.com")
+        yield ""  # an async generator, as pydantic-ai streams the model
+
+    model = FunctionModel(stream_function=broken)
+    runtime = Runtime(
+        db=app.db, business=app.business, agent=build_agent(model), feedback_model=feedback_model()
+    )
+    failing = App(app.db, app.business, runtime)
+    thread = await failing.thread()
+    run_id = await failing.send(thread, "Hello")
+
+    [run] = [span for span in spans.get_finished_spans() if span.name == "run"]
+    assert (run.attributes or {}).get("durable_chat.run_id") == run_id
+    assert (run.attributes or {}).get("durable_chat.run.status") == "failed"
+    assert (run.status.status_code, run.status.description) == (StatusCode.ERROR, "RuntimeError")
+    [exception] = [event for event in run.events if event.name == "exception"]
+    assert (exception.attributes or {}).get("exception.message") == "the provider rejected [email]"
+    finished = (await failing.log(thread))[-1]
+    assert finished.type == "run_finished"
+    assert finished.trace_id == trace_id_of(run)
 
 
 # -- the exporters ----------------------------------------------------------------------------------
