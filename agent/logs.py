@@ -8,7 +8,7 @@ loggers; the command line calls it where it configures logging.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from opentelemetry import trace
 
@@ -41,9 +41,11 @@ class TraceIdFilter(logging.Filter):
 class RedactingFilter(logging.Filter):
     """Masks secrets, e-mail addresses and card numbers in a record's message and traceback; drops none.
 
-    The message is formatted once here (`msg % args`) and the arguments dropped, so no handler
-    formats the unredacted arguments again; a traceback is formatted and redacted into `exc_text`,
-    which formatters print instead of formatting `exc_info` themselves.
+    A clean message is left as it is. Otherwise the format string and the string arguments are
+    redacted one by one, so formatters that read `args` themselves (uvicorn's access log) still
+    work; if the message still is not clean (the text came from a number or an object), it is
+    replaced by its redacted form and the arguments are dropped. A traceback is formatted and
+    redacted into `exc_text`, which formatters print instead of formatting `exc_info` themselves.
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
@@ -52,15 +54,31 @@ class RedactingFilter(logging.Filter):
         self._formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage(), self._secrets)
-        record.args = None
+        message = record.getMessage()
+        redacted = self._redact(message)
+        if redacted != message:
+            self._redact_parts(record)
+            if self._redact(record.getMessage()) != record.getMessage():
+                record.msg, record.args = redacted, None
         if record.exc_info and not record.exc_text:
             record.exc_text = self._formatter.formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = redact(record.exc_text, self._secrets)
+            record.exc_text = self._redact(record.exc_text)
         if record.stack_info:
-            record.stack_info = redact(record.stack_info, self._secrets)
+            record.stack_info = self._redact(record.stack_info)
         return True
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _redact_parts(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str):
+            record.msg = self._redact(record.msg)
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(self._redact(a) if isinstance(a, str) else a for a in args)
+        elif isinstance(args, Mapping):
+            record.args = {k: self._redact(a) if isinstance(a, str) else a for k, a in args.items()}
 
 
 def install_log_filters(secrets: Iterable[str] = (), *, loggers: Iterable[str] = ("",)) -> None:

@@ -7,7 +7,8 @@ One function, `redact`, is the rule; the logging filter (`agent.logs`) and the s
   or digits is masked whole, not partly.
 - **E-mail addresses** are `local@domain.tld` with the characters RFC 5322 allows unquoted in the
   local part; a dotted host after `@` is enough, so `user@host.lan` and the `user@host` of a URL
-  are masked too. Quoted local parts and IP-literal domains are not recognized.
+  are masked too, and so is an address URL-encoded in a path (`user%40host.com`, as an access log
+  shows it). Quoted local parts and IP-literal domains are not recognized.
 - **Card-like numbers** are 13 to 19 digits, optionally grouped by single spaces or dashes, that
   stand on their own: not glued to letters, digits, `_` or `-` (so ids like UUIDs and trace ids,
   which mix digits and hex letters, are never masked). There is **no Luhn check**: a mistyped card
@@ -39,7 +40,10 @@ CARD_MASK = "[card]"
 SECRET_MASK = "[secret]"
 MIN_SECRET_LENGTH = 8
 
-_EMAIL = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+# The local part takes RFC 5322's unquoted characters but `/`, `=`, `?` and `&`, which are rare in
+# addresses and common right before one in URLs (`/threads/bob@x.com`, `?email=bob@x.com`): the
+# address is masked, not the path or the query before it.
+_EMAIL = re.compile(r"[A-Za-z0-9!#$%'*+^_`{|}~.-]+(?:@|%40)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _CARD = re.compile(r"(?<![0-9A-Za-z_-])[0-9](?:[ -]?[0-9]){12,18}(?![0-9A-Za-z_-])")
 
 # Names of environment variables that hold credentials: provider API keys and the like.
@@ -56,7 +60,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     pattern = _secrets_pattern(usable_secrets(secrets))
     if pattern is not None:
         text = pattern.sub(SECRET_MASK, text)
-    if "@" in text:
+    if "@" in text or "%40" in text:
         text = _EMAIL.sub(EMAIL_MASK, text)
     return _CARD.sub(CARD_MASK, text)
 

@@ -9,7 +9,7 @@ import logging
 import re
 import socket
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -111,18 +111,18 @@ def _serve(settings: Settings) -> int:
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
     try:
-        return _run_server(settings, config)
+        return _run_server(settings, config, on_shutdown=tracing.shutdown)
     finally:
-        tracing.shutdown()
+        tracing.shutdown()  # a server that failed to start; a second shutdown does nothing
 
 
-def _run_server(settings: Settings, config: uvicorn.Config) -> int:
+def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Callable[[], object]) -> int:
     # The demo user's token rides in the URL's fragment, which browsers never send to the server,
     # so it cannot reach the server's access log; the page moves it to session storage.
     ready_url = (
         f"{_browser_url(settings.host, settings.port)}#token={issue_token(settings.secret, DEFAULT_USER)}"
     )
-    server = _Server(config, ready_url=ready_url)
+    server = _Server(config, ready_url=ready_url, on_shutdown=on_shutdown)
     # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
@@ -209,16 +209,25 @@ async def _upgrade(database_url: str) -> str | None:
 
 
 class _Server(uvicorn.Server):
-    """Uvicorn's server, which also prints the address to open once it listens."""
+    """Uvicorn's server, which also prints the address to open once it listens, and runs `on_shutdown`."""
 
-    def __init__(self, config: uvicorn.Config, *, ready_url: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, *, ready_url: str, on_shutdown: Callable[[], object] = lambda: None
+    ) -> None:
         super().__init__(config)
         self._ready_url = ready_url
+        self._on_shutdown = on_shutdown
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             print(f"{_PROG} is ready: open {self._ready_url}", flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        # Here, not after `run()`: on SIGTERM uvicorn raises the signal again once it has shut
+        # down, and the process dies before any `finally` or `atexit` runs.
+        self._on_shutdown()
 
 
 def _configure_logging(secrets: Iterable[str] = ()) -> None:

@@ -26,6 +26,7 @@ __all__ = ("Span", "TraceFileError", "read_spans", "render_trace", "run_traces")
 
 RUN_SPAN = "run"
 RUN_ID_ATTRIBUTE = "durable_chat.run_id"
+STARTED_ATTRIBUTE = "durable_chat.run.started"
 
 
 class TraceFileError(Exception):
@@ -111,7 +112,12 @@ def run_traces(path: Path, run_id: str, trace_id: str | None) -> list[list[Span]
     """
     wanted = {trace_id} if trace_id is not None else set[str]()
     for span in read_spans(path):
-        if span.name == RUN_SPAN and span.attributes.get(RUN_ID_ATTRIBUTE) == run_id:
+        # A run span that found its run taken or ended (`started` false) did no work: not an attempt.
+        if (
+            span.name == RUN_SPAN
+            and span.attributes.get(RUN_ID_ATTRIBUTE) == run_id
+            and span.attributes.get(STARTED_ATTRIBUTE) is not False
+        ):
             wanted.add(span.trace_id)
     traces: dict[str, list[Span]] = defaultdict(list)
     if wanted:

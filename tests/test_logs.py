@@ -75,8 +75,23 @@ def test_messages_arguments_and_tracebacks_are_redacted(collected: Collected) ->
     assert "bob@example.com" not in line
     assert SECRET not in line
     assert "4111" not in line
-    # Formatted once, here: no handler can format the unredacted arguments again.
+    # The arguments were redacted one by one: a formatter that reads them finds no address either.
+    assert collected.records[0].args == ("[email]", "[secret]")
+
+
+def test_a_number_argument_that_reads_as_a_card_is_masked_in_the_message(collected: Collected) -> None:
+    logging.getLogger("durable_chat_test").info("charged %d for %s", 4111111111111111, "an order")
+
+    assert collected.lines == ["INFO durable_chat_test: charged [card] for an order"]
+    # A redacted number cannot go back into `%d`: the message replaces the format and its arguments.
     assert collected.records[0].args is None
+
+
+def test_a_clean_record_is_left_as_it_is(collected: Collected) -> None:
+    logging.getLogger("durable_chat_test").info("%s %s", "GET", "/api/threads")
+
+    assert collected.records[0].msg == "%s %s"
+    assert collected.records[0].args == ("GET", "/api/threads")
 
 
 def test_installing_again_replaces_the_filters(collected: Collected) -> None:

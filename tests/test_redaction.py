@@ -101,6 +101,13 @@ def test_redaction_masks_each_kind_and_keeps_ids() -> None:
     )
 
 
+def test_an_address_url_encoded_in_a_path_is_masked() -> None:
+    assert (
+        redact('"GET /api/threads/bob%40example.com?x=1 HTTP/1.1" 404')
+        == '"GET /api/threads/[email]?x=1 HTTP/1.1" 404'
+    )
+
+
 def test_a_secret_holding_an_address_is_masked_whole() -> None:
     assert redact("token=admin@example.com:pw-123", secrets=["admin@example.com:pw-123"]) == "token=[secret]"
 

@@ -111,6 +111,15 @@ def test_trace_finds_every_attempt_by_its_run_span_and_survives_a_torn_line(tmp_
             **{"durable_chat.run_id": "run-1", "durable_chat.run.attempt": 1},
         ),
         span_line("run", other, "0000000000000009", None, 0, 5 * ms, **{"durable_chat.run_id": "run-2"}),
+        span_line(
+            "run",
+            "d" * 32,
+            "0000000000000010",
+            None,
+            0,
+            ms,
+            **{"durable_chat.run_id": "run-1", "durable_chat.run.started": False},
+        ),
         span_line("chat demo", second, "0000000000000005", "0000000000000004", 2 * ms, 7_500_000),
         span_line("late child", second, "0000000000000006", "00000000000000ff", 8 * ms, 9 * ms),
         span_line(
@@ -190,6 +199,9 @@ async def serve_a_looping_run(url: str, workdir: Path) -> tuple[str, list[SseEve
             events = await read_events(client, thread_id, token, until=finished(run_id))
             settled = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
             assert settled["status"] == "idle"
+            # An address in a URL reaches uvicorn's access log, which is redacted too.
+            missing = await client.get("/api/threads/bob@example.com", headers=auth(token))
+            assert missing.status_code == 404
             return run_id, events
 
 
@@ -202,7 +214,13 @@ def test_a_served_run_is_traced_logged_and_streamed_with_one_trace_id(tmp_path: 
     assert re.fullmatch(r"[0-9a-f]{32}", trace_id)
     assert {event.data["trace_id"] for event in events} == {trace_id}
     [stderr] = tmp_path.glob("stderr-*.txt")
-    [logged] = [line for line in stderr.read_text().splitlines() if "hit its usage limits" in line]
+    log = stderr.read_text()
+    assert "Logging error" not in log
+    # uvicorn's access log goes to standard output; httpx sent the address URL-encoded.
+    access = (tmp_path / "stdout.txt").read_text()
+    assert '"GET /api/threads/[email] HTTP/1.1" 404' in access
+    assert "example.com" not in access
+    [logged] = [line for line in log.splitlines() if "hit its usage limits" in line]
     assert logged.startswith(f"INFO agent.step: run {run_id} hit its usage limits")
     assert logged.endswith(f" trace_id={trace_id}")
     # The server flushed its spans at shutdown into the data directory; the key never reached them.
