@@ -42,8 +42,9 @@ MIN_SECRET_LENGTH = 8
 
 # The local part takes RFC 5322's unquoted characters but `/`, `=`, `?` and `&`, which are rare in
 # addresses and common right before one in URLs (`/threads/bob@x.com`, `?email=bob@x.com`): the
-# address is masked, not the path or the query before it.
-_EMAIL = re.compile(r"[A-Za-z0-9!#$%'*+^_`{|}~.-]+(?:@|%40)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+# address is masked, not the path or the query before it. It may be empty, so an address whose
+# local part is made of those characters alone still loses its `@domain` and is gone.
+_EMAIL = re.compile(r"[A-Za-z0-9!#$%'*+^_`{|}~.-]*(?:@|%40)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _CARD = re.compile(r"(?<![0-9A-Za-z_-])[0-9](?:[ -]?[0-9]){12,18}(?![0-9A-Za-z_-])")
 
 # Names of environment variables that hold credentials: provider API keys and the like.

@@ -38,6 +38,7 @@ def card_numbers(draw: st.DrawFn) -> str:
 @given(before=any_text, address=st.emails(), after=any_text)
 @example(before="mail ", address="alice@example.com", after=".")
 @example(before="x@y.z", address="a@b.co", after="")
+@example(before="", address="/@A.aR", after="")
 def test_an_email_address_in_any_text_disappears(before: str, address: str, after: str) -> None:
     redacted = redact(f"{before} {address} {after}")
 
