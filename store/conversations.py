@@ -63,6 +63,7 @@ class _Absent:
 
 
 _ABSENT = _Absent()
+_MISSING = object()
 _known: ContextVar[ConversationRecord | _Absent | None] = ContextVar(
     "durable_chat_known_record", default=None
 )
@@ -229,11 +230,12 @@ class SqlConversationStore(ConversationStore):
         self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
     ) -> list[ConversationEntry]:
         current = conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
-        known = (
-            None
-            if current.revision is None
-            else self._records.get((current.conversation_id, current.revision))
-        )
+        known: ConversationRecord | _Absent | None
+        if current.revision is None:
+            # A conversation a load just found missing: its first save needs no read of its record.
+            known = _ABSENT if self._absent.pop(current.conversation_id, _MISSING) is None else None
+        else:
+            known = self._records.get((current.conversation_id, current.revision))
         token = _known.set(known)
         try:
             return await super().save(conversation, scope=scope)
