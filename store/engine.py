@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
+from .sqlite_driver import ONE_TRIP_AIOSQLITE
 
 __all__ = (
     "check_reachable",
@@ -115,6 +116,9 @@ def create_engine(url: URL, *, autocommit: bool = False) -> AsyncEngine:
             # connection (an asyncio wait) rather than for the file lock, whose busy handler
             # sleeps in steps of up to 100 ms; other processes still wait on the lock.
             options = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
+        if url.get_driver_name() == "aiosqlite":
+            # SQLAlchemy's aiosqlite dialect, its statements run in one trip to the driver's thread.
+            options["module"] = ONE_TRIP_AIOSQLITE
         engine = create_async_engine(url, connect_args={"timeout": 30}, **options)
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
