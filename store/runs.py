@@ -92,7 +92,7 @@ class Runs:
             try:
                 async with self._engine.begin() as connection:
                     # The first write: it serializes this thread's writers before the checks below.
-                    await touch_thread(connection, thread_id)
+                    await touch_thread(connection, thread_id, message=content)
                     if idempotency_key is not None:
                         existing = await _by_key(connection, thread_id, idempotency_key)
                         if existing is not None:

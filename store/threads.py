@@ -109,13 +109,33 @@ class Threads:
                 await connection.execute(_threads.delete().where(_threads.c.thread_id == thread_id))
 
 
+TITLE_LENGTH = 60
+"""The longest title a thread gets from its first message."""
+
+
+def title_from(content: str) -> str:
+    """A thread's title from its first message: the text on one line, cut at a word near `TITLE_LENGTH`."""
+    text = " ".join(content.split())
+    if len(text) <= TITLE_LENGTH:
+        return text
+    cut = text[: TITLE_LENGTH - 1]
+    if text[len(cut)] != " " and " " in cut[TITLE_LENGTH // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" .,;:") + "…"
+
+
 async def touch_thread(
-    connection: AsyncConnection, thread_id: str, *, status: ThreadStatus | None = None
+    connection: AsyncConnection,
+    thread_id: str,
+    *,
+    status: ThreadStatus | None = None,
+    message: str | None = None,
 ) -> None:
     """Mark activity on a thread (and set its status), inside the caller's unit of work.
 
     As the first write of a transaction it also serializes the writers of one thread: the row
-    lock on PostgreSQL, the database write lock on SQLite.
+    lock on PostgreSQL, the database write lock on SQLite. A thread with no title yet is named
+    after `message`, the user message the activity is about.
 
     Raises:
         NotFound: The thread does not exist (deleted meanwhile).
@@ -123,6 +143,8 @@ async def touch_thread(
     values: dict[str, object] = {"updated_at": now_utc()}
     if status is not None:
         values["status"] = status
+    if message is not None and (title := title_from(message)):
+        values["title"] = sa.case((_threads.c.title == "", title), else_=_threads.c.title)
     result = await connection.execute(
         _threads.update().where(_threads.c.thread_id == thread_id).values(**values)
     )
