@@ -9,6 +9,7 @@ so a test can assert what the model was (or was not) sent.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
@@ -17,8 +18,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import INSTRUCTIONS, TOOLS, Deps, Runtime, SupportAgent
+from stream import StreamEvent, transcript
 
-__all__ = ("Calls", "FailAfter", "Script", "agent_on", "runtime_with")
+__all__ = ("Calls", "FailAfter", "Script", "agent_on", "lines", "runtime_with")
 
 
 @dataclass(frozen=True)
@@ -124,3 +126,8 @@ def agent_on(script: Script, *extra_tools: Tool[Deps]) -> SupportAgent:
 def runtime_with(runtime: Runtime, script: Script, *extra_tools: Tool[Deps], **changes: object) -> Runtime:
     """`runtime` driving the scripted agent, with other fields changed as given."""
     return replace(runtime, agent=agent_on(script, *extra_tools), **changes)  # pyright: ignore[reportArgumentType]
+
+
+def lines(events: list[StreamEvent]) -> list[str]:
+    """The transcript with part ids (which embed the run id) shown as `part`."""
+    return [re.sub(r"\b[0-9a-f]{8}\.\d+\.\d+\.\d+\b", "part", line) for line in transcript(events)]
