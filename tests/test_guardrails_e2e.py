@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,3 +122,26 @@ def _frames(events: list[SseEvent]) -> list[str]:
             data["part_id"] = "part"
         rendered.append(f"{event.type} {data!r}")
     return rendered
+
+
+async def test_the_message_rate_is_configured_by_the_environment(tmp_path: Path) -> None:
+    env = {"DURABLE_CHAT_MESSAGES_PER_MINUTE": "2"}
+    with live_server(sqlite_url(tmp_path), tmp_path, env=env) as limited:
+        token = limited.token("alice")
+        async with httpx.AsyncClient(base_url=limited.base_url, timeout=30) as client:
+            first, second = await new_thread(client, token), await new_thread(client, token)
+            statuses: list[object] = []
+            for thread_id, content in [(first, "hello"), (second, "hello"), (first, "hello again")]:
+                run_id = await send(client, token, thread_id, content)
+                events = await read_events(client, thread_id, token, until=finished(run_id))
+                statuses.append(events[-1].data["status"])
+            assert statuses == ["completed", "completed", "blocked"]
+            assert [line for line in _frames(events) if line.startswith("guardrail")] == [
+                "guardrail_tripped {'guardrail': 'message_rate', 'stage': 'input'}"
+            ]
+            # Another user has a rate of their own.
+            bob = limited.token("bob")
+            thread_id = await new_thread(client, bob)
+            run_id = await send(client, bob, thread_id, "hello")
+            events = await read_events(client, thread_id, bob, until=finished(run_id))
+            assert events[-1].data["status"] == "completed"
