@@ -13,7 +13,8 @@ is a capability that turns both into `ToolFailed`:
   transaction whose ledger makes it exactly-once, and cutting it off after its commit would tell
   the model that a refund made had failed.
 
-`ModelRetry` and `ToolFailed` raised on purpose keep their meaning.
+`ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
+from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
-from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 
@@ -90,6 +91,8 @@ class ToolFailures(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         error: Exception,
     ) -> Any:
+        if isinstance(error, UsageLimitExceeded):
+            raise error  # a sub-agent spent the turn's budget: the run ends politely (see agent.step)
         logger.warning("tool %s of run %s raised %s", call.tool_name, ctx.run_id, type(error).__name__)
         logger.debug("tool %s raised", call.tool_name, exc_info=error)
         raise ToolFailed(

@@ -13,6 +13,7 @@ from pydantic_ai.exceptions import (
     ModelRequestTimeout,
     ModelTimeoutError,
     UnexpectedModelBehavior,
+    UsageLimitExceeded,
 )
 from pydantic_ai.usage import UsageLimits
 
@@ -238,3 +239,27 @@ async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usabl
     second = CollectingSink()
     await app.send(thread, "hello", sink=second)
     assert transcript(second.events)[-1] == "run_finished completed output='Hello again.'"
+
+
+async def spend(ctx: RunContext[Deps], order_id: str) -> str:
+    """Ask a sub-agent about the order."""
+    raise UsageLimitExceeded("The next request would exceed the request_limit of 12")
+
+
+async def test_a_sub_agent_over_the_turns_limit_ends_the_turn_politely(app: App) -> None:
+    # A sub-agent (like the feedback tool's) shares the turn's usage: its limit is the turn's, not a tool failure.
+    script = Script([Calls([("spend", {"order_id": "ORD-5678"})])], then="unused")
+    app.runtime = runtime_with(app.runtime, script, Tool(spend))
+    thread = await app.thread()
+    sink = CollectingSink()
+    await app.send(thread, "Ask around about ORD-5678", sink=sink)
+    assert transcript(sink.events)[-1] == f"run_finished completed output={LIMIT_REPLY!r}"
+    assert len(script.requests) == 1
+    assert shapes(await app.messages(thread)) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(spend)",
+            "request: tool-return(spend)",
+            "response: text",
+        ]
+    )

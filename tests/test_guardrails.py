@@ -151,6 +151,17 @@ def test_injection_patterns_trip_on_any_case_and_spacing(data: st.DataObject) ->
     assert injection_guardrail().check(text, _NO_CONTEXT)
 
 
+_LEAKS = st.sampled_from(
+    [["internal", "error"], ["stack", "trace"], ["database", "connection"], ["api", "secret"]]
+)
+
+
+@given(data=st.data())
+def test_leak_patterns_trip_on_any_case_and_spacing(data: st.DataObject) -> None:
+    text = data.draw(_LEAKS.flatmap(_variant))
+    assert leak_guardrail().check(text, _NO_CONTEXT)
+
+
 @given(text=st.text(alphabet="abcdefghjklmnqrsuvwxz ,.?!'", max_size=80))
 def test_text_without_the_phrases_passes(text: str) -> None:
     # The alphabet lacks letters every phrase needs (i, o, p, t, y), so no variant can appear.
