@@ -356,7 +356,9 @@ class _Step:
         await self.out.emit(TextDone(run_id=run_id, part_id=part_id, text=reply))
         await self.out.emit(RunFinished(run_id=run_id, status="blocked", output=reply))
         turn = blocked_turn(prompt, guardrail, run_id=f"{run_id}.{self.run.attempt}")
-        await self._save([*self.conversation.messages, *turn], finish="blocked")
+        # The run row keeps which guardrail blocked it, for operators; the user got the reply.
+        blocked_by = f"input guardrail {guardrail.name!r}"
+        await self._save([*self.conversation.messages, *turn], finish="blocked", error=blocked_by)
         return "blocked"
 
     async def _decisions(self) -> DeferredToolResults:

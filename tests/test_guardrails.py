@@ -49,7 +49,8 @@ async def test_an_injection_attempt_is_blocked_without_a_model_or_tool_call(app:
     assert isinstance(messages[1], ModelResponse)
     assert messages[1].parts == [TextPart(INJECTION_REPLY)]
     assert (await app.db.threads.get(thread.thread_id)).status == "idle"
-    assert (await app.db.runs.get(run_id)).status == "blocked"
+    run = await app.db.runs.get(run_id)
+    assert (run.status, run.error) == ("blocked", "input guardrail 'prompt_injection'")
 
 
 async def test_the_next_message_is_answered_and_the_model_never_reads_the_blocked_turn(app: App) -> None:
