@@ -58,6 +58,7 @@ from store.business import BusinessData
 from store.schema import RunStatus
 from stream import (
     ApprovalRequired,
+    GuardrailTripped,
     RunFinished,
     RunStarted,
     Sink,
@@ -72,7 +73,19 @@ from stream import PendingCall as PendingCallEvent
 
 from .assistant import SupportAgent
 from .eventlog import EventLogSink, Publisher, new_events
+from .guardrails import (
+    HIDE_BLOCKED_TURNS,
+    Guardrail,
+    GuardrailContext,
+    Guardrails,
+    blocked_turn,
+    default_guardrails,
+    first_tripped,
+)
+from .retries import ModelRetries, is_transient
+from .tool_failures import ToolFailures
 from .tools import Deps, RecordBuffer
+from .withdrawals import OutputGuard
 
 __all__ = ("Runtime", "run_step")
 
@@ -105,6 +118,12 @@ class Runtime:
     usage_limits: UsageLimits = field(default_factory=default_limits)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
+    guardrails: Guardrails = field(default_factory=default_guardrails)
+    """Checks on the user's message before the model is called, and on the model's text."""
+    model_retries: ModelRetries = field(default_factory=ModelRetries)
+    """Retries of transient model errors (429, 5xx, timeouts), with backoff."""
+    tool_failures: ToolFailures = field(default_factory=ToolFailures)
+    """Tools that raise or hang give a `failed` result instead of ending the run."""
 
 
 class _Stopped(Exception):
@@ -167,7 +186,9 @@ class _Step:
         self.runtime = runtime
         self.run = run
         self.db = runtime.db
-        self.out = out
+        self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
+        self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
+        self.out = self.guard.track(out)
         self.log = log
         self.records = RecordBuffer()
         self.deps = Deps(
@@ -197,6 +218,10 @@ class _Step:
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
             self.conversation.messages = repair_messages(self.conversation.messages)
+        if prompt is not None:
+            tripped = await first_tripped(self.runtime.guardrails.input, prompt, self.guard_context)
+            if tripped is not None:
+                return await self._block(prompt, tripped)
         try:
             async with self.runtime.agent.iter(
                 prompt,
@@ -205,9 +230,12 @@ class _Step:
                 deps=self.deps,
                 usage_limits=_per_turn(self.runtime.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
+                capabilities=[HIDE_BLOCKED_TURNS, self.runtime.model_retries, self.runtime.tool_failures],
             ) as agent_run:
                 self.history = agent_run.all_messages
                 async for node in agent_run:
+                    # Output guardrails change a response before the run acts on it or stores it.
+                    await self.guard.settle(node, self._part_id)
                     if not isinstance(node, End) and not _answers_last_response(node):
                         # The end's checkpoint is the pause's or the completion's, one transaction.
                         await self._save(list(agent_run.all_messages()))
@@ -249,6 +277,7 @@ class _Step:
         approvals: Sequence[PendingCall] = (),
         error: str | None = None,
     ) -> None:
+        self.guard.scrub(messages)
         stored = self.conversation.messages
         merged = _merge(stored, messages)
         records = self.records.drain()
@@ -265,6 +294,7 @@ class _Step:
             if approvals:
                 await insert_pending(connection, run.thread_id, run.run_id, approvals)
             await insert_events(connection, run.thread_id, new_events(events))
+            await self.guard.blank(connection)
             await record_checkpoint(connection, run, event_id=covered, finish=finish, error=error)
 
         conversation.messages = merged
@@ -317,6 +347,20 @@ class _Step:
         await self._save(messages, finish="completed")
         return "completed"
 
+    async def _block(self, prompt: str, guardrail: Guardrail) -> RunStatus:
+        # An input guardrail tripped: answer politely in place of the model, which is never called.
+        logger.warning("input guardrail %s blocked run %s", guardrail.name, self.run.run_id)
+        run_id, reply, part_id = self.run.run_id, guardrail.reply, self._part_id(0)
+        await self.out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="input"))
+        await self.out.emit(TextDelta(run_id=run_id, part_id=part_id, delta=reply))
+        await self.out.emit(TextDone(run_id=run_id, part_id=part_id, text=reply))
+        await self.out.emit(RunFinished(run_id=run_id, status="blocked", output=reply))
+        turn = blocked_turn(prompt, guardrail, run_id=f"{run_id}.{self.run.attempt}")
+        # The run row keeps which guardrail blocked it, for operators; the user got the reply.
+        blocked_by = f"input guardrail {guardrail.name!r}"
+        await self._save([*self.conversation.messages, *turn], finish="blocked", error=blocked_by)
+        return "blocked"
+
     async def _decisions(self) -> DeferredToolResults:
         """The stored decisions on the calls the run resumes, as pydantic-ai takes them."""
         requests = self.conversation.deferred_tool_requests
@@ -345,7 +389,7 @@ class _Step:
             case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
                 await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
             case PartEndEvent(index=index, part=TextPart(content=content)):
-                await self.out.emit(TextDone(run_id=run_id, part_id=self._part_id(index), text=content))
+                await self.guard.text_done(self._part_id(index), content)
             case PartEndEvent(part=ToolCallPart() as call):
                 await self.out.emit(
                     ToolCall(
@@ -431,4 +475,6 @@ def _args(call: ToolCallPart) -> dict[str, object]:
 
 
 def _user_safe(error: Exception) -> str:
+    if is_transient(error):
+        return "The assistant is unavailable right now. Please try again in a moment."
     return "The assistant hit an unexpected problem and stopped. Please try again."

@@ -17,7 +17,7 @@ from .errors import (
     StoreError,
     UnsupportedDatabase,
 )
-from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events
+from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
 from .migrate import current_revision, head_revision, upgrade
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
@@ -61,6 +61,7 @@ __all__ = (
     "insert_pending",
     "insert_records",
     "insert_run",
+    "overwrite_events",
     "record_checkpoint",
     "touch_thread",
     "upgrade",

@@ -20,7 +20,7 @@ from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import EventRow, ThreadRow, metadata, now_utc
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "overwrite_events")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -174,3 +174,19 @@ async def append_events(
         ],
     )
     return logged
+
+
+async def overwrite_events(
+    connection: AsyncConnection, thread_id: str, event_ids: Sequence[int], data: bytes
+) -> None:
+    """Replace the data of stored events inside the caller's unit of work; their ids and types stay.
+
+    An output guardrail uses it to blank the text deltas it withdrew, so a replay never shows them.
+    """
+    if not event_ids:
+        return
+    await connection.execute(
+        _events.update()
+        .where(_events.c.thread_id == thread_id, _events.c.event_id.in_(list(event_ids)))
+        .values(data=data)
+    )

@@ -190,6 +190,17 @@ class Runs:
                 )
         return result.rowcount == 1
 
+    async def count_messages(self, user_id: str, *, since: datetime) -> int:
+        """How many messages `user_id` sent since `since`, across their threads: the message runs queued."""
+        query = (
+            sa.select(sa.func.count())
+            .select_from(_runs.join(_threads, _threads.c.thread_id == _runs.c.thread_id))
+            .where(_threads.c.user_id == user_id, _runs.c.kind == "message", _runs.c.created_at >= since)
+        )
+        with translate_errors(f"counting the messages of user {user_id!r}"):
+            async with self._reader.connect() as connection:
+                return (await connection.execute(query)).scalar_one()
+
     async def finish(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
         """End a run with `status` and set its thread's status to match, in one unit of work."""
         with translate_errors(f"finishing run {run_id!r}"):

@@ -143,3 +143,13 @@ def test_explicit_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch) -
 
     assert settings.model == "from-mapping"
     assert os.environ["DURABLE_CHAT_MODEL"] == "from-os-environ"
+
+
+def test_messages_per_minute_from_environment() -> None:
+    assert Settings.load(secret="s", environ={}).messages_per_minute == 30
+    assert (
+        Settings.load(secret="s", environ={"DURABLE_CHAT_MESSAGES_PER_MINUTE": "5"}).messages_per_minute == 5
+    )
+    with pytest.raises(SettingsError) as raised:
+        Settings.load(secret="s", environ={"DURABLE_CHAT_MESSAGES_PER_MINUTE": "none"})
+    assert str(raised.value) == "DURABLE_CHAT_MESSAGES_PER_MINUTE must be a positive number, not 'none'"

@@ -14,7 +14,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agent import Runtime, build_agent, feedback_model, resolve_model
+from agent import Runtime, build_agent, default_guardrails, feedback_model, resolve_model
 from store import Database, DatabaseUnavailable
 from store.business import BusinessData
 
@@ -55,6 +55,7 @@ def create_app(settings: Settings) -> Starlette:
                 agent=build_agent(resolve_model(settings.model)),
                 feedback_model=feedback_model(),
                 publish=broker.publish,
+                guardrails=default_guardrails(messages_per_minute=settings.messages_per_minute),
             )
             runner = Runner(runtime, shutdown_timeout=settings.shutdown_timeout_seconds)
             app.state.settings = settings

@@ -43,6 +43,9 @@ class Settings:
     """Per-user token bucket on writes: how many requests may come at once..."""
     rate_limit_per_second: float = 10.0
     """...and how fast the bucket refills (`DURABLE_CHAT_RATE_LIMIT_BURST` / `_PER_SECOND`)."""
+    messages_per_minute: int = 30
+    """Per-user message rate the input guardrail allows, across threads and processes
+    (`DURABLE_CHAT_MESSAGES_PER_MINUTE`); beyond it a message is answered as `blocked`."""
     sse_ping_seconds: float = 15.0
     """How often an idle event stream sends a keep-alive comment."""
     sse_poll_seconds: float = 5.0
@@ -90,6 +93,7 @@ class Settings:
             data_dir=directory,
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
+            messages_per_minute=max(1, round(_number("MESSAGES_PER_MINUTE", env, 30))),
         )
 
     @staticmethod
