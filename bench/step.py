@@ -138,7 +138,7 @@ class Bench:
         )
 
         async def turn() -> None:
-            output = await run_bare(runtime.agent, deps, PROMPT, conversation, runtime.usage_limits)
+            output = await run_bare(runtime, deps, PROMPT, conversation)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 
