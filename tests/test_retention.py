@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agent import decide, run_step
 from store import NotFound, Thread, record_checkpoint
 from store.schema import ThreadRow, metadata, now_utc
+from stream import CollectingSink, StreamEvent
 
 from .step_app import App, refunded_cents
 
@@ -156,6 +157,29 @@ async def test_a_checkpoint_after_the_thread_was_deleted_stores_nothing(app: App
     assert await app.db.conversations.load(thread.thread_id) is None
     rows = await every_row(app.db.engine)
     assert sum(rows["conversation_entries"].values()) == 0
+
+
+class DeletingSink(CollectingSink):
+    """Deletes the thread when the run calls a tool: a user deleting it while its run goes on."""
+
+    def __init__(self, app: App, thread: Thread) -> None:
+        super().__init__()
+        self.app, self.thread = app, thread
+
+    async def emit(self, event: StreamEvent) -> None:
+        await super().emit(event)
+        if event.type == "tool_call":
+            await self.app.db.delete_thread(self.thread.thread_id)
+
+
+async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(app: App) -> None:
+    before = await every_row(app.db.engine)
+    thread = await app.thread()
+
+    with pytest.raises(NotFound):
+        await app.send(thread, "Where is ORD-5678?", sink=DeletingSink(app, thread))
+
+    assert await every_row(app.db.engine) == before
 
 
 # -- purge ----------------------------------------------------------------------------------------
