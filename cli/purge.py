@@ -62,6 +62,8 @@ def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
     plural = "" if result.removed == 1 else "s"
     summary = f"{verb} {result.removed} thread{plural} idle since {result.cutoff.strftime(_TIME)} UTC"
     if result.skipped_active:
-        summary += f"; kept {result.skipped_active} as old with a run queued or running"
+        summary += (
+            f"; kept {result.skipped_active} as old with a run queued or running, which a purge never erases"
+        )
     print(summary)
     return 0

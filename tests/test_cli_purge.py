@@ -104,10 +104,12 @@ async def test_purge_lists_then_erases_the_old_threads(database_url: str, tmp_pa
     async with await Database.connect(database_url) as db:
         old = await db.threads.create(user_id="alice", title="old")
         new = await db.threads.create(user_id="alice", title="new")
+        busy = await db.threads.create(user_id="alice", title="busy")
+        await db.runs.create_message_run(busy.thread_id, content="queued, never driven")
         async with db.engine.begin() as connection:
             await connection.execute(
                 _threads.update()
-                .where(_threads.c.thread_id == old.thread_id)
+                .where(_threads.c.thread_id.in_([old.thread_id, busy.thread_id]))
                 .values(updated_at=now_utc() - timedelta(days=120))
             )
 
@@ -119,12 +121,15 @@ async def test_purge_lists_then_erases_the_old_threads(database_url: str, tmp_pa
     assert "Traceback" not in dry.stderr + real.stderr + again.stderr
     line = rf"thread {old.thread_id} \(user 'alice', idle since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
     since = r"idle since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
-    assert re.fullmatch(rf"would remove {line}\nwould remove 1 thread {since}\n", dry.stdout), dry.stdout
-    assert re.fullmatch(rf"removed {line}\nremoved 1 thread {since}\n", real.stdout), real.stdout
-    assert re.fullmatch(rf"removed 0 threads {since}\n", again.stdout), again.stdout
+    kept = "; kept 1 as old with a run queued or running, which a purge never erases"
+    assert re.fullmatch(rf"would remove {line}\nwould remove 1 thread {since}{kept}\n", dry.stdout), (
+        dry.stdout
+    )
+    assert re.fullmatch(rf"removed {line}\nremoved 1 thread {since}{kept}\n", real.stdout), real.stdout
+    assert re.fullmatch(rf"removed 0 threads {since}{kept}\n", again.stdout), again.stdout
     async with await Database.connect(database_url) as db:
         left = await db.threads.list(user_id="alice", limit=10)
-    assert [t.thread_id for t in left] == [new.thread_id]
+    assert {t.thread_id for t in left} == {new.thread_id, busy.thread_id}
 
 
 @pytest.mark.parametrize(
