@@ -153,22 +153,24 @@ class Threads:
         if older_than <= timedelta(0) or batch < 1:
             raise ValueError(f"purge needs a positive age and batch, not {older_than!r} and {batch!r}")
         cutoff = now_utc() - older_than
+        what = f"purging the threads idle since {cutoff.isoformat()}"
         removed, after = 0, ""
-        with translate_errors(f"purging the threads idle since {cutoff.isoformat()}"):
-            while True:
+        while True:
+            with translate_errors(what):
                 if dry_run:
                     async with self._reader.connect() as connection:
                         rows = await find_stale(connection, cutoff, after=after, limit=batch)
                 else:
                     async with self._engine.begin() as connection:
                         rows = await erase_stale(connection, cutoff, after=after, limit=batch)
-                if not rows:
-                    break
-                threads = [_thread(row) for row in rows]
-                removed += len(threads)
-                after = threads[-1].thread_id
-                if on_batch is not None:
-                    on_batch(threads)
+            if not rows:
+                break
+            threads = [_thread(row) for row in rows]
+            removed += len(threads)
+            after = threads[-1].thread_id
+            if on_batch is not None:
+                on_batch(threads)  # outside the error translation: its failures are its own
+        with translate_errors(what):
             async with self._reader.connect() as connection:
                 skipped = await count_active_stale(connection, cutoff)
         logger.info(
