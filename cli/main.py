@@ -18,6 +18,7 @@ from web import Settings, SettingsError, create_app
 from web.tokens import issue_token
 
 from .chat import DEFAULT_USER, chat
+from .purge import parse_age, purge
 
 __all__ = ("build_parser", "main")
 
@@ -54,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _add_db(migrate)
+
+    purging = commands.add_parser("purge", help="erase the threads idle for longer than an age")
+    purging.add_argument(
+        "--older-than", metavar="AGE", type=parse_age, required=True, help="such as 90d, 12h or 30m"
+    )
+    purging.add_argument("--dry-run", action="store_true", help="list what would be erased, erase nothing")
+    _add_db(purging)
     return parser
 
 
@@ -76,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _token(Settings.load(), args.user)
             case "threads":
                 return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
+            case "purge":
+                return purge(Settings.resolve_database_url(args.db), args.older_than, dry_run=args.dry_run)
             case _:
                 raise AssertionError(f"unknown command {command!r}")
     except (StoreError, SettingsError) as error:

@@ -21,7 +21,7 @@ from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_event
 from .migrate import current_revision, head_revision, upgrade
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
-from .threads import Thread, ThreadCursor, Threads, touch_thread
+from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
     "AlreadyDecided",
@@ -41,6 +41,7 @@ __all__ = (
     "NotFound",
     "PageCursor",
     "PendingCall",
+    "Purge",
     "Record",
     "Records",
     "Run",

@@ -44,7 +44,7 @@ from .errors import CorruptData, NotFound
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 
-__all__ = ("PageCursor", "SqlConversationStore")
+__all__ = ("PageCursor", "SqlConversationStore", "erase_conversation")
 
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
@@ -364,20 +364,8 @@ class SqlConversationStore(ConversationStore):
         with translate_errors(f"deleting conversation {conversation_id!r}"):
             try:
                 async with self._engine.begin() as connection:
-                    deleted = (
-                        await connection.execute(
-                            _records.delete()
-                            .where(_records.c.conversation_id == conversation_id)
-                            .where(_records.c.revision == expected_revision)
-                            .returning(_records.c.head_id, _records.c.branches, _records.c.family_id)
-                        )
-                    ).one_or_none()
-                    if deleted is None:
+                    if not await erase_conversation(connection, conversation_id, revision=expected_revision):
                         raise ConversationConflict(conversation_id)
-                    head_id, branches, family_id = deleted
-                    tips = _tips(head_id, branches, conversation_id)
-                    if tips:
-                        await _release_entries(connection, tips, family_id)
             except exc.IntegrityError as error:
                 # A fork committed since the family was read points into the entries being released.
                 raise ConversationConflict(conversation_id) from error
@@ -432,6 +420,31 @@ async def _read_history(
         ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
         for row, message in zip(rows, messages, strict=True)
     ]
+
+
+async def erase_conversation(
+    connection: AsyncConnection, conversation_id: str, *, revision: str | None = None
+) -> bool:
+    """Delete a conversation's record and the entries no other conversation reaches, in the caller's transaction.
+
+    With `revision`, only if the record still has it. Returns whether a record was deleted. The
+    entries a fork still shares stay (see the module's docstring).
+    """
+    query = _records.delete().where(_records.c.conversation_id == conversation_id)
+    if revision is not None:
+        query = query.where(_records.c.revision == revision)
+    deleted = (
+        await connection.execute(
+            query.returning(_records.c.head_id, _records.c.branches, _records.c.family_id)
+        )
+    ).one_or_none()
+    if deleted is None:
+        return False
+    head_id, branches, family_id = deleted
+    tips = _tips(head_id, branches, conversation_id)
+    if tips:
+        await _release_entries(connection, tips, family_id)
+    return True
 
 
 def _family_of(record: ConversationRecord) -> sa.ColumnElement[str] | str:

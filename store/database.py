@@ -36,8 +36,7 @@ class Database:
         return cls(await SqlConversationStore.connect(url, migrate=migrate))
 
     async def delete_thread(self, thread_id: str) -> None:
-        """Erase a thread: its messages, events, runs, approvals, records and ledger rows."""
-        await self.conversations.delete(thread_id)
+        """Erase a thread: its messages, events, runs, approvals, records and ledger rows, in one transaction."""
         await self.threads.delete(thread_id)
 
     async def aclose(self) -> None:

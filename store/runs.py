@@ -264,6 +264,9 @@ async def record_checkpoint(
 
     Counts the checkpoint (and ends the run with `finish`), and records on the thread the newest
     event the stored messages now reflect (and the status the run's end gives the thread).
+
+    Raises:
+        NotFound: The thread was deleted.
     """
     now = now_utc()
     run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
@@ -272,9 +275,12 @@ async def record_checkpoint(
         run_values.update(status=finish, error=error, finished_at=now)
         thread_values["status"] = thread_status_after(finish)
     await connection.execute(_runs.update().where(_runs.c.run_id == run.run_id).values(**run_values))
-    await connection.execute(
+    touched = await connection.execute(
         _threads.update().where(_threads.c.thread_id == run.thread_id).values(**thread_values)
     )
+    if touched.rowcount != 1:
+        # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
+        raise NotFound(f"no thread {run.thread_id!r}")
 
 
 async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:
