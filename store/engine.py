@@ -251,9 +251,28 @@ def translate_errors(what: str, *, connecting: bool = False) -> Generator[None]:
     except exc.DBAPIError as error:
         if connecting or error.connection_invalidated:
             raise DatabaseUnavailable(f"{what} failed: the connection to the database broke") from error
+        if _transient(error):
+            raise DatabaseUnavailable(
+                f"{what} failed: the database cannot serve it now ({_cause(error)})"
+            ) from error
         raise StoreError(f"{what} failed: {_cause(error)}") from error
     except exc.SQLAlchemyError as error:
         raise StoreError(f"{what} failed: {error}") from error
+
+
+# SQLSTATEs that say "not now" rather than "never": connection exceptions (08), insufficient
+# resources such as too many connections (53), a server shutting down, restarting or starting up
+# (57P01-57P03), a statement cancelled by `statement_timeout` (57014), a lock not granted within
+# `lock_timeout` (55P03). A retry later may well succeed: 503, and a run waits and retries.
+_TRANSIENT_CLASSES = ("08", "53", "57P")
+_TRANSIENT_STATES = frozenset({"57014", "55P03"})
+
+
+def _transient(error: exc.DBAPIError) -> bool:
+    state = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    if not isinstance(state, str):
+        return False
+    return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
 def _cause(error: BaseException) -> str:
