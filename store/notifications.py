@@ -138,16 +138,17 @@ class EventListener:
         while True:
             if backoff:
                 await asyncio.sleep(backoff)
+            # Any error, not only the driver's: the listener must outlive whatever happens to it.
             try:
                 connection = await _connect(self._dsn, self._connect_timeout)
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            except Exception as error:
                 backoff = min(max(backoff * 2, 0.1), self._max_backoff)
                 logger.warning("cannot listen for events on %s (%s); retrying", self._shown, _name(error))
                 continue
             try:
                 await self._listen(connection)
                 backoff = 0.0  # it had worked: the first retry is immediate
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            except Exception as error:
                 backoff = min(max(backoff * 2, 0.1), self._max_backoff)
                 logger.warning("lost the event listener connection (%s); reconnecting", _name(error))
             finally:

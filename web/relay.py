@@ -41,6 +41,9 @@ class Relay:
         self._log = log
         self._broker = broker
         self._readers: dict[str, asyncio.Task[None]] = {}
+        # A catch-up reads every followed thread at once: a few reads at a time leave the pool
+        # to the requests and runs.
+        self._reading = asyncio.Semaphore(4)
         self._again: set[str] = set()
         self.reads = 0
         """How many times the relay read the log (for tests and monitoring)."""
@@ -75,11 +78,12 @@ class Relay:
         try:
             while True:
                 self._again.discard(thread_id)
-                position = self._broker.position(thread_id)
-                if position is None:
-                    return  # its followers left
-                self.reads += 1
-                logged = await self._log.read(thread_id, after=position, limit=_PAGE)
+                async with self._reading:
+                    position = self._broker.position(thread_id)
+                    if position is None:
+                        return  # its followers left
+                    self.reads += 1
+                    logged = await self._log.read(thread_id, after=position, limit=_PAGE)
                 self._broker.publish(thread_id, stored_events(logged))
                 if len(logged) < _PAGE and thread_id not in self._again:
                     return
