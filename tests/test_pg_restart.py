@@ -22,8 +22,8 @@ import asyncpg
 import httpx
 import pytest
 
-from .conftest import _unavailable  # pyright: ignore[reportPrivateUsage]
-from .live_server import LiveServer, auth, read_events
+from .conftest import _unavailable
+from .live_server import LiveServer, _free_port, auth, read_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -86,8 +86,6 @@ def cluster() -> Iterator[PrivateCluster]:
         _unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin to run a private cluster")
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         _unavailable("running PostgreSQL as root needs `runuser` to switch to the postgres user")
-    from .live_server import _free_port  # pyright: ignore[reportPrivateUsage]
-
     private = PrivateCluster(Path(found[-1]).parent, _free_port())
     try:
         private.init()
