@@ -61,7 +61,7 @@ async def notify_stored(connection: AsyncConnection, thread_id: str, newest: int
 def parse_notice(payload: str) -> EventNotice | None:
     """The notice a payload carries, or `None` for one this version does not understand."""
     thread_id, _, newest = payload.rpartition(" ")
-    if not thread_id or not newest.isdigit():
+    if not thread_id or not (newest.isascii() and newest.isdigit()):
         return None
     return EventNotice(thread_id, int(newest))
 

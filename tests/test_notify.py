@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from inline_snapshot import snapshot
 from sqlalchemy.engine import make_url
@@ -182,6 +182,7 @@ async def test_a_listener_that_reconnects_catches_up_on_what_it_missed(tmp_path:
     )
 
 
+@example("thread \u00b2")  # a digit to `str.isdigit`, not to `int`
 @given(st.text(max_size=80))
 def test_any_payload_is_a_notice_or_ignored(payload: str) -> None:
     notice = parse_notice(payload)

@@ -130,7 +130,8 @@ async def _exists(db: Database, thread_id: str) -> bool:
 def _after(request: Request) -> int:
     text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     text = text.strip()
-    if not text.isdigit() or len(text) > 18:
+    # ASCII only: `isdigit` also takes digits such as "²" that `int` refuses.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise ApiError(
             422,
             "validation_error",
