@@ -50,13 +50,16 @@ async def two_processes(tmp_path: Path) -> AsyncIterator[tuple[Database, Databas
 
 
 @asynccontextmanager
-async def listening(db: Database, broker: Broker, *, url: str | None = None) -> AsyncIterator[EventListener]:
+async def listening(
+    db: Database, broker: Broker, *, url: str | None = None, ping_seconds: float = 10.0
+) -> AsyncIterator[EventListener]:
     relay = Relay(db.events, broker)
     listener = EventListener(
         db.engine.url if url is None else make_url(url),
         on_notice=relay.notice,
         on_connected=relay.catch_up,
         max_backoff=0.2,
+        ping_seconds=ping_seconds,
     )
     listener.start()
     try:
@@ -182,6 +185,28 @@ async def test_a_listener_that_reconnects_catches_up_on_what_it_missed(tmp_path:
     )
 
 
+async def test_a_listener_whose_connection_goes_silent_reconnects_and_catches_up(tmp_path: Path) -> None:
+    async with two_processes(tmp_path) as (here, there):
+        thread = await here.threads.create(user_id="u")
+        url = here.engine.url
+        proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+        port = await proxy.start()
+        broker = Broker()
+        through_proxy = url.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        try:
+            async with listening(here, broker, url=through_proxy, ping_seconds=0.3) as listener:
+                with broker.subscribe(thread.thread_id, after=0) as follower:
+                    # A network failure that closes nothing: the connection just stops answering.
+                    proxy.freeze()
+                    await store_events(there, thread.thread_id, "unheard", "notice")
+                    with anyio.fail_after(DEADLINE):
+                        caught_up = await follower.next_batch()
+                    assert listener.connections == 2
+        finally:
+            await proxy.aclose()
+    assert [e.event_id for e in caught_up] == [1, 2]
+
+
 @example("thread \u00b2")  # a digit to `str.isdigit`, not to `int`
 @given(st.text(max_size=80))
 def test_any_payload_is_a_notice_or_ignored(payload: str) -> None:
@@ -203,6 +228,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._streams: list[asyncio.StreamWriter] = []
         self._refusing = False
+        self._generation = 0
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -218,6 +244,10 @@ class TcpProxy:
     def restore(self) -> None:
         self._refusing = False
 
+    def freeze(self) -> None:
+        """Stop relaying on the open connections, silently (new ones still work)."""
+        self._generation += 1
+
     async def aclose(self) -> None:
         self.cut()
         if self._server is not None:
@@ -230,14 +260,22 @@ class TcpProxy:
             return
         server_reader, server_writer = await asyncio.open_connection(*self._target)
         self._streams += [client_writer, server_writer]
-        await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+        generation = self._generation
+
+        def live() -> bool:
+            return generation == self._generation
+
+        await asyncio.gather(
+            _pipe(client_reader, server_writer, live), _pipe(server_reader, client_writer, live)
+        )
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, live: Callable[[], bool]) -> None:
     try:
         while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
+            if live():
+                writer.write(data)
+                await writer.drain()
     except ConnectionError:
         pass
     finally:
