@@ -1,8 +1,9 @@
 """PostgreSQL restarted under traffic: no acknowledged message is lost, no request fails with a 500.
 
 The shared PostgreSQL server must never be restarted, so this test runs a private cluster of its
-own (`initdb` into a temporary directory, on a free port), with a real server process on it.
-Clients chat on several threads throughout; the cluster is restarted once (`pg_ctl restart -m
+own (`initdb` into a temporary directory, on a free port), with two real server processes
+(workers) on it. Clients chat on several threads throughout, each posting its messages to one
+worker and watching its thread on the other; the cluster is restarted once (`pg_ctl restart -m
 fast`) and stopped then started once, with requests made while it is down.
 """
 
@@ -111,23 +112,29 @@ class Traffic:
 
 
 async def chat(
-    client: httpx.AsyncClient, token: str, thread_id: str, traffic: Traffic, stop: anyio.Event
+    poster: httpx.AsyncClient,
+    reader: httpx.AsyncClient,
+    token: str,
+    thread_id: str,
+    traffic: Traffic,
+    stop: anyio.Event,
 ) -> None:
-    """Send messages one after the other, each retried (same idempotency key) until acknowledged."""
+    """Send messages to one worker and watch the thread on another, each message retried (same
+    idempotency key) until acknowledged."""
     acked = traffic.acked.setdefault(thread_id, [])
     number = 0
     while not stop.is_set():
         content = "Where is ORD-9012?" if number % 2 else f"Hello, message {number}"
         body = {"content": content, "idempotency_key": f"{thread_id}-{number}"}
         while True:
-            response = await client.post(f"/api/threads/{thread_id}/messages", json=body, headers=auth(token))
+            response = await poster.post(f"/api/threads/{thread_id}/messages", json=body, headers=auth(token))
             traffic.note(response)
             if response.status_code == 202:
                 acked.append((response.json()["run_id"], content))
                 break
             await anyio.sleep(0.1)
         while True:
-            response = await client.get(f"/api/threads/{thread_id}", headers=auth(token))
+            response = await reader.get(f"/api/threads/{thread_id}", headers=auth(token))
             traffic.note(response)
             if response.status_code == 200 and response.json()["status"] != "running":
                 break
@@ -159,37 +166,49 @@ async def test_postgresql_restarted_mid_traffic_loses_no_acknowledged_message(
     admin = await asyncpg.connect(cluster.server_url)
     await admin.execute('CREATE DATABASE "chat"')
     await admin.close()
-    server = LiveServer(f"postgresql+asyncpg://postgres@127.0.0.1:{cluster.port}/chat", tmp_path)
-    server.start()
+    url = f"postgresql+asyncpg://postgres@127.0.0.1:{cluster.port}/chat"
+    workers: list[LiveServer] = []
     traffic, stop = Traffic(), anyio.Event()
+    outage: list[httpx.Response] = []
     try:
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
-            users = [f"user{number}" for number in range(3)]
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            workers.append(LiveServer(url, tmp_path / name))
+            workers[-1].start()
+        async with (
+            httpx.AsyncClient(base_url=workers[0].base_url, timeout=60) as on_a,
+            httpx.AsyncClient(base_url=workers[1].base_url, timeout=60) as on_b,
+        ):
+            clients = [on_a, on_b]
+            users = [f"user{number}" for number in range(4)]
             threads: dict[str, str] = {}
             for user in users:
-                response = await client.post("/api/threads", json={}, headers=auth(server.token(user)))
+                response = await on_a.post("/api/threads", json={}, headers=auth(workers[0].token(user)))
                 threads[user] = response.json()["thread_id"]
             with anyio.fail_after(DEADLINE):
-                async with anyio.create_task_group() as clients:
-                    for user in users:
-                        clients.start_soon(chat, client, server.token(user), threads[user], traffic, stop)
-                    await eventually(lambda: traffic.total() >= 3)
+                async with anyio.create_task_group() as chats:
+                    for number, user in enumerate(users):
+                        poster, reader = clients[number % 2], clients[(number + 1) % 2]
+                        token = workers[0].token(user)
+                        chats.start_soon(chat, poster, reader, token, threads[user], traffic, stop)
+                    await eventually(lambda: traffic.total() >= 4)
                     await anyio.to_thread.run_sync(cluster.restart)
                     before = traffic.total()
-                    await eventually(lambda: traffic.total() >= before + 3)
+                    await eventually(lambda: traffic.total() >= before + 4)
 
                     await anyio.to_thread.run_sync(cluster.stop)
-                    # While it is down: a read and a write, each answered 503 at once, never a 500.
-                    probe = server.token(users[0])
-                    read = await client.get(f"/api/threads/{threads[users[0]]}", headers=auth(probe))
-                    written = await client.post("/api/threads", json={}, headers=auth(probe))
+                    # While it is down: a read and a write on each worker, each answered 503 at once.
+                    probe = auth(workers[0].token(users[0]))
+                    for client in clients:
+                        outage.append(await client.get(f"/api/threads/{threads[users[0]]}", headers=probe))
+                        outage.append(await client.post("/api/threads", json={}, headers=probe))
                     await anyio.to_thread.run_sync(cluster.start)
                     before = traffic.total()
-                    await eventually(lambda: traffic.total() >= before + 3)
+                    await eventually(lambda: traffic.total() >= before + 4)
                     stop.set()
 
-                for user in users:
-                    token, thread_id = server.token(user), threads[user]
+                for number, user in enumerate(users):
+                    client, token, thread_id = clients[number % 2], workers[0].token(user), threads[user]
                     acked = traffic.acked[thread_id]
                     detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
                     assert detail["status"] == "idle"
@@ -208,15 +227,16 @@ async def test_postgresql_restarted_mid_traffic_loses_no_acknowledged_message(
                     finished = [e.data for e in events if e.type == "run_finished"]
                     assert sorted(str(data["run_id"]) for data in finished) == sorted(run_ids)
                     assert {data["status"] for data in finished} == {"completed"}
+        assert all(worker.process is not None and worker.process.poll() is None for worker in workers)
     finally:
-        server.stop()
+        for worker in workers:
+            worker.stop()
 
     unavailable = {
         "error": {"code": "database_unavailable", "message": "the database cannot be reached; try again"}
     }
-    assert (read.status_code, read.json()) == (503, unavailable)
-    assert (written.status_code, written.json()) == (503, unavailable)
-    assert read.headers["retry-after"] == "5"
+    assert [(response.status_code, response.json()) for response in outage] == [(503, unavailable)] * 4
+    assert {response.headers["retry-after"] for response in outage} == {"5"}
     # Every other refusal the clients met was the outage's 503 or a run still going (409).
     for status, body in traffic.refusals:
         assert (status, body) == (503, unavailable) or (
