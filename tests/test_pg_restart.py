@@ -160,9 +160,13 @@ def user_prompts(thread: dict[str, object]) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("pre_ping", ["1", "0"], ids=["pre-ping", "no-pre-ping"])
 async def test_postgresql_restarted_mid_traffic_loses_no_acknowledged_message(
-    cluster: PrivateCluster, tmp_path: Path
+    cluster: PrivateCluster, tmp_path: Path, pre_ping: str
 ) -> None:
+    """With pre-ping, pools replace dead connections before use; without, the first operation on
+    each pool after the restart fails (a 503, or a run that waits and retries) and the pool
+    starts afresh. Either way nothing acknowledged is lost and nothing answers 500."""
     admin = await asyncpg.connect(cluster.server_url)
     await admin.execute('CREATE DATABASE "chat"')
     await admin.close()
@@ -173,7 +177,7 @@ async def test_postgresql_restarted_mid_traffic_loses_no_acknowledged_message(
     try:
         for name in ("a", "b"):
             (tmp_path / name).mkdir()
-            workers.append(LiveServer(url, tmp_path / name))
+            workers.append(LiveServer(url, tmp_path / name, env={"DURABLE_CHAT_POOL_PRE_PING": pre_ping}))
             workers[-1].start()
         async with (
             httpx.AsyncClient(base_url=workers[0].base_url, timeout=60) as on_a,

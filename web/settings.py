@@ -64,9 +64,11 @@ class Settings:
     """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`)."""
     pool_max_overflow: int = 20
     """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
-    pool_pre_ping: bool = True
-    """Test pooled connections before use, so a database restart fails no request after it is
-    back (`DURABLE_CHAT_POOL_PRE_PING=0` saves the round trip)."""
+    pool_pre_ping: bool = False
+    """Test pooled connections before use (`DURABLE_CHAT_POOL_PRE_PING=1`), so that no operation
+    meets a connection a database restart killed. Off by default: it makes every operation about
+    half as slow again, while without it only the first operation on each pool after a restart
+    fails (a 503 to retry; a run waits and retries), and the pool then starts afresh."""
     transaction_pooler: bool = False
     """PostgreSQL is reached through a transaction-mode pooler such as pgbouncer
     (`DURABLE_CHAT_TRANSACTION_POOLER=1`): no prepared-statement caches, no session settings."""
@@ -131,7 +133,7 @@ class Settings:
             idle_in_transaction_timeout_seconds=_timeout("IDLE_IN_TRANSACTION_TIMEOUT", env, 60.0),
             pool_size=int(_number("POOL_SIZE", env, 10, whole=True)),
             pool_max_overflow=int(_number("POOL_MAX_OVERFLOW", env, 20, whole=True, zero=True)),
-            pool_pre_ping=_flag("POOL_PRE_PING", env, True),
+            pool_pre_ping=_flag("POOL_PRE_PING", env, False),
             transaction_pooler=_flag("TRANSACTION_POOLER", env, False),
             listen_url=_pick(None, "LISTEN_URL", env),
         )
