@@ -10,7 +10,8 @@ tool results are computed again on recovery, exactly-once by the ledger for side
 the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
 from what is stored.
 
-A run interrupted by a crash or a cancellation is left `queued` or `running`; driving it again
+A run interrupted by a crash, a cancellation or a lost database (`DatabaseUnavailable`, raised
+to the caller to retry) is left `queued` or `running`; driving it again
 continues from its last checkpoint. Whether it made one decides how: with no checkpoint yet,
 it starts over (its user message, or its decisions, are applied again); with one, the stored
 conversation already holds them and the agent just continues it. Side-effecting tools are
@@ -20,6 +21,7 @@ exactly-once by their ledger, so a call repeated by a continuation does not act 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
     Database,
+    DatabaseUnavailable,
     PendingCall,
     Run,
     insert_events,
@@ -165,6 +168,14 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
     except asyncio.CancelledError:
         # A cancelled task: keep the run for a later continuation, whatever happens here.
         await asyncio.shield(_requeue(runtime, run, out))
+        raise
+    except DatabaseUnavailable:
+        # Not the run's fault (a database restart, say): it is not failed but left to be driven
+        # again from its last checkpoint, once the database answers. The database being away,
+        # putting it back in the queue may well fail here; the caller retries that too.
+        logger.warning("run %s of thread %s lost its database; it will continue", run.run_id, run.thread_id)
+        with contextlib.suppress(DatabaseUnavailable):
+            await _requeue(runtime, run, out)
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)

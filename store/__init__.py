@@ -5,6 +5,7 @@ from __future__ import annotations
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
+from .engine import ConnectionOptions
 from .errors import (
     AlreadyDecided,
     ApprovalPending,
@@ -19,22 +20,27 @@ from .errors import (
 )
 from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
 from .migrate import current_revision, head_revision, upgrade
+from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
+    "EVENTS_CHANNEL",
     "AlreadyDecided",
     "AlsoWrite",
     "Approval",
     "ApprovalPending",
     "Approvals",
     "Conflict",
+    "ConnectionOptions",
     "CorruptData",
     "Database",
     "DatabaseUnavailable",
     "Decision",
+    "EventListener",
     "EventLog",
+    "EventNotice",
     "LoggedEvent",
     "NewEvent",
     "NewRecord",

@@ -39,7 +39,16 @@ from sqlalchemy.engine import URL, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec
-from .engine import check_reachable, create_engine, dispose, normalize_url, reader, redacted, translate_errors
+from .engine import (
+    ConnectionOptions,
+    check_reachable,
+    create_engine,
+    dispose,
+    normalize_url,
+    reader,
+    redacted,
+    translate_errors,
+)
 from .errors import CorruptData, NotFound
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
@@ -161,8 +170,12 @@ class SqlConversationStore(ConversationStore):
         self._reader = reader(engine)
 
     @classmethod
-    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+    async def connect(
+        cls, url: str | URL, *, migrate: bool = True, options: ConnectionOptions | None = None
+    ) -> Self:
         """Open the database at `url`, creating or upgrading its schema unless `migrate` is false.
+
+        `options` configure PostgreSQL connections (pool, timeouts, pooler mode).
 
         Raises:
             UnsupportedDatabase: The URL names a dialect other than SQLite or PostgreSQL.
@@ -171,7 +184,7 @@ class SqlConversationStore(ConversationStore):
         """
         normalized = normalize_url(url)
         check_reachable(normalized)
-        engine = create_engine(normalized)
+        engine = create_engine(normalized, options=options)
         try:
             with translate_errors(f"connecting to {redacted(normalized)!r}", connecting=True):
                 async with engine.connect() as connection:

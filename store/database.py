@@ -9,6 +9,7 @@ from sqlalchemy.engine import URL
 
 from .approvals import Approvals
 from .conversations import SqlConversationStore
+from .engine import ConnectionOptions
 from .events import EventLog
 from .records import Records
 from .runs import Runs
@@ -31,9 +32,11 @@ class Database:
         self.records = Records(engine)
 
     @classmethod
-    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+    async def connect(
+        cls, url: str | URL, *, migrate: bool = True, options: ConnectionOptions | None = None
+    ) -> Self:
         """Open the database at `url`, creating or upgrading its schema (see `SqlConversationStore.connect`)."""
-        return cls(await SqlConversationStore.connect(url, migrate=migrate))
+        return cls(await SqlConversationStore.connect(url, migrate=migrate, options=options))
 
     async def delete_thread(self, thread_id: str) -> None:
         """Erase a thread: its messages, events, runs, approvals, records and ledger rows, in one transaction."""

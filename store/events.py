@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
 from .errors import NotFound
+from .notifications import notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 
 __all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "overwrite_events")
@@ -113,7 +114,10 @@ class EventLog:
 async def insert_events(
     connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
 ) -> None:
-    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work."""
+    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work.
+
+    On PostgreSQL, other processes' listeners are notified when the unit of work commits.
+    """
     if not events:
         return
     now = now_utc()
@@ -131,6 +135,7 @@ async def insert_events(
             for event_id, event in events
         ],
     )
+    await notify_stored(connection, thread_id, max(event_id for event_id, _ in events))
 
 
 async def append_events(
@@ -173,6 +178,7 @@ async def append_events(
             for item in logged
         ],
     )
+    await notify_stored(connection, thread_id, last)
     return logged
 
 

@@ -15,13 +15,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent import Runtime, build_agent, default_guardrails, feedback_model, resolve_model
-from store import Database, DatabaseUnavailable
+from store import Database, DatabaseUnavailable, EventListener
 from store.business import BusinessData
+from store.engine import normalize_url
 
 from .api import api_routes
 from .broker import Broker
 from .errors import ApiError
 from .limits import RateLimiter
+from .relay import Relay
 from .runner import Runner
 from .services import Services
 from .settings import Settings
@@ -37,18 +39,20 @@ def create_app(settings: Settings) -> Starlette:
     """The application for `settings`.
 
     Its lifespan opens the database (seeding the demo business data), builds the agent runtime
-    publishing to the in-process broker, and starts the runner, which first recovers the runs a
-    previous process left unfinished. At shutdown the runner cancels its in-flight runs (they
+    publishing to the in-process broker, starts (on PostgreSQL) the listener that relays events
+    other processes store, and starts the runner, which first recovers the runs a previous
+    process left unfinished. At shutdown the runner cancels its in-flight runs (they
     requeue themselves) and waits for them, bounded, before the database closes.
     """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
-        db = await Database.connect(settings.database_url)
+        db = await Database.connect(settings.database_url, options=settings.connection_options())
         try:
             business = BusinessData(db.engine)
             await business.seed()
             broker = Broker()
+            relay, listener = _relay(settings, db, broker)
             runtime = Runtime(
                 db=db,
                 business=business,
@@ -67,12 +71,19 @@ def create_app(settings: Settings) -> Starlette:
                 limiter=RateLimiter(
                     burst=settings.rate_limit_burst, per_second=settings.rate_limit_per_second
                 ),
+                relay=relay,
             )
-            await runner.recover()
+            if listener is not None:
+                listener.start()
             try:
+                await runner.recover()
                 yield
             finally:
                 await runner.aclose()
+                if listener is not None:
+                    await listener.aclose()
+                if relay is not None:
+                    await relay.aclose()
         finally:
             await db.aclose()
 
@@ -92,6 +103,16 @@ def create_app(settings: Settings) -> Starlette:
         },
         lifespan=lifespan,
     )
+
+
+def _relay(settings: Settings, db: Database, broker: Broker) -> tuple[Relay | None, EventListener | None]:
+    """On PostgreSQL, the relay of other processes' events and the listener that feeds it."""
+    if db.engine.dialect.name != "postgresql":
+        return None, None
+    relay = Relay(db.events, broker)
+    url = db.engine.url if settings.listen_url is None else normalize_url(settings.listen_url)
+    listener = EventListener(url, on_notice=relay.notice, on_connected=relay.catch_up)
+    return relay, listener
 
 
 async def page(request: Request) -> Response:

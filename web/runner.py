@@ -14,6 +14,8 @@ it. Deliberate choices:
   for that, bounded, then cancels what is left (a cancelled run is requeued too, losing at most
   its node in flight). The next start recovers them all.
 - Paused runs hold no task: a run waiting for approval has ended.
+- A run that loses the database (PostgreSQL restarting) is not failed: its task retries it,
+  with backoff, from its last checkpoint once the database answers.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncio
 import logging
 
 from agent import Runtime, run_step
-from store import NotFound
+from store import DatabaseUnavailable, NotFound
 
 __all__ = ("Runner",)
 
@@ -83,8 +85,7 @@ class Runner:
 
     async def _drive(self, run_id: str) -> None:
         try:
-            async with self._slots:
-                status = await run_step(self._runtime, run_id)
+            status = await self._drive_until_reachable(run_id)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)
@@ -92,3 +93,24 @@ class Runner:
             logger.exception("run %s could not be driven", run_id)
         else:
             logger.debug("run %s ended %s", run_id, status)
+
+    async def _drive_until_reachable(self, run_id: str) -> str:
+        """Drive the run; while the database is unreachable, retry with backoff until shutdown.
+
+        An attempt cut short by the database leaves the run `running` (requeueing it needs the
+        database too): it is requeued here before the next attempt.
+        """
+        backoff, interrupted = 0.5, False
+        while True:
+            try:
+                if interrupted:
+                    await self._runtime.db.runs.requeue(run_id)
+                async with self._slots:
+                    return await run_step(self._runtime, run_id)
+            except DatabaseUnavailable as error:
+                if self._closed:
+                    raise  # the next start recovers it
+                logger.warning("run %s waits for the database (%s)", run_id, error)
+                interrupted = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store import ConnectionOptions
+
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
 
 ENV_PREFIX = "DURABLE_CHAT_"
@@ -52,6 +54,42 @@ class Settings:
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
     """How long shutdown waits for cancelled runs to checkpoint and requeue."""
+    sse_notified_poll_seconds: float = 60.0
+    """On PostgreSQL, where other processes' events arrive by notification, how often an idle
+    event stream still reads the log (a safety net)."""
+    statement_timeout_seconds: float | None = 30.0
+    """PostgreSQL cancels a statement running longer (`DURABLE_CHAT_STATEMENT_TIMEOUT`, 0: none)."""
+    lock_timeout_seconds: float | None = 10.0
+    """PostgreSQL fails a statement waiting longer for a lock (`DURABLE_CHAT_LOCK_TIMEOUT`, 0: none)."""
+    idle_in_transaction_timeout_seconds: float | None = 60.0
+    """PostgreSQL ends a session idle in a transaction longer (`…_IDLE_IN_TRANSACTION_TIMEOUT`, 0: none)."""
+    pool_size: int = 10
+    """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`)."""
+    pool_max_overflow: int = 20
+    """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
+    pool_pre_ping: bool = False
+    """Test pooled connections before use (`DURABLE_CHAT_POOL_PRE_PING=1`), so that no operation
+    meets a connection a database restart killed. Off by default: it makes every operation about
+    half as slow again, while without it only the first operation on each pool after a restart
+    fails (a 503 to retry; a run waits and retries), and the pool then starts afresh."""
+    transaction_pooler: bool = False
+    """PostgreSQL is reached through a transaction-mode pooler such as pgbouncer
+    (`DURABLE_CHAT_TRANSACTION_POOLER=1`): no prepared-statement caches, no session settings."""
+    listen_url: str | None = None
+    """A direct PostgreSQL URL for the event listener when `database_url` goes through a
+    transaction-mode pooler (`DURABLE_CHAT_LISTEN_URL`); `LISTEN` needs a session."""
+
+    def connection_options(self) -> ConnectionOptions:
+        """How the server's PostgreSQL connections are pooled and configured."""
+        return ConnectionOptions(
+            pool_size=self.pool_size,
+            max_overflow=self.pool_max_overflow,
+            pre_ping=self.pool_pre_ping,
+            statement_timeout=self.statement_timeout_seconds,
+            lock_timeout=self.lock_timeout_seconds,
+            idle_in_transaction_timeout=self.idle_in_transaction_timeout_seconds,
+            transaction_pooler=self.transaction_pooler,
+        )
 
     @classmethod
     def load(
@@ -94,6 +132,14 @@ class Settings:
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
             messages_per_minute=max(1, round(_number("MESSAGES_PER_MINUTE", env, 30))),
+            statement_timeout_seconds=_timeout("STATEMENT_TIMEOUT", env, 30.0),
+            lock_timeout_seconds=_timeout("LOCK_TIMEOUT", env, 10.0),
+            idle_in_transaction_timeout_seconds=_timeout("IDLE_IN_TRANSACTION_TIMEOUT", env, 60.0),
+            pool_size=int(_number("POOL_SIZE", env, 10, whole=True)),
+            pool_max_overflow=int(_number("POOL_MAX_OVERFLOW", env, 20, whole=True, zero=True)),
+            pool_pre_ping=_flag("POOL_PRE_PING", env, False),
+            transaction_pooler=_flag("TRANSACTION_POOLER", env, False),
+            listen_url=_pick(None, "LISTEN_URL", env),
         )
 
     @staticmethod
@@ -122,7 +168,9 @@ def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None
     return explicit if explicit is not None else (env.get(ENV_PREFIX + name) or None)
 
 
-def _number(name: str, env: Mapping[str, str], default: float) -> float:
+def _number(
+    name: str, env: Mapping[str, str], default: float, *, whole: bool = False, zero: bool = False
+) -> float:
     text = _pick(None, name, env)
     if text is None:
         return default
@@ -130,9 +178,31 @@ def _number(name: str, env: Mapping[str, str], default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise SettingsError(f"{ENV_PREFIX}{name} must be a positive number, not {text!r}")
+    if not (value >= 0 if zero else value > 0) or (whole and not value.is_integer()):
+        kind = "whole number" if whole else "number"
+        raise SettingsError(
+            f"{ENV_PREFIX}{name} must be a {'non-negative' if zero else 'positive'} {kind}, not {text!r}"
+        )
     return value
+
+
+def _timeout(name: str, env: Mapping[str, str], default: float) -> float | None:
+    """Seconds, with 0 meaning no timeout."""
+    value = _number(name, env, default, zero=True)
+    return value or None
+
+
+def _flag(name: str, env: Mapping[str, str], default: bool) -> bool:
+    text = _pick(None, name, env)
+    if text is None:
+        return default
+    match text.strip().lower():
+        case "1" | "true" | "yes" | "on":
+            return True
+        case "0" | "false" | "no" | "off":
+            return False
+        case _:
+            raise SettingsError(f"{ENV_PREFIX}{name} must be 1 or 0 (true or false), not {text!r}")
 
 
 def _data_dir(explicit: Path | str | None, env: Mapping[str, str]) -> Path:
