@@ -11,6 +11,7 @@ from .errors import (
     Conflict,
     CorruptData,
     DatabaseUnavailable,
+    LeaseLost,
     NotFound,
     RunActive,
     SchemaTooNew,
@@ -18,6 +19,7 @@ from .errors import (
     UnsupportedDatabase,
 )
 from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events
+from .leases import Leases, Worker
 from .migrate import current_revision, head_revision, upgrade
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
@@ -35,6 +37,8 @@ __all__ = (
     "DatabaseUnavailable",
     "Decision",
     "EventLog",
+    "LeaseLost",
+    "Leases",
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
@@ -53,6 +57,7 @@ __all__ = (
     "ThreadCursor",
     "Threads",
     "UnsupportedDatabase",
+    "Worker",
     "append_events",
     "current_revision",
     "finish_run",
