@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent import Runtime, build_agent, feedback_model, resolve_model
-from store import Database, DatabaseUnavailable
+from store import Database, DatabaseUnavailable, Worker
 from store.business import BusinessData
 
 from .api import api_routes
@@ -37,14 +38,16 @@ def create_app(settings: Settings) -> Starlette:
     """The application for `settings`.
 
     Its lifespan opens the database (seeding the demo business data), builds the agent runtime
-    publishing to the in-process broker, and starts the runner, which first recovers the runs a
-    previous process left unfinished. At shutdown the runner cancels its in-flight runs (they
-    requeue themselves) and waits for them, bounded, before the database closes.
+    publishing to the in-process broker, and starts the runner, which first takes over the runs
+    nobody drives (left by a dead process), then heartbeats its leases and sweeps for more. At
+    shutdown the runner stops its in-flight runs (they requeue themselves), waits for them,
+    bounded, and releases its leases before the database closes.
     """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
-        db = await Database.connect(settings.database_url)
+        worker = Worker(lease=timedelta(seconds=settings.lease_seconds))
+        db = await Database.connect(settings.database_url, worker=worker)
         try:
             business = BusinessData(db.engine)
             await business.seed()
@@ -52,11 +55,16 @@ def create_app(settings: Settings) -> Starlette:
             runtime = Runtime(
                 db=db,
                 business=business,
-                agent=build_agent(resolve_model(settings.model)),
+                agent=build_agent(resolve_model(settings.model, demo_delay=settings.demo_delay_seconds)),
                 feedback_model=feedback_model(),
                 publish=broker.publish,
             )
-            runner = Runner(runtime, shutdown_timeout=settings.shutdown_timeout_seconds)
+            runner = Runner(
+                runtime,
+                shutdown_timeout=settings.shutdown_timeout_seconds,
+                heartbeat_seconds=settings.heartbeat_seconds,
+                sweep_seconds=settings.sweep_seconds,
+            )
             app.state.settings = settings
             app.state.services = Services(
                 settings=settings,
@@ -67,7 +75,7 @@ def create_app(settings: Settings) -> Starlette:
                     burst=settings.rate_limit_burst, per_second=settings.rate_limit_per_second
                 ),
             )
-            await runner.recover()
+            await runner.start()
             try:
                 yield
             finally:

@@ -49,6 +49,16 @@ class Settings:
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
     """How long shutdown waits for cancelled runs to checkpoint and requeue."""
+    lease_seconds: float = 30.0
+    """How long a worker's claim on a run holds without a heartbeat: how soon a dead worker's runs
+    are taken over (`DURABLE_CHAT_LEASE_SECONDS`)."""
+    heartbeat_seconds: float = 10.0
+    """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
+    sweep_seconds: float = 5.0
+    """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    demo_delay_seconds: float = 0.0
+    """How long the demo model thinks before each response (`DURABLE_CHAT_DEMO_DELAY_SECONDS`):
+    holds a run between model calls, for tests and demos of crashes."""
 
     @classmethod
     def load(
@@ -81,6 +91,13 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
+        lease = _number("LEASE_SECONDS", env, 30.0)
+        heartbeat = _number("HEARTBEAT_SECONDS", env, min(10.0, lease / 3))
+        if heartbeat >= lease:
+            raise SettingsError(
+                f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
+                f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
+            )
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
             model=_pick(model, "MODEL", env) or "demo",
@@ -90,6 +107,10 @@ class Settings:
             data_dir=directory,
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
+            lease_seconds=lease,
+            heartbeat_seconds=heartbeat,
+            sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            demo_delay_seconds=_number("DEMO_DELAY_SECONDS", env, 0.0, zero=True),
         )
 
     @staticmethod
@@ -118,7 +139,7 @@ def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None
     return explicit if explicit is not None else (env.get(ENV_PREFIX + name) or None)
 
 
-def _number(name: str, env: Mapping[str, str], default: float) -> float:
+def _number(name: str, env: Mapping[str, str], default: float, *, zero: bool = False) -> float:
     text = _pick(None, name, env)
     if text is None:
         return default
@@ -126,8 +147,9 @@ def _number(name: str, env: Mapping[str, str], default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise SettingsError(f"{ENV_PREFIX}{name} must be a positive number, not {text!r}")
+    if not (value >= 0 if zero else value > 0) or value == float("inf"):
+        kind = "a non-negative" if zero else "a positive"
+        raise SettingsError(f"{ENV_PREFIX}{name} must be {kind} number, not {text!r}")
     return value
 
 
