@@ -146,13 +146,6 @@ class Runs:
             async with self._reader.connect() as connection:
                 return await _active(connection, thread_id)
 
-    async def unfinished(self) -> list[Run]:
-        """Every run queued or running, oldest first: after a crash, the runs to recover."""
-        query = sa.select(_runs).where(_runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(_runs.c.created_at)
-        with translate_errors("listing unfinished runs"):
-            async with self._reader.connect() as connection:
-                return [_run(row) for row in (await connection.execute(query)).mappings().all()]
-
     async def start_reserving(self, run_id: str, *, events: int) -> tuple[Run, str, int] | None:
         """Claim a run for this worker, mark it running, count the attempt, and reserve `events` event ids.
 
