@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -45,20 +44,32 @@ _runs = metadata.tables[RunRow.__tablename__]
 _ledger = metadata.tables[ToolExecutionRow.__tablename__]
 
 
-@pytest.fixture
-async def database_url(tmp_path: Path) -> AsyncIterator[str]:
-    async with new_database("postgresql", tmp_path) as url:
+@pytest.fixture(scope="module")
+async def database_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    async with new_database("postgresql", tmp_path_factory.mktemp("workers")) as url:
         yield url
 
 
-@pytest.fixture
-def workers(database_url: str, tmp_path: Path) -> Iterator[list[LiveServer]]:
-    with live_servers(3, database_url, tmp_path, WORKER_ENV) as servers:
+@pytest.fixture(scope="module")
+def cluster(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServer]]:
+    """Three workers on one database for the module; each test gets them all alive (see `workers`)."""
+    with live_servers(3, database_url, tmp_path_factory.mktemp("servers"), WORKER_ENV) as servers:
         yield servers
 
 
 @pytest.fixture
-async def db(database_url: str, workers: list[LiveServer]) -> AsyncIterator[Database]:
+def workers(cluster: list[LiveServer]) -> list[LiveServer]:
+    """The three workers, those a previous test killed or stopped started again (on new ports' pids)."""
+    dead = [server for server in cluster if not server.alive]
+    for server in dead:
+        server.launch()
+    for server in dead:
+        server.wait_ready()
+    return cluster
+
+
+@pytest.fixture(scope="module")
+async def db(database_url: str, cluster: list[LiveServer]) -> AsyncIterator[Database]:
     """The test's own view of the database, to watch runs and events as the workers write them."""
     opened = await Database.connect(database_url, migrate=False)
     try:
@@ -168,7 +179,7 @@ async def test_one_decision_posted_to_every_worker_at_once_resumes_once(
     clients = [httpx.AsyncClient(base_url=w.base_url, timeout=30) for w in workers]
     try:
         thread_id = await new_thread(clients[0], token)
-        [call_id] = approvals_of(await pause(clients[0], token, thread_id, "Please refund ORD-5678"))
+        [call_id] = approvals_of(await pause(clients[0], token, thread_id, "Please refund ORD-3456"))
         responses = await asyncio.gather(
             *(
                 c.post(f"/api/threads/{thread_id}/tool-calls/{call_id}/approve", headers=auth(token))
@@ -185,9 +196,9 @@ async def test_one_decision_posted_to_every_worker_at_once_resumes_once(
     # Every worker tried to drive it; exactly one claimed it, once.
     assert (resumed.status, resumed.attempt) == ("completed", 1)
     assert await _kinds(db, thread_id) == ["message", "resume"]
-    order = await BusinessData(db.engine).get_order("ORD-5678")
+    order = await BusinessData(db.engine).get_order("ORD-3456")
     assert order is not None
-    assert order.refunded_cents == 9998
+    assert order.refunded_cents == 2495
     assert await _ledger_rows(db, thread_id) == [("issue_refund", call_id)]
 
 
