@@ -69,9 +69,8 @@ class Worker:
 def clock(dialect_name: str, offset: timedelta = timedelta(0)) -> sa.ColumnElement[datetime]:
     """Now plus `offset`, as a SQL expression: the server's clock on PostgreSQL, this process's on SQLite."""
     if dialect_name == "postgresql":
-        return sa.func.statement_timestamp(type_=UtcDateTime()) + sa.cast(
-            sa.literal(offset, sa.Interval()), sa.Interval()
-        )
+        now = sa.func.statement_timestamp(type_=UtcDateTime())
+        return now + sa.cast(sa.literal(offset, sa.Interval()), sa.Interval()) if offset else now
     return sa.literal(now_utc() + offset, UtcDateTime())
 
 
