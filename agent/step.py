@@ -170,6 +170,9 @@ async def _lost(runtime: Runtime, run: Run) -> RunStatus:
 
 
 async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
+    if await runtime.db.leases.taken_over([run.run_id]):
+        # Cancelled because another worker took the run over: its events are not this attempt's to store.
+        return
     try:
         await out.flush()
     finally:
