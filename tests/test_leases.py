@@ -12,8 +12,6 @@ from typing import TypeVar
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelRequest
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,7 +29,7 @@ DEADLINE = 20.0
 
 T = TypeVar("T")
 
-_runs = metadata.tables[RunRow.__tablename__]
+RUNS = metadata.tables[RunRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
 
 OpenWorker = Callable[..., Awaitable[Database]]
@@ -57,14 +55,14 @@ async def open_worker(
             await db.aclose()
 
 
-async def _queued(db: Database, content: str = "Where is ORD-5678?") -> Run:
+async def queued_run(db: Database, content: str = "Where is ORD-5678?") -> Run:
     thread = await db.threads.create(user_id="alice", title="t")
     run, _ = await db.runs.create_message_run(thread.thread_id, content=content)
     return run
 
 
-async def _row(db: Database, run_id: str) -> sa.RowMapping:
-    runs = _runs
+async def run_row(db: Database, run_id: str) -> sa.RowMapping:
+    runs = RUNS
     async with db.engine.connect() as connection:
         return (await connection.execute(sa.select(runs).where(runs.c.run_id == run_id))).mappings().one()
 
@@ -87,14 +85,14 @@ async def _claim_when_lapsed(db: Database, run_id: str) -> Run:
 
 async def test_one_claimer_wins_among_many(open_worker: OpenWorker) -> None:
     workers = [await open_worker(f"worker-{n}") for n in range(8)]
-    run = await _queued(workers[0])
+    run = await queued_run(workers[0])
     started = await asyncio.gather(*(w.runs.start_reserving(run.run_id, events=4) for w in workers))
     winners = [w for w, s in zip(workers, started, strict=True) if s is not None]
     assert len(winners) == 1
     claimed, _, first_event_id = next(s for s in started if s is not None)
     assert (claimed.status, claimed.attempt, first_event_id) == ("running", 1, 1)
     assert claimed.lease_owner == winners[0].runs.worker.worker_id
-    row = await _row(workers[0], run.run_id)
+    row = await run_row(workers[0], run.run_id)
     assert (row["status"], row["attempt"], row["lease_owner"]) == ("running", 1, claimed.lease_owner)
     # Only the winner reserved event ids.
     assert (await workers[0].threads.get(run.thread_id)).last_event_id == 4
@@ -102,14 +100,14 @@ async def test_one_claimer_wins_among_many(open_worker: OpenWorker) -> None:
 
 async def test_concurrent_sweeps_reserve_each_run_once(open_worker: OpenWorker) -> None:
     workers = [await open_worker(f"worker-{n}") for n in range(4)]
-    runs = [await _queued(workers[0]) for _ in range(6)]
+    runs = [await queued_run(workers[0]) for _ in range(6)]
     swept = await asyncio.gather(*(w.leases.sweep(limit=3, queued_for=timedelta(0)) for w in workers))
     taken = [run_id for run_ids in swept for run_id in run_ids]
     assert sorted(taken) == sorted(r.run_id for r in runs)
     assert all(len(run_ids) <= 3 for run_ids in swept)
     for worker, run_ids in zip(workers, swept, strict=True):
         for run_id in run_ids:
-            row = await _row(worker, run_id)
+            row = await run_row(worker, run_id)
             assert (row["status"], row["lease_owner"]) == ("queued", worker.runs.worker.worker_id)
             # A reservation: only its worker starts the run.
             others = [w for w in workers if w is not worker]
@@ -121,7 +119,7 @@ async def test_concurrent_sweeps_reserve_each_run_once(open_worker: OpenWorker) 
 
 async def test_a_sweep_leaves_fresh_runs_to_the_process_that_queued_them(open_worker: OpenWorker) -> None:
     first, second = await open_worker("first"), await open_worker("second")
-    run = await _queued(first)
+    run = await queued_run(first)
     assert await second.leases.sweep(limit=5, queued_for=timedelta(hours=1)) == []
     assert await second.leases.sweep(limit=0, queued_for=timedelta(0)) == []
     assert await second.leases.sweep(limit=5, queued_for=timedelta(0)) == [run.run_id]
@@ -129,18 +127,18 @@ async def test_a_sweep_leaves_fresh_runs_to_the_process_that_queued_them(open_wo
 
 async def test_a_live_lease_is_not_taken(open_worker: OpenWorker) -> None:
     holder, other = await open_worker("holder", lease=LONG), await open_worker("other")
-    run = await _queued(holder)
+    run = await queued_run(holder)
     assert await holder.runs.start_reserving(run.run_id, events=1) is not None
     assert await other.runs.start_reserving(run.run_id, events=1) is None
     assert await other.leases.sweep(limit=5, queued_for=timedelta(0)) == []
     # Nor by the holder itself a second time: one attempt drives it.
     assert await holder.runs.start_reserving(run.run_id, events=1) is None
-    assert (await _row(holder, run.run_id))["attempt"] == 1
+    assert (await run_row(holder, run.run_id))["attempt"] == 1
 
 
 async def test_an_expired_lease_is_taken_over(open_worker: OpenWorker) -> None:
     dead, heir = await open_worker("dead", lease=SHORT), await open_worker("heir")
-    run = await _queued(dead)
+    run = await queued_run(dead)
     assert await dead.runs.start_reserving(run.run_id, events=1) is not None
     taken = await _claim_when_lapsed(heir, run.run_id)
     assert (taken.status, taken.attempt, taken.lease_owner) == ("running", 2, "heir")
@@ -149,7 +147,7 @@ async def test_an_expired_lease_is_taken_over(open_worker: OpenWorker) -> None:
 
 async def test_a_sweep_takes_over_a_dead_workers_runs(open_worker: OpenWorker) -> None:
     dead, heir = await open_worker("dead", lease=SHORT), await open_worker("heir")
-    run = await _queued(dead)
+    run = await queued_run(dead)
     assert await dead.runs.start_reserving(run.run_id, events=1) is not None
     swept = await _eventually(lambda: heir.leases.sweep(limit=5, queued_for=timedelta(hours=1)))
     assert swept == [run.run_id]
@@ -160,7 +158,7 @@ async def test_a_sweep_takes_over_a_dead_workers_runs(open_worker: OpenWorker) -
 
 async def test_a_fenced_out_worker_writes_nothing(open_worker: OpenWorker) -> None:
     stale, heir = await open_worker("stale", lease=SHORT), await open_worker("heir")
-    run = await _queued(stale)
+    run = await queued_run(stale)
     started = await stale.runs.start_reserving(run.run_id, events=8)
     assert started is not None
     stale_run = started[0]
@@ -176,7 +174,7 @@ async def test_a_fenced_out_worker_writes_nothing(open_worker: OpenWorker) -> No
     with pytest.raises(LeaseLost):
         await stale.conversations.save_with(conversation, also=checkpoint)
     assert await heir.conversations.load(run.thread_id) is None
-    row = await _row(heir, run.run_id)
+    row = await run_row(heir, run.run_id)
     assert (row["checkpoints"], row["status"], row["lease_owner"]) == (0, "running", "heir")
     threads = _threads
     async with heir.engine.connect() as connection:
@@ -203,26 +201,26 @@ async def test_a_fenced_out_worker_writes_nothing(open_worker: OpenWorker) -> No
 
 async def test_heartbeat_extends_the_leases_a_worker_holds(open_worker: OpenWorker) -> None:
     one, two = await open_worker("one"), await open_worker("two")
-    mine, theirs = await _queued(one), await _queued(one)
+    mine, theirs = await queued_run(one), await queued_run(one)
     assert await one.runs.start_reserving(mine.run_id, events=1) is not None
     assert await two.runs.start_reserving(theirs.run_id, events=1) is not None
-    before_mine = (await _row(one, mine.run_id))["lease_expires_at"]
-    before_theirs = (await _row(one, theirs.run_id))["lease_expires_at"]
+    before_mine = (await run_row(one, mine.run_id))["lease_expires_at"]
+    before_theirs = (await run_row(one, theirs.run_id))["lease_expires_at"]
     await asyncio.sleep(0.01)  # so that the clock has moved on, even a coarse one
     assert await one.leases.heartbeat() == [mine.run_id]
-    assert (await _row(one, mine.run_id))["lease_expires_at"] > before_mine
-    assert (await _row(one, theirs.run_id))["lease_expires_at"] == before_theirs
+    assert (await run_row(one, mine.run_id))["lease_expires_at"] > before_mine
+    assert (await run_row(one, theirs.run_id))["lease_expires_at"] == before_theirs
 
 
 async def test_heartbeats_keep_a_short_lease_from_being_taken(open_worker: OpenWorker) -> None:
     # The holder's heartbeat renews a lease that already lapsed, as long as nobody took it.
     holder, other = await open_worker("holder", lease=LONG), await open_worker("other")
-    run = await _queued(holder)
+    run = await queued_run(holder)
     assert await holder.runs.start_reserving(run.run_id, events=1) is not None
-    lapsed = (await _row(holder, run.run_id))["created_at"]
+    lapsed = (await run_row(holder, run.run_id))["created_at"]
     async with holder.engine.begin() as connection:
         await connection.execute(
-            _runs.update().where(_runs.c.run_id == run.run_id).values(lease_expires_at=lapsed)
+            RUNS.update().where(RUNS.c.run_id == run.run_id).values(lease_expires_at=lapsed)
         )
     assert await holder.leases.heartbeat() == [run.run_id]
     assert await other.runs.start_reserving(run.run_id, events=1) is None
@@ -230,7 +228,7 @@ async def test_heartbeats_keep_a_short_lease_from_being_taken(open_worker: OpenW
 
 async def test_taken_over_names_only_runs_another_worker_holds(open_worker: OpenWorker) -> None:
     stale, heir = await open_worker("stale", lease=SHORT), await open_worker("heir")
-    lost, finished, waiting = await _queued(stale), await _queued(stale), await _queued(stale)
+    lost, finished, waiting = await queued_run(stale), await queued_run(stale), await queued_run(stale)
     assert await stale.runs.start_reserving(lost.run_id, events=1) is not None
     started = await stale.runs.start_reserving(finished.run_id, events=1)
     assert started is not None
@@ -244,12 +242,12 @@ async def test_taken_over_names_only_runs_another_worker_holds(open_worker: Open
 
 async def test_release_puts_a_workers_runs_back_for_anyone(open_worker: OpenWorker) -> None:
     leaving, staying = await open_worker("leaving"), await open_worker("staying")
-    running, reserved = await _queued(leaving), await _queued(leaving)
+    running, reserved = await queued_run(leaving), await queued_run(leaving)
     assert await leaving.runs.start_reserving(running.run_id, events=1) is not None
     assert await leaving.leases.sweep(limit=5, queued_for=timedelta(0)) == [reserved.run_id]
     assert sorted(await leaving.leases.release()) == sorted([running.run_id, reserved.run_id])
     for run in (running, reserved):
-        row = await _row(staying, run.run_id)
+        row = await run_row(staying, run.run_id)
         assert (row["status"], row["lease_owner"], row["lease_expires_at"]) == ("queued", None, None)
         started = await staying.runs.start_reserving(run.run_id, events=1)
         assert started is not None
@@ -259,11 +257,11 @@ async def test_release_puts_a_workers_runs_back_for_anyone(open_worker: OpenWork
 
 async def test_a_run_left_running_before_leases_existed_is_free(open_worker: OpenWorker) -> None:
     old, new = await open_worker("old"), await open_worker("new")
-    run = await _queued(old)
+    run = await queued_run(old)
     assert await old.runs.start_reserving(run.run_id, events=1) is not None
     async with old.engine.begin() as connection:
         await connection.execute(
-            _runs.update().where(_runs.c.run_id == run.run_id).values(lease_owner=None, lease_expires_at=None)
+            RUNS.update().where(RUNS.c.run_id == run.run_id).values(lease_owner=None, lease_expires_at=None)
         )
     started = await new.runs.start_reserving(run.run_id, events=1)
     assert started is not None
@@ -274,81 +272,3 @@ def test_worker_ids_are_unique_and_fit_the_column() -> None:
     ids = {Worker().worker_id for _ in range(100)}
     assert len(ids) == 100
     assert all(len(worker_id) <= 64 and worker_id.count(":") == 2 for worker_id in ids)
-
-
-# -- any sequence of lease operations keeps one holder --------------------------------------------
-
-_OPERATIONS = ("claim", "sweep", "lapse", "heartbeat", "release", "checkpoint")
-
-
-@pytest.mark.parametrize(
-    "backend", [pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)]
-)
-@settings(max_examples=40, deadline=None)
-@example(steps=[("claim", 0), ("lapse", 0), ("claim", 1), ("checkpoint", 0), ("checkpoint", 1)])
-@example(steps=[("claim", 0), ("lapse", 0), ("sweep", 1), ("heartbeat", 0), ("claim", 0), ("claim", 1)])
-@given(steps=st.lists(st.tuples(st.sampled_from(_OPERATIONS), st.integers(0, 2)), min_size=1, max_size=16))
-async def test_any_sequence_of_lease_operations_keeps_one_holder(
-    backend: str, migrated_databases: MigratedDatabases, steps: list[tuple[str, int]]
-) -> None:
-    """Three workers do anything to one run; the store agrees with a model of who holds it, and only
-    the holder ever writes a checkpoint."""
-    url = await migrated_databases.empty(backend)  # pyright: ignore[reportArgumentType]
-    workers = [await Database.connect(url, worker=Worker(worker_id=f"w{n}", lease=LONG)) for n in range(3)]
-    try:
-        run = await _queued(workers[0])
-        status, owner, lapsed, checkpoints = "queued", None, False, 0
-        claimed: dict[int, Run] = {}
-        for operation, index in steps:
-            worker = workers[index]
-            name = f"w{index}"
-            match operation:
-                case "claim":
-                    may = (status == "queued" and (owner in (None, name) or lapsed)) or (
-                        status == "running" and lapsed
-                    )
-                    started = await worker.runs.start_reserving(run.run_id, events=1)
-                    assert (started is not None) == may
-                    if started is not None:
-                        claimed[index] = started[0]
-                        status, owner, lapsed = "running", name, False
-                case "sweep":
-                    may = (status == "queued" and owner is None) or (
-                        (status == "running" or owner is not None) and lapsed
-                    )
-                    swept = await worker.leases.sweep(limit=1, queued_for=timedelta(0))
-                    assert swept == ([run.run_id] if may else [])
-                    if may:
-                        status, owner, lapsed = "queued", name, False
-                case "lapse":
-                    async with worker.engine.begin() as connection:
-                        await connection.execute(
-                            _runs.update()
-                            .where(_runs.c.run_id == run.run_id, _runs.c.lease_owner.is_not(None))
-                            .values(lease_expires_at=run.created_at)
-                        )
-                    lapsed = owner is not None or lapsed
-                case "heartbeat":
-                    assert await worker.leases.heartbeat() == ([run.run_id] if owner == name else [])
-                    lapsed = lapsed and owner != name
-                case "release":
-                    assert await worker.leases.release() == ([run.run_id] if owner == name else [])
-                    if owner == name:
-                        status, owner, lapsed = "queued", None, False
-                case _:
-                    mine = claimed.get(index)
-                    if mine is None:
-                        continue
-                    try:
-                        async with worker.engine.begin() as connection:
-                            await record_checkpoint(connection, mine, event_id=0)
-                    except LeaseLost:
-                        assert (status, owner) != ("running", name)
-                    else:
-                        assert (status, owner) == ("running", name)
-                        checkpoints += 1
-            row = await _row(workers[0], run.run_id)
-            assert (row["status"], row["lease_owner"], row["checkpoints"]) == (status, owner, checkpoints)
-    finally:
-        for db in workers:
-            await db.aclose()
