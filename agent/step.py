@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store import (
     Database,
     DatabaseUnavailable,
+    LeaseLost,
     PendingCall,
     Run,
     insert_events,
@@ -136,9 +137,10 @@ class _Stopped(Exception):
 async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -> RunStatus:
     """Drive the queued run `run_id` to its end (or its pause) and return the status it ended with.
 
-    A run that is not queued (another worker took it, or it ended) is left alone and its current
-    status returned. Cancelling the task stops the run between two awaits; it is put back in the
-    queue, to continue from its last checkpoint when driven again.
+    A run this worker cannot claim (another worker holds it, or it ended) is left alone and its
+    current status returned; one taken over by another worker midway (`store.LeaseLost`) stops
+    without writing anything more. Cancelling the task stops the run between two awaits; it is put
+    back in the queue, to continue from its last checkpoint when driven again.
     """
     started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK)
     if started is None:
@@ -165,6 +167,8 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
     except _Stopped:
         await _requeue(runtime, run, out)
         return "queued"
+    except LeaseLost:
+        return await _lost(runtime, run)
     except asyncio.CancelledError:
         # A cancelled task: keep the run for a later continuation, whatever happens here.
         await asyncio.shield(_requeue(runtime, run, out))
@@ -179,13 +183,26 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
-        await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+        try:
+            await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+        except LeaseLost:
+            return await _lost(runtime, run)
         await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
         await out.flush()
         return "failed"
 
 
+async def _lost(runtime: Runtime, run: Run) -> RunStatus:
+    # Another worker took the run over (this one stalled past its lease): it continues the run from
+    # the last checkpoint; this attempt stops, writing nothing more, not even its unstored events.
+    logger.warning("run %s was taken over by another worker; this attempt stops", run.run_id)
+    return (await runtime.db.runs.get(run.run_id)).status
+
+
 async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
+    if await runtime.db.leases.taken_over([run.run_id]):
+        # Cancelled because another worker took the run over: its events are not this attempt's to store.
+        return
     try:
         await out.flush()
     finally:

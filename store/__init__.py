@@ -12,6 +12,7 @@ from .errors import (
     Conflict,
     CorruptData,
     DatabaseUnavailable,
+    LeaseLost,
     NotFound,
     RunActive,
     SchemaTooNew,
@@ -19,6 +20,7 @@ from .errors import (
     UnsupportedDatabase,
 )
 from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
+from .leases import Leases, Worker
 from .migrate import current_revision, head_revision, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
@@ -41,6 +43,8 @@ __all__ = (
     "EventListener",
     "EventLog",
     "EventNotice",
+    "LeaseLost",
+    "Leases",
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
@@ -60,6 +64,7 @@ __all__ = (
     "ThreadCursor",
     "Threads",
     "UnsupportedDatabase",
+    "Worker",
     "append_events",
     "current_revision",
     "finish_run",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent import Runtime, build_agent, default_guardrails, feedback_model, resolve_model
-from store import Database, DatabaseUnavailable, EventListener
+from store import Database, DatabaseUnavailable, EventListener, Worker
 from store.business import BusinessData
 from store.engine import normalize_url
 
@@ -40,14 +41,18 @@ def create_app(settings: Settings) -> Starlette:
 
     Its lifespan opens the database (seeding the demo business data), builds the agent runtime
     publishing to the in-process broker, starts (on PostgreSQL) the listener that relays events
-    other processes store, and starts the runner, which first recovers the runs a previous
-    process left unfinished. At shutdown the runner cancels its in-flight runs (they
-    requeue themselves) and waits for them, bounded, before the database closes.
+    other processes store, and starts the runner, which first takes over the runs nobody drives
+    (left by a dead process), then heartbeats its leases and sweeps for more. At shutdown the
+    runner stops its in-flight runs (they requeue themselves), waits for them, bounded, and
+    releases its leases before the database closes.
     """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
-        db = await Database.connect(settings.database_url, options=settings.connection_options())
+        worker = Worker(lease=timedelta(seconds=settings.lease_seconds))
+        db = await Database.connect(
+            settings.database_url, options=settings.connection_options(), worker=worker
+        )
         try:
             business = BusinessData(db.engine)
             await business.seed()
@@ -56,12 +61,17 @@ def create_app(settings: Settings) -> Starlette:
             runtime = Runtime(
                 db=db,
                 business=business,
-                agent=build_agent(resolve_model(settings.model)),
+                agent=build_agent(resolve_model(settings.model, demo_delay=settings.demo_delay_seconds)),
                 feedback_model=feedback_model(),
                 publish=broker.publish,
                 guardrails=default_guardrails(messages_per_minute=settings.messages_per_minute),
             )
-            runner = Runner(runtime, shutdown_timeout=settings.shutdown_timeout_seconds)
+            runner = Runner(
+                runtime,
+                shutdown_timeout=settings.shutdown_timeout_seconds,
+                heartbeat_seconds=settings.heartbeat_seconds,
+                sweep_seconds=settings.sweep_seconds,
+            )
             app.state.settings = settings
             app.state.services = Services(
                 settings=settings,
@@ -75,8 +85,8 @@ def create_app(settings: Settings) -> Starlette:
             )
             if listener is not None:
                 listener.start()
+            await runner.start()
             try:
-                await runner.recover()
                 yield
             finally:
                 await runner.aclose()

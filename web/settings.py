@@ -78,6 +78,16 @@ class Settings:
     listen_url: str | None = None
     """A direct PostgreSQL URL for the event listener when `database_url` goes through a
     transaction-mode pooler (`DURABLE_CHAT_LISTEN_URL`); `LISTEN` needs a session."""
+    lease_seconds: float = 30.0
+    """How long a worker's claim on a run holds without a heartbeat: how soon a dead worker's runs
+    are taken over (`DURABLE_CHAT_LEASE_SECONDS`)."""
+    heartbeat_seconds: float = 10.0
+    """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
+    sweep_seconds: float = 5.0
+    """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    demo_delay_seconds: float = 0.0
+    """How long the demo model thinks before each response (`DURABLE_CHAT_DEMO_DELAY_SECONDS`):
+    holds a run between model calls, for tests and demos of crashes."""
 
     def connection_options(self) -> ConnectionOptions:
         """How the server's PostgreSQL connections are pooled and configured."""
@@ -122,6 +132,13 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
+        lease = _number("LEASE_SECONDS", env, 30.0)
+        heartbeat = _number("HEARTBEAT_SECONDS", env, min(10.0, lease / 3))
+        if heartbeat >= lease:
+            raise SettingsError(
+                f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
+                f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
+            )
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
             model=_pick(model, "MODEL", env) or "demo",
@@ -140,6 +157,10 @@ class Settings:
             pool_pre_ping=_flag("POOL_PRE_PING", env, False),
             transaction_pooler=_flag("TRANSACTION_POOLER", env, False),
             listen_url=_pick(None, "LISTEN_URL", env),
+            lease_seconds=lease,
+            heartbeat_seconds=heartbeat,
+            sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            demo_delay_seconds=_number("DEMO_DELAY_SECONDS", env, 0.0, zero=True),
         )
 
     @staticmethod
@@ -178,7 +199,7 @@ def _number(
         value = float(text)
     except ValueError:
         value = -1.0
-    if not (value >= 0 if zero else value > 0) or (whole and not value.is_integer()):
+    if not (value >= 0 if zero else value > 0) or value == float("inf") or (whole and not value.is_integer()):
         kind = "whole number" if whole else "number"
         raise SettingsError(
             f"{ENV_PREFIX}{name} must be a {'non-negative' if zero else 'positive'} {kind}, not {text!r}"
