@@ -17,6 +17,10 @@ names the worker and `runs.lease_expires_at` says until when. Deliberate choices
   `running` (`Runs.start_reserving`); nobody else starts it before the reservation lapses.
 - The heartbeat renews every lease the worker holds in one statement; a worker that dies stops
   renewing, and its runs are taken over once their leases lapse.
+- **A dead process on this host need not lapse**: at start, a worker ends the leases of workers
+  named after this host whose process is gone (`expire_dead_local`), so a lone server restarted
+  after a crash continues its runs at once instead of a lease later. A process that still exists
+  (or a reused pid) is left to its lease. Hosts sharing one database need distinct host names.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ __all__ = (
     "claim",
     "claimable",
     "clock",
+    "gone_from_this_host",
     "new_worker_id",
     "release",
     "skip_locked",
@@ -53,9 +58,28 @@ DEFAULT_LEASE = timedelta(seconds=30)
 _runs = metadata.tables[RunRow.__tablename__]
 
 
+def _host() -> str:
+    return socket.gethostname()[:40]
+
+
 def new_worker_id() -> str:
     """`host:pid:random`: readable in the database, unique even when a pid is reused (64 chars at most)."""
-    return f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{_host()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def gone_from_this_host(worker_id: str) -> bool:
+    """Whether `worker_id` names a process of this host that no longer exists."""
+    host, _, rest = worker_id.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != _host() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False  # exists (another user's), or not a pid at all
+    return False
 
 
 @dataclass(frozen=True)
@@ -143,6 +167,33 @@ class Leases:
                     .returning(runs.run_id)
                 )
                 return list(result.scalars())
+
+    async def expire_dead_local(self) -> list[str]:
+        """End the leases of workers of this host whose process is gone; return those workers.
+
+        Their runs are then free for a sweep at once, instead of after their leases lapse.
+        """
+        with translate_errors("ending the leases of dead workers"):
+            async with self._engine.begin() as connection:
+                owners = (
+                    await connection.execute(
+                        sa.select(_runs.c.lease_owner)
+                        .where(
+                            _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                            _runs.c.lease_owner.like(f"{_host()}:%"),
+                            _runs.c.lease_owner != self.worker.worker_id,
+                        )
+                        .distinct()
+                    )
+                ).scalars()
+                dead = sorted(owner for owner in owners if owner is not None and gone_from_this_host(owner))
+                if dead:
+                    await connection.execute(
+                        _runs.update()
+                        .where(_runs.c.lease_owner.in_(dead), _runs.c.status.in_(ACTIVE_RUN_STATUSES))
+                        .values(lease_expires_at=None)
+                    )
+        return dead
 
     async def heartbeat(self) -> list[str]:
         """Renew every lease this worker holds, in one statement; return the runs it still holds."""

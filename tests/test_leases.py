@@ -6,6 +6,8 @@ Each `Database` opened here stands for one worker process (its own engine and id
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -17,6 +19,7 @@ from pydantic_ai.messages import ModelRequest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import Database, LeaseLost, Run, Worker, record_checkpoint
+from store.leases import gone_from_this_host
 from store.schema import RunRow, ThreadRow, metadata
 
 from .conftest import MigratedDatabases
@@ -272,3 +275,38 @@ def test_worker_ids_are_unique_and_fit_the_column() -> None:
     ids = {Worker().worker_id for _ in range(100)}
     assert len(ids) == 100
     assert all(len(worker_id) <= 64 and worker_id.count(":") == 2 for worker_id in ids)
+
+
+async def test_a_dead_process_of_this_host_gives_its_runs_up_at_once(open_worker: OpenWorker) -> None:
+    gone = await asyncio.create_subprocess_exec("true")  # a pid that no longer exists once waited for
+    await gone.wait()
+    host = socket.gethostname()[:40]
+    owners = {
+        "dead here": f"{host}:{gone.pid}:dead",
+        "alive here": f"{host}:{os.getpid()}:alive",
+        "elsewhere": f"another-host:{gone.pid}:far",
+    }
+    runs: dict[str, Run] = {}
+    for label, owner in owners.items():
+        holder = await open_worker(owner, lease=LONG)
+        runs[label] = await queued_run(holder)
+        assert await holder.runs.start_reserving(runs[label].run_id, events=1) is not None
+    heir = await open_worker("heir")
+
+    assert await heir.leases.expire_dead_local() == [owners["dead here"]]
+
+    assert await heir.leases.sweep(limit=5, queued_for=timedelta(hours=1)) == [runs["dead here"].run_id]
+    started = await heir.runs.start_reserving(runs["dead here"].run_id, events=1)
+    assert started is not None
+    assert (started[0].attempt, started[0].lease_owner) == (2, "heir")
+    for label in ("alive here", "elsewhere"):
+        assert (await run_row(heir, runs[label].run_id))["lease_owner"] == owners[label]
+
+
+def test_gone_from_this_host_reads_only_this_hosts_worker_ids() -> None:
+    host = socket.gethostname()[:40]
+    assert not gone_from_this_host(f"{host}:{os.getpid()}:me")
+    assert not gone_from_this_host("another-host:1:x")
+    assert not gone_from_this_host(f"{host}:not-a-pid:x")
+    assert not gone_from_this_host("heir")
+    assert not gone_from_this_host(f"{host}:{10**30}:x")

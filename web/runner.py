@@ -95,7 +95,14 @@ class Runner:
         return taken
 
     async def recover(self) -> int:
-        """Drive the runs nobody drives now: queued with no owner, or under a lapsed lease; return how many."""
+        """Drive the runs nobody drives now: queued with no owner, or under a lapsed lease; return how many.
+
+        A dead process of this host (this server before a crash) holds its runs no longer: they are
+        taken at once, not a lease later.
+        """
+        dead = await self._leases.expire_dead_local()
+        if dead:
+            logger.info("workers %s of this host are gone; their runs are free", ", ".join(dead))
         taken = await self._take(queued_for=timedelta(0))
         if taken:
             logger.info("recovering %d unfinished runs", taken)
