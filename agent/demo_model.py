@@ -10,6 +10,7 @@ is the same message for message whichever way it was run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -76,14 +77,32 @@ class _Result:
     """The arguments of the call this answers, `{}` if the call is not in the conversation."""
 
 
-def demo_model() -> FunctionModel:
-    """The deterministic demo model, named `demo`."""
-    return FunctionModel(_request, stream_function=_stream, model_name="demo")
+def demo_model(*, delay: float = 0.0) -> FunctionModel:
+    """The deterministic demo model, named `demo`.
+
+    Args:
+        delay: Seconds it thinks before each response, as a slow provider would: tests hold a run
+            between two model calls with it (to kill its worker there).
+    """
+    if not delay:
+        return FunctionModel(_request, stream_function=_stream, model_name="demo")
+
+    async def request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(delay)
+        return await _request(messages, info)
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        await asyncio.sleep(delay)
+        async for item in _stream(messages, info):
+            yield item
+
+    return FunctionModel(request, stream_function=stream, model_name="demo")
 
 
-def resolve_model(name: str) -> Model | str:
-    """`demo` is the demo model; any other name is a pydantic-ai model string, returned as is."""
-    return demo_model() if name == "demo" else name
+def resolve_model(name: str, *, demo_delay: float = 0.0) -> Model | str:
+    """`demo` is the demo model (thinking `demo_delay` seconds per response); any other name is a
+    pydantic-ai model string, returned as is."""
+    return demo_model(delay=demo_delay) if name == "demo" else name
 
 
 def user_messages(messages: Sequence[ModelMessage]) -> list[str]:

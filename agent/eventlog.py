@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from store import EventLog, LoggedEvent, NewEvent
+from store import DatabaseUnavailable, EventLog, LoggedEvent, NewEvent
 from stream import Sink, StoredEvent, StreamEvent, event_data, event_from_data
 
 __all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "TraceStampSink", "new_events", "stored_events")
@@ -164,8 +164,14 @@ class EventLogSink:
         self.stored(pending)
 
     def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from self._failure
+        if self._failure is None:
+            return
+        if isinstance(self._failure, DatabaseUnavailable):
+            # Kept as what it is: the run is to be retried, not failed.
+            raise DatabaseUnavailable(
+                f"storing the events of thread {self._thread_id!r} failed: {self._failure}"
+            )
+        raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from self._failure
 
 
 class TraceStampSink:

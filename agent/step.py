@@ -10,7 +10,8 @@ tool results are computed again on recovery, exactly-once by the ledger for side
 the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
 from what is stored.
 
-A run interrupted by a crash or a cancellation is left `queued` or `running`; driving it again
+A run interrupted by a crash, a cancellation or a lost database (`DatabaseUnavailable`, raised
+to the caller to retry) is left `queued` or `running`; driving it again
 continues from its last checkpoint. Whether it made one decides how: with no checkpoint yet,
 it starts over (its user message, or its decisions, are applied again); with one, the stored
 conversation already holds them and the agent just continues it. Side-effecting tools are
@@ -20,6 +21,7 @@ exactly-once by their ledger, so a call repeated by a continuation does not act 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +51,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
     Database,
+    DatabaseUnavailable,
+    LeaseLost,
     PendingCall,
     Run,
     insert_events,
@@ -60,6 +64,7 @@ from store.business import BusinessData
 from store.schema import RunStatus
 from stream import (
     ApprovalRequired,
+    GuardrailTripped,
     RunFinished,
     RunStarted,
     Sink,
@@ -74,9 +79,21 @@ from stream import PendingCall as PendingCallEvent
 
 from .assistant import SupportAgent
 from .eventlog import EventLogSink, Publisher, TraceStampSink, new_events
+from .guardrails import (
+    HIDE_BLOCKED_TURNS,
+    Guardrail,
+    GuardrailContext,
+    Guardrails,
+    blocked_turn,
+    default_guardrails,
+    first_tripped,
+)
 from .logs import current_trace_id
+from .retries import ModelRetries, is_transient
+from .tool_failures import ToolFailures
 from .tools import Deps, RecordBuffer
 from .tracing import run_attributes
+from .withdrawals import OutputGuard
 
 __all__ = ("Runtime", "run_step")
 
@@ -110,6 +127,12 @@ class Runtime:
     usage_limits: UsageLimits = field(default_factory=default_limits)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
+    guardrails: Guardrails = field(default_factory=default_guardrails)
+    """Checks on the user's message before the model is called, and on the model's text."""
+    model_retries: ModelRetries = field(default_factory=ModelRetries)
+    """Retries of transient model errors (429, 5xx, timeouts), with backoff."""
+    tool_failures: ToolFailures = field(default_factory=ToolFailures)
+    """Tools that raise or hang give a `failed` result instead of ending the run."""
 
 
 class _Stopped(Exception):
@@ -119,9 +142,10 @@ class _Stopped(Exception):
 async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -> RunStatus:
     """Drive the queued run `run_id` to its end (or its pause) and return the status it ended with.
 
-    A run that is not queued (another worker took it, or it ended) is left alone and its current
-    status returned. Cancelling the task stops the run between two awaits; it is put back in the
-    queue, to continue from its last checkpoint when driven again.
+    A run this worker cannot claim (another worker holds it, or it ended) is left alone and its
+    current status returned; one taken over by another worker midway (`store.LeaseLost`) stops
+    without writing anything more. Cancelling the task stops the run between two awaits; it is put
+    back in the queue, to continue from its last checkpoint when driven again.
 
     Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
     spans; its trace id is kept on the run's row and on every event and approval row of the run.
@@ -162,21 +186,44 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
     except _Stopped:
         await _requeue(runtime, run, out)
         return "queued"
+    except LeaseLost:
+        return await _lost(runtime, run)
     except asyncio.CancelledError:
         # A cancelled task: keep the run for a later continuation, whatever happens here.
         await asyncio.shield(_requeue(runtime, run, out))
+        raise
+    except DatabaseUnavailable:
+        # Not the run's fault (a database restart, say): it is not failed but left to be driven
+        # again from its last checkpoint, once the database answers. The database being away,
+        # putting it back in the queue may well fail here; the caller retries that too.
+        logger.warning("run %s of thread %s lost its database; it will continue", run.run_id, run.thread_id)
+        with contextlib.suppress(DatabaseUnavailable):
+            await _requeue(runtime, run, out)
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
-        await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+        try:
+            await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+        except LeaseLost:
+            return await _lost(runtime, run)
         await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
         await out.flush()
         return "failed"
 
 
+async def _lost(runtime: Runtime, run: Run) -> RunStatus:
+    # Another worker took the run over (this one stalled past its lease): it continues the run from
+    # the last checkpoint; this attempt stops, writing nothing more, not even its unstored events.
+    logger.warning("run %s was taken over by another worker; this attempt stops", run.run_id)
+    return (await runtime.db.runs.get(run.run_id)).status
+
+
 async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
+    if await runtime.db.leases.taken_over([run.run_id]):
+        # Cancelled because another worker took the run over: its events are not this attempt's to store.
+        return
     try:
         await out.flush()
     finally:
@@ -191,7 +238,9 @@ class _Step:
         self.run = run
         self.trace_id = trace_id
         self.db = runtime.db
-        self.out = out
+        self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
+        self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
+        self.out = self.guard.track(out)
         self.log = log
         self.records = RecordBuffer()
         self.deps = Deps(
@@ -221,6 +270,10 @@ class _Step:
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
             self.conversation.messages = repair_messages(self.conversation.messages)
+        if prompt is not None:
+            tripped = await first_tripped(self.runtime.guardrails.input, prompt, self.guard_context)
+            if tripped is not None:
+                return await self._block(prompt, tripped)
         try:
             async with self.runtime.agent.iter(
                 prompt,
@@ -229,9 +282,12 @@ class _Step:
                 deps=self.deps,
                 usage_limits=_per_turn(self.runtime.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
+                capabilities=[HIDE_BLOCKED_TURNS, self.runtime.model_retries, self.runtime.tool_failures],
             ) as agent_run:
                 self.history = agent_run.all_messages
                 async for node in agent_run:
+                    # Output guardrails change a response before the run acts on it or stores it.
+                    await self.guard.settle(node, self._part_id)
                     if not isinstance(node, End) and not _answers_last_response(node):
                         # The end's checkpoint is the pause's or the completion's, one transaction.
                         await self._save(list(agent_run.all_messages()))
@@ -273,6 +329,7 @@ class _Step:
         approvals: Sequence[PendingCall] = (),
         error: str | None = None,
     ) -> None:
+        self.guard.scrub(messages)
         stored = self.conversation.messages
         merged = _merge(stored, messages)
         records = self.records.drain()
@@ -289,6 +346,7 @@ class _Step:
             if approvals:
                 await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
             await insert_events(connection, run.thread_id, new_events(events))
+            await self.guard.blank(connection)
             await record_checkpoint(connection, run, event_id=covered, finish=finish, error=error)
 
         conversation.messages = merged
@@ -348,6 +406,20 @@ class _Step:
         await self._save(messages, finish="completed")
         return "completed"
 
+    async def _block(self, prompt: str, guardrail: Guardrail) -> RunStatus:
+        # An input guardrail tripped: answer politely in place of the model, which is never called.
+        logger.warning("input guardrail %s blocked run %s", guardrail.name, self.run.run_id)
+        run_id, reply, part_id = self.run.run_id, guardrail.reply, self._part_id(0)
+        await self.out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="input"))
+        await self.out.emit(TextDelta(run_id=run_id, part_id=part_id, delta=reply))
+        await self.out.emit(TextDone(run_id=run_id, part_id=part_id, text=reply))
+        await self.out.emit(RunFinished(run_id=run_id, status="blocked", output=reply))
+        turn = blocked_turn(prompt, guardrail, run_id=f"{run_id}.{self.run.attempt}")
+        # The run row keeps which guardrail blocked it, for operators; the user got the reply.
+        blocked_by = f"input guardrail {guardrail.name!r}"
+        await self._save([*self.conversation.messages, *turn], finish="blocked", error=blocked_by)
+        return "blocked"
+
     async def _decisions(self) -> DeferredToolResults:
         """The stored decisions on the calls the run resumes, as pydantic-ai takes them."""
         requests = self.conversation.deferred_tool_requests
@@ -376,7 +448,7 @@ class _Step:
             case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
                 await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
             case PartEndEvent(index=index, part=TextPart(content=content)):
-                await self.out.emit(TextDone(run_id=run_id, part_id=self._part_id(index), text=content))
+                await self.guard.text_done(self._part_id(index), content)
             case PartEndEvent(part=ToolCallPart() as call):
                 await self.out.emit(
                     ToolCall(
@@ -462,4 +534,6 @@ def _args(call: ToolCallPart) -> dict[str, object]:
 
 
 def _user_safe(error: Exception) -> str:
+    if is_transient(error):
+        return "The assistant is unavailable right now. Please try again in a moment."
     return "The assistant hit an unexpected problem and stopped. Please try again."

@@ -38,7 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from agent import Deps, Runtime, build_agent, demo_model, feedback_model, run_step
+from agent import Deps, Runtime, build_agent, default_guardrails, demo_model, feedback_model, run_step
 from bench.step_baseline import run_bare
 from bench.step_report import Case, Report, render, write_section
 from bench.step_timers import Timers, Variant
@@ -92,7 +92,12 @@ class Bench:
         business = BusinessData(db.engine)
         await business.seed()
         runtime = Runtime(
-            db=db, business=business, agent=build_agent(demo_model()), feedback_model=feedback_model()
+            db=db,
+            business=business,
+            agent=build_agent(demo_model()),
+            feedback_model=feedback_model(),
+            # One user sends every benchmark message: the per-user message rate would block them.
+            guardrails=default_guardrails(messages_per_minute=None),
         )
         bench = cls(db, runtime, [])
         # Played once through the step itself; every long case then starts from a copy of it.
@@ -133,7 +138,7 @@ class Bench:
         )
 
         async def turn() -> None:
-            output = await run_bare(runtime.agent, deps, PROMPT, conversation, runtime.usage_limits)
+            output = await run_bare(runtime, deps, PROMPT, conversation)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 

@@ -3,7 +3,9 @@
 It mirrors `agent.step`'s loop node for node: `Agent.iter`, every node's events streamed with
 `node.stream`, and the same typed stream events built from them, then dropped. What it leaves
 out is what the step adds for durability: loading and checkpointing the conversation, the run's
-bookkeeping, and appending events to the log.
+bookkeeping, and appending events to the log. What the agent does besides is kept: the runtime's
+capabilities (model retries, tool failures, hiding blocked turns) and its input and output
+guardrails run on both sides.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from pydantic_ai.messages import (
     TextPartDelta,
     ToolCallPart,
 )
-from pydantic_ai.usage import UsageLimits
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import Deps, SupportAgent
+from agent import Deps, GuardrailContext, Runtime
+from agent.guardrails import HIDE_BLOCKED_TURNS, first_tripped
 from stream import (
     RunFinished,
     RunStarted,
@@ -37,23 +39,35 @@ from stream import (
 __all__ = ("run_bare",)
 
 
-async def run_bare(
-    agent: SupportAgent, deps: Deps, prompt: str, conversation: Conversation, limits: UsageLimits
-) -> str:
+async def run_bare(runtime: Runtime, deps: Deps, prompt: str, conversation: Conversation) -> str:
     """Run one turn of `conversation` in memory and return its output; events are built and dropped."""
+    agent, guardrails = runtime.agent, runtime.guardrails
     run_id = deps.run_id
     events: list[StreamEvent] = [
         RunStarted(run_id=run_id, kind="message"),
         UserMessage(run_id=run_id, content=prompt),
     ]
+    context = GuardrailContext(runtime.db, deps.thread_id, run_id, deps.user_id)
+    if await first_tripped(guardrails.input, prompt, context) is not None:
+        raise RuntimeError(f"an input guardrail blocked the baseline turn: {prompt!r}")
     responses = 0
-    async with agent.iter(prompt, conversation=conversation, deps=deps, usage_limits=limits) as agent_run:
+    async with agent.iter(
+        prompt,
+        conversation=conversation,
+        deps=deps,
+        usage_limits=runtime.usage_limits,
+        capabilities=[HIDE_BLOCKED_TURNS, runtime.model_retries, runtime.tool_failures],
+    ) as agent_run:
         async for node in agent_run:
             if agent.is_model_request_node(node):
                 responses += 1
                 async with node.stream(agent_run.ctx) as stream:
                     async for event in stream:
                         found = _model_event(run_id, f"{run_id[:8]}.1.{responses}", event)
+                        if isinstance(found, TextDone) and await first_tripped(
+                            guardrails.output, found.text, context
+                        ):
+                            raise RuntimeError(f"an output guardrail tripped on {found.text!r}")
                         if found is not None:
                             events.append(found)
             elif agent.is_call_tools_node(node):

@@ -18,7 +18,7 @@ import json
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -107,8 +107,14 @@ class _Gate:
             self.all_arrived.set()
 
 
-async def run_load(base_url: str, load: Load, *, on_start: Callable[[], None] | None = None) -> LoadResult:
-    """Run `load` against the server at `base_url`; `on_start` is called when the turns start."""
+async def run_load(
+    base_url: str | Sequence[str], load: Load, *, on_start: Callable[[], None] | None = None
+) -> LoadResult:
+    """Run `load` against the server at `base_url`; `on_start` is called when the turns start.
+
+    Given several servers' URLs, user n works on the n-th (round robin): its thread, stream and turns.
+    """
+    base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
     result = LoadResult(users=load.users, turns_per_user=load.turns)
     gate = _Gate(load.users)
     timeout = httpx.Timeout(connect=60.0, read=load.stall_timeout, write=60.0, pool=None)
@@ -124,7 +130,12 @@ async def run_load(base_url: str, load: Load, *, on_start: Callable[[], None] | 
             asyncio.create_task(
                 _user(
                     await clients.enter_async_context(
-                        httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits, verify=tls)
+                        httpx.AsyncClient(
+                            base_url=base_urls[number % len(base_urls)],
+                            timeout=timeout,
+                            limits=limits,
+                            verify=tls,
+                        )
                     ),
                     load,
                     number,

@@ -297,13 +297,14 @@ def _errors(report: Report) -> list[str]:
     )
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace the web section of `path` (between its markers), or append it with its markers."""
+def write_section(path: Path, section: str, *, name: str = "web") -> None:
+    """Replace the section `name` of `path` (between its markers), or append it with its markers."""
+    begin, finish = (_BEGIN, _END) if name == "web" else (f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->")
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{_BEGIN}\n{section.rstrip()}\n{_END}"
-    start, end = text.find(_BEGIN), text.find(_END)
+    block = f"{begin}\n{section.rstrip()}\n{finish}"
+    start, end = text.find(begin), text.find(finish)
     if start != -1 and end > start:
-        text = text[:start] + block + text[end + len(_END) :]
+        text = text[:start] + block + text[end + len(finish) :]
     else:
         text = text.rstrip() + ("\n\n" if text.strip() else "") + block + "\n"
     path.write_text(text, encoding="utf-8")

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
@@ -99,7 +100,8 @@ class _Chat:
         """Drive a run, then every resume run the user's decisions start, until no call waits."""
         next_run: str | None = run_id
         while next_run is not None:
-            await run_step(self.runtime, next_run, sink=self.sink)
+            async with _heartbeat(self.db):
+                await run_step(self.runtime, next_run, sink=self.sink)
             next_run = await self.decide_pending()
 
     async def decide_pending(self) -> str | None:
@@ -192,6 +194,25 @@ async def chat(
             terminal.write("\n")
             terminal.flush()
         return 0
+
+
+@contextlib.asynccontextmanager
+async def _heartbeat(db: Database) -> AsyncGenerator[None]:
+    """Renew this process's leases while a run goes on, as a server's runner does, so a server
+    sharing the database does not take a long turn over."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(db.leases.worker.lease.total_seconds() / 3)
+            with contextlib.suppress(StoreError):  # the next beat tries again; the lease has slack
+                await db.leases.heartbeat()
+
+    task = asyncio.create_task(beat(), name="heartbeat")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
 
 
 async def _resume(session: _Chat) -> None:

@@ -21,6 +21,7 @@ from web import Settings, SettingsError, create_app
 from web.tokens import issue_token
 
 from .chat import DEFAULT_USER, chat
+from .purge import parse_age, purge
 from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
 
 __all__ = ("build_parser", "main")
@@ -69,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the JSONL trace file (env DURABLE_CHAT_TRACE_FILE; default: traces.jsonl under ./data)",
     )
+    purging = commands.add_parser("purge", help="erase the threads idle for longer than an age")
+    purging.add_argument(
+        "--older-than", metavar="AGE", type=parse_age, required=True, help="such as 90d, 12h or 30m"
+    )
+    purging.add_argument("--dry-run", action="store_true", help="list what would be erased, erase nothing")
+    _add_db(purging)
     return parser
 
 
@@ -93,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
+            case "purge":
+                return purge(Settings.resolve_database_url(args.db), args.older_than, dry_run=args.dry_run)
             case _:
                 raise AssertionError(f"unknown command {command!r}")
     except (StoreError, SettingsError, TracingUnavailable, TraceFileError) as error:

@@ -5,42 +5,53 @@ from __future__ import annotations
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
+from .engine import ConnectionOptions
 from .errors import (
     AlreadyDecided,
     ApprovalPending,
     Conflict,
     CorruptData,
     DatabaseUnavailable,
+    LeaseLost,
     NotFound,
     RunActive,
     SchemaTooNew,
     StoreError,
     UnsupportedDatabase,
 )
-from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events
+from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
+from .leases import Leases, Worker
 from .migrate import current_revision, head_revision, upgrade
+from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
-from .threads import Thread, ThreadCursor, Threads, touch_thread
+from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
+    "EVENTS_CHANNEL",
     "AlreadyDecided",
     "AlsoWrite",
     "Approval",
     "ApprovalPending",
     "Approvals",
     "Conflict",
+    "ConnectionOptions",
     "CorruptData",
     "Database",
     "DatabaseUnavailable",
     "Decision",
+    "EventListener",
     "EventLog",
+    "EventNotice",
+    "LeaseLost",
+    "Leases",
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
     "NotFound",
     "PageCursor",
     "PendingCall",
+    "Purge",
     "Record",
     "Records",
     "Run",
@@ -53,6 +64,7 @@ __all__ = (
     "ThreadCursor",
     "Threads",
     "UnsupportedDatabase",
+    "Worker",
     "append_events",
     "current_revision",
     "finish_run",
@@ -61,6 +73,7 @@ __all__ = (
     "insert_pending",
     "insert_records",
     "insert_run",
+    "overwrite_events",
     "record_checkpoint",
     "touch_thread",
     "upgrade",

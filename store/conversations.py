@@ -39,13 +39,22 @@ from sqlalchemy.engine import URL, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec
-from .engine import check_reachable, create_engine, dispose, normalize_url, reader, redacted, translate_errors
+from .engine import (
+    ConnectionOptions,
+    check_reachable,
+    create_engine,
+    dispose,
+    normalize_url,
+    reader,
+    redacted,
+    translate_errors,
+)
 from .errors import CorruptData, NotFound
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 from .tracing import store_span, traced
 
-__all__ = ("PageCursor", "SqlConversationStore")
+__all__ = ("PageCursor", "SqlConversationStore", "erase_conversation")
 
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
@@ -64,6 +73,7 @@ class _Absent:
 
 
 _ABSENT = _Absent()
+_MISSING = object()
 _known: ContextVar[ConversationRecord | _Absent | None] = ContextVar(
     "durable_chat_known_record", default=None
 )
@@ -161,8 +171,12 @@ class SqlConversationStore(ConversationStore):
         self._reader = reader(engine)
 
     @classmethod
-    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+    async def connect(
+        cls, url: str | URL, *, migrate: bool = True, options: ConnectionOptions | None = None
+    ) -> Self:
         """Open the database at `url`, creating or upgrading its schema unless `migrate` is false.
+
+        `options` configure PostgreSQL connections (pool, timeouts, pooler mode).
 
         Raises:
             UnsupportedDatabase: The URL names a dialect other than SQLite or PostgreSQL.
@@ -171,7 +185,7 @@ class SqlConversationStore(ConversationStore):
         """
         normalized = normalize_url(url)
         check_reachable(normalized)
-        engine = create_engine(normalized)
+        engine = create_engine(normalized, options=options)
         try:
             with translate_errors(f"connecting to {redacted(normalized)!r}", connecting=True):
                 async with engine.connect() as connection:
@@ -231,11 +245,12 @@ class SqlConversationStore(ConversationStore):
         self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
     ) -> list[ConversationEntry]:
         current = conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
-        known = (
-            None
-            if current.revision is None
-            else self._records.get((current.conversation_id, current.revision))
-        )
+        known: ConversationRecord | _Absent | None
+        if current.revision is None:
+            # A conversation a load just found missing: its first save needs no read of its record.
+            known = _ABSENT if self._absent.pop(current.conversation_id, _MISSING) is None else None
+        else:
+            known = self._records.get((current.conversation_id, current.revision))
         token = _known.set(known)
         try:
             return await super().save(conversation, scope=scope)
@@ -365,20 +380,8 @@ class SqlConversationStore(ConversationStore):
         with translate_errors(f"deleting conversation {conversation_id!r}"):
             try:
                 async with self._engine.begin() as connection:
-                    deleted = (
-                        await connection.execute(
-                            _records.delete()
-                            .where(_records.c.conversation_id == conversation_id)
-                            .where(_records.c.revision == expected_revision)
-                            .returning(_records.c.head_id, _records.c.branches, _records.c.family_id)
-                        )
-                    ).one_or_none()
-                    if deleted is None:
+                    if not await erase_conversation(connection, conversation_id, revision=expected_revision):
                         raise ConversationConflict(conversation_id)
-                    head_id, branches, family_id = deleted
-                    tips = _tips(head_id, branches, conversation_id)
-                    if tips:
-                        await _release_entries(connection, tips, family_id)
             except exc.IntegrityError as error:
                 # A fork committed since the family was read points into the entries being released.
                 raise ConversationConflict(conversation_id) from error
@@ -433,6 +436,31 @@ async def _read_history(
         ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
         for row, message in zip(rows, messages, strict=True)
     ]
+
+
+async def erase_conversation(
+    connection: AsyncConnection, conversation_id: str, *, revision: str | None = None
+) -> bool:
+    """Delete a conversation's record and the entries no other conversation reaches, in the caller's transaction.
+
+    With `revision`, only if the record still has it. Returns whether a record was deleted. The
+    entries a fork still shares stay (see the module's docstring).
+    """
+    query = _records.delete().where(_records.c.conversation_id == conversation_id)
+    if revision is not None:
+        query = query.where(_records.c.revision == revision)
+    deleted = (
+        await connection.execute(
+            query.returning(_records.c.head_id, _records.c.branches, _records.c.family_id)
+        )
+    ).one_or_none()
+    if deleted is None:
+        return False
+    head_id, branches, family_id = deleted
+    tips = _tips(head_id, branches, conversation_id)
+    if tips:
+        await _release_entries(connection, tips, family_id)
+    return True
 
 
 def _family_of(record: ConversationRecord) -> sa.ColumnElement[str] | str:

@@ -9,7 +9,9 @@ from sqlalchemy.engine import URL
 
 from .approvals import Approvals
 from .conversations import SqlConversationStore
+from .engine import ConnectionOptions
 from .events import EventLog
+from .leases import Leases, Worker
 from .records import Records
 from .runs import Runs
 from .threads import Threads
@@ -20,24 +22,32 @@ __all__ = ("Database",)
 class Database:
     """The data layer of one database: conversations, threads, runs, events, approvals, records."""
 
-    def __init__(self, conversations: SqlConversationStore) -> None:
+    def __init__(self, conversations: SqlConversationStore, *, worker: Worker | None = None) -> None:
+        """`worker`: this process's identity and lease length for claiming runs (a new identity by default)."""
         engine = conversations.engine
         self.engine = engine
         self.conversations = conversations
         self.threads = Threads(engine)
-        self.runs = Runs(engine)
+        self.runs = Runs(engine, worker=worker)
+        self.leases = Leases(engine, self.runs.worker)
         self.events = EventLog(engine)
         self.approvals = Approvals(engine)
         self.records = Records(engine)
 
     @classmethod
-    async def connect(cls, url: str | URL, *, migrate: bool = True) -> Self:
+    async def connect(
+        cls,
+        url: str | URL,
+        *,
+        migrate: bool = True,
+        options: ConnectionOptions | None = None,
+        worker: Worker | None = None,
+    ) -> Self:
         """Open the database at `url`, creating or upgrading its schema (see `SqlConversationStore.connect`)."""
-        return cls(await SqlConversationStore.connect(url, migrate=migrate))
+        return cls(await SqlConversationStore.connect(url, migrate=migrate, options=options), worker=worker)
 
     async def delete_thread(self, thread_id: str) -> None:
-        """Erase a thread: its messages, events, runs, approvals, records and ledger rows."""
-        await self.conversations.delete(thread_id)
+        """Erase a thread: its messages, events, runs, approvals, records and ledger rows, in one transaction."""
         await self.threads.delete(thread_id)
 
     async def aclose(self) -> None:

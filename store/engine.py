@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -17,12 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
+from .sqlite_driver import ONE_TRIP_AIOSQLITE
 
 __all__ = (
+    "ConnectionOptions",
     "check_reachable",
     "create_engine",
     "dispose",
     "normalize_url",
+    "options_of",
     "reader",
     "redacted",
     "translate_errors",
@@ -97,28 +101,102 @@ def check_reachable(url: URL) -> None:
         )
 
 
-def create_engine(url: URL, *, autocommit: bool = False) -> AsyncEngine:
+@dataclass(frozen=True, kw_only=True)
+class ConnectionOptions:
+    """How an engine's PostgreSQL connections are pooled and configured (SQLite ignores these).
+
+    The defaults keep the library's behaviour (no timeouts, no ping); the server sets its own
+    from its settings (see `docs/operations.md`).
+    """
+
+    pool_size: int = 10
+    """Connections kept open per pool; an engine and its reader have a pool each."""
+    max_overflow: int = 20
+    """Connections opened beyond `pool_size` under load, closed when returned."""
+    pre_ping: bool = False
+    """Test a pooled connection before use, so that a pool recovers from a database restart
+    without failing an operation; costs a round trip (three outside autocommit) per checkout."""
+    statement_timeout: float | None = None
+    """Seconds after which the server cancels a statement (`statement_timeout`)."""
+    lock_timeout: float | None = None
+    """Seconds a statement may wait for a lock (`lock_timeout`)."""
+    idle_in_transaction_timeout: float | None = None
+    """Seconds a session may sit idle inside a transaction before the server ends it."""
+    connect_timeout: float = 10.0
+    """Seconds to wait for a new connection."""
+    transaction_pooler: bool = False
+    """Connections go through a transaction-mode pooler (pgbouncer): no prepared-statement
+    caches, and no session settings sent at connect (set the timeouts on the role instead)."""
+
+
+_options: WeakKeyDictionary[AsyncEngine, ConnectionOptions] = WeakKeyDictionary()
+
+
+def create_engine(
+    url: URL, *, autocommit: bool = False, options: ConnectionOptions | None = None
+) -> AsyncEngine:
     """An engine configured for durable-chat's access pattern on its dialect.
 
     With `autocommit`, an engine for reads: its connections never open a transaction, so a read
     costs one round trip, with no BEGIN/ROLLBACK around it and no reset when it goes back to the
-    pool. Pooled connections are not pinged before use (a round trip each): a connection that
-    broke is found by the operation that uses it, which fails with `DatabaseUnavailable` and
-    invalidates the pool, so the next operation reconnects.
+    pool. Unless `options.pre_ping`, pooled connections are not pinged before use: a connection
+    that broke is found by the operation that uses it, which fails with `DatabaseUnavailable`
+    and invalidates the pool, so the next operation reconnects.
     """
-    options: dict[str, object] = {}
+    settings: dict[str, object] = {}
     if autocommit:
-        options = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
+        settings = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
     if url.get_backend_name() == "sqlite":
         if not autocommit:
             # SQLite has one writer at a time. Writers of this process queue for the one pooled
             # connection (an asyncio wait) rather than for the file lock, whose busy handler
             # sleeps in steps of up to 100 ms; other processes still wait on the lock.
-            options = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **options)
+            settings = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
+        if url.get_driver_name() == "aiosqlite":
+            # SQLAlchemy's aiosqlite dialect, its statements run in one trip to the driver's thread.
+            settings["module"] = ONE_TRIP_AIOSQLITE
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **settings)
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=20, **options)
+    chosen = options or ConnectionOptions()
+    engine = create_async_engine(
+        url,
+        pool_size=chosen.pool_size,
+        max_overflow=chosen.max_overflow,
+        pool_pre_ping=chosen.pre_ping,
+        connect_args=_postgres_connect_args(chosen),
+        **settings,
+    )
+    _options[engine] = chosen
+    return engine
+
+
+def _postgres_connect_args(options: ConnectionOptions) -> dict[str, object]:
+    arguments: dict[str, object] = {"timeout": options.connect_timeout}
+    if options.transaction_pooler:
+        # A transaction-mode pooler hands each transaction any server connection: a statement
+        # prepared on one is unknown on the next. Startup parameters it does not track are
+        # refused (or ignored), so the timeouts belong on the role there.
+        arguments["statement_cache_size"] = 0
+        arguments["prepared_statement_cache_size"] = 0
+        return arguments
+    server_settings = {
+        name: str(round(seconds * 1000))
+        for name, seconds in (
+            ("statement_timeout", options.statement_timeout),
+            ("lock_timeout", options.lock_timeout),
+            ("idle_in_transaction_session_timeout", options.idle_in_transaction_timeout),
+        )
+        if seconds is not None
+    }
+    if server_settings:
+        arguments["server_settings"] = server_settings
+    return arguments
+
+
+def options_of(engine: AsyncEngine) -> ConnectionOptions:
+    """The options `engine` was created with (the defaults for SQLite)."""
+    return _options.get(engine) or ConnectionOptions()
 
 
 _readers: WeakKeyDictionary[AsyncEngine, AsyncEngine] = WeakKeyDictionary()
@@ -128,7 +206,7 @@ def reader(engine: AsyncEngine) -> AsyncEngine:
     """The autocommit engine for reads that goes with `engine` (same database, its own pool)."""
     found = _readers.get(engine)
     if found is None:
-        found = _readers[engine] = create_engine(engine.url, autocommit=True)
+        found = _readers[engine] = create_engine(engine.url, autocommit=True, options=_options.get(engine))
     return found
 
 
@@ -177,9 +255,28 @@ def translate_errors(what: str, *, connecting: bool = False) -> Generator[None]:
     except exc.DBAPIError as error:
         if connecting or error.connection_invalidated:
             raise DatabaseUnavailable(f"{what} failed: the connection to the database broke") from error
+        if _transient(error):
+            raise DatabaseUnavailable(
+                f"{what} failed: the database cannot serve it now ({_cause(error)})"
+            ) from error
         raise StoreError(f"{what} failed: {_cause(error)}") from error
     except exc.SQLAlchemyError as error:
         raise StoreError(f"{what} failed: {error}") from error
+
+
+# SQLSTATEs that say "not now" rather than "never": connection exceptions (08), insufficient
+# resources such as too many connections (53), a server shutting down, restarting or starting up
+# (57P01-57P03), a statement cancelled by `statement_timeout` (57014), a lock not granted within
+# `lock_timeout` (55P03). A retry later may well succeed: 503, and a run waits and retries.
+_TRANSIENT_CLASSES = ("08", "53", "57P")
+_TRANSIENT_STATES = frozenset({"57014", "55P03"})
+
+
+def _transient(error: exc.DBAPIError) -> bool:
+    state = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    if not isinstance(state, str):
+        return False
+    return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
 def _cause(error: BaseException) -> str:

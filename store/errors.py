@@ -8,6 +8,7 @@ __all__ = (
     "Conflict",
     "CorruptData",
     "DatabaseUnavailable",
+    "LeaseLost",
     "NotFound",
     "RunActive",
     "SchemaTooNew",
@@ -47,6 +48,14 @@ class AlreadyDecided(Conflict):
     """The tool call was given the opposite decision already."""
 
     code = "already_decided"
+
+
+class LeaseLost(StoreError):
+    """This worker no longer holds the run's lease: another worker took the run over.
+
+    Whatever the write was (a checkpoint, the run's end), it did not happen; the worker must
+    stop driving the run and leave it to its new owner.
+    """
 
 
 class CorruptData(StoreError):

@@ -18,10 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
 from .errors import NotFound
+from .notifications import notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "overwrite_events")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -116,7 +117,10 @@ class EventLog:
 async def insert_events(
     connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
 ) -> None:
-    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work."""
+    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work.
+
+    On PostgreSQL, other processes' listeners are notified when the unit of work commits.
+    """
     if not events:
         return
     now = now_utc()
@@ -134,6 +138,7 @@ async def insert_events(
             for event_id, event in events
         ],
     )
+    await notify_stored(connection, thread_id, max(event_id for event_id, _ in events))
 
 
 async def append_events(
@@ -176,4 +181,21 @@ async def append_events(
             for item in logged
         ],
     )
+    await notify_stored(connection, thread_id, last)
     return logged
+
+
+async def overwrite_events(
+    connection: AsyncConnection, thread_id: str, event_ids: Sequence[int], data: bytes
+) -> None:
+    """Replace the data of stored events inside the caller's unit of work; their ids and types stay.
+
+    An output guardrail uses it to blank the text deltas it withdrew, so a replay never shows them.
+    """
+    if not event_ids:
+        return
+    await connection.execute(
+        _events.update()
+        .where(_events.c.thread_id == thread_id, _events.c.event_id.in_(list(event_ids)))
+        .values(data=data)
+    )

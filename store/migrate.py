@@ -54,6 +54,10 @@ async def upgrade(engine: AsyncEngine, *, target: str = "head") -> str | None:
     if engine.dialect.name == "sqlite":
         return await _upgrade_sqlite(engine, target)
     async with engine.begin() as connection:
+        # A migration may rewrite big tables, and a second process waits here for the first to
+        # finish: the timeouts of a serving engine's sessions do not apply to either.
+        await connection.execute(text("SET LOCAL statement_timeout = 0"))
+        await connection.execute(text("SET LOCAL lock_timeout = 0"))
         await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
         return await connection.run_sync(_upgrade, target)
 

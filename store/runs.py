@@ -12,7 +12,8 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
-from .errors import ApprovalPending, NotFound, RunActive
+from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
+from .leases import Worker, claim, release
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
@@ -55,6 +56,9 @@ class Run:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    lease_owner: str | None = None
+    """The worker that holds (or last held) the run; see `store.leases`."""
+    lease_expires_at: datetime | None = None
 
 
 def thread_status_after(status: RunStatus) -> ThreadStatus:
@@ -73,9 +77,11 @@ def thread_status_after(status: RunStatus) -> ThreadStatus:
 class Runs:
     """The `runs` table."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, worker: Worker | None = None) -> None:
         self._engine = engine
         self._reader = reader(engine)
+        self.worker = Worker() if worker is None else worker
+        """This process: the owner its claims name, and how long they hold."""
 
     @traced("queue_run")
     async def create_message_run(
@@ -94,7 +100,7 @@ class Runs:
             try:
                 async with self._engine.begin() as connection:
                     # The first write: it serializes this thread's writers before the checks below.
-                    await touch_thread(connection, thread_id)
+                    await touch_thread(connection, thread_id, message=content)
                     if idempotency_key is not None:
                         existing = await _by_key(connection, thread_id, idempotency_key)
                         if existing is not None:
@@ -142,42 +148,21 @@ class Runs:
             async with self._reader.connect() as connection:
                 return await _active(connection, thread_id)
 
-    async def unfinished(self) -> list[Run]:
-        """Every run queued or running, oldest first: after a crash, the runs to recover."""
-        query = sa.select(_runs).where(_runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(_runs.c.created_at)
-        with translate_errors("listing unfinished runs"):
-            async with self._reader.connect() as connection:
-                return [_run(row) for row in (await connection.execute(query)).mappings().all()]
-
     @traced("claim_run")
     async def start_reserving(
         self, run_id: str, *, events: int, trace_id: str | None = None
     ) -> tuple[Run, str, int] | None:
-        """Mark a queued run running, count the attempt, and reserve `events` event ids of its thread.
+        """Claim a run for this worker, mark it running, count the attempt, and reserve `events` event ids.
 
-        One transaction. Returns the run, its thread's user and the first reserved id, or `None`
-        when the run is not queued (another worker took it, or it ended). `trace_id` is the trace
-        of this attempt, kept on the run's row.
+        One transaction. The run is claimed if it is queued (and free, or reserved for this worker)
+        or running under a lapsed lease (its worker died); of concurrent claimers exactly one gets
+        it. Returns the run, its thread's user and the first reserved id, or `None` when the run
+        cannot be claimed (another worker holds it, or it ended). `trace_id` is the trace of this
+        attempt, kept on the run's row.
         """
         with translate_errors(f"starting run {run_id!r}"):
             async with self._engine.begin() as connection:
-                row = (
-                    (
-                        await connection.execute(
-                            _runs.update()
-                            .where(_runs.c.run_id == run_id, _runs.c.status == "queued")
-                            .values(
-                                status="running",
-                                started_at=now_utc(),
-                                attempt=_runs.c.attempt + 1,
-                                trace_id=trace_id,
-                            )
-                            .returning(*_runs.c)
-                        )
-                    )
-                    .mappings()
-                    .one_or_none()
-                )
+                row = await claim(connection, self.worker, run_id, trace_id=trace_id)
                 if row is None:
                     return None
                 reserved = (
@@ -192,37 +177,62 @@ class Runs:
 
     @traced("requeue_run")
     async def requeue(self, run_id: str) -> bool:
-        """Put a run left `running` by a dead or cancelled attempt back in the queue."""
+        """Put a run this worker holds back in the queue, free for any worker; `False` if it holds none."""
         with translate_errors(f"requeueing run {run_id!r}"):
             async with self._engine.begin() as connection:
-                result = await connection.execute(
-                    _runs.update()
-                    .where(_runs.c.run_id == run_id, _runs.c.status == "running")
-                    .values(status="queued")
-                )
-        return result.rowcount == 1
+                return bool(await release(connection, self.worker.worker_id, run_id))
+
+    async def count_messages(self, user_id: str, *, since: datetime) -> int:
+        """How many messages `user_id` sent since `since`, across their threads: the message runs queued."""
+        query = (
+            sa.select(sa.func.count())
+            .select_from(_runs.join(_threads, _threads.c.thread_id == _runs.c.thread_id))
+            .where(_threads.c.user_id == user_id, _runs.c.kind == "message", _runs.c.created_at >= since)
+        )
+        with translate_errors(f"counting the messages of user {user_id!r}"):
+            async with self._reader.connect() as connection:
+                return (await connection.execute(query)).scalar_one()
 
     @traced("finish_run")
     async def finish(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
-        """End a run with `status` and set its thread's status to match, in one unit of work."""
+        """End a run this worker holds with `status`, and set its thread's status to match, in one unit of work.
+
+        Raises:
+            NotFound: No such run.
+            LeaseLost: This worker does not hold the run (another one took it over).
+        """
         with translate_errors(f"finishing run {run_id!r}"):
             async with self._engine.begin() as connection:
-                await finish_run(connection, run_id, status, error=error)
+                await finish_run(connection, run_id, status, error=error, owner=self.worker.worker_id)
 
 
 async def finish_run(
-    connection: AsyncConnection, run_id: str, status: RunStatus, *, error: str | None = None
+    connection: AsyncConnection,
+    run_id: str,
+    status: RunStatus,
+    *,
+    error: str | None = None,
+    owner: str | None = None,
 ) -> None:
+    """End a run inside the caller's unit of work; with `owner`, only if that worker holds it running.
+
+    Raises:
+        NotFound: No such run.
+        LeaseLost: `owner` does not hold the run.
+    """
+    query = _runs.update().where(_runs.c.run_id == run_id)
+    if owner is not None:
+        query = query.where(_runs.c.lease_owner == owner, _runs.c.status == "running")
     thread_id = (
         await connection.execute(
-            _runs.update()
-            .where(_runs.c.run_id == run_id)
-            .values(status=status, error=error, finished_at=now_utc())
-            .returning(_runs.c.thread_id)
+            query.values(status=status, error=error, finished_at=now_utc()).returning(_runs.c.thread_id)
         )
     ).scalar_one_or_none()
     if thread_id is None:
-        raise NotFound(f"no run {run_id!r}")
+        exists = await connection.execute(sa.select(_runs.c.run_id).where(_runs.c.run_id == run_id))
+        if exists.first() is None:
+            raise NotFound(f"no run {run_id!r}")
+        raise LeaseLost(f"run {run_id!r} is no longer held by worker {owner!r}")
     await touch_thread(connection, thread_id, status=thread_status_after(status))
 
 
@@ -266,6 +276,10 @@ async def record_checkpoint(
 
     Counts the checkpoint (and ends the run with `finish`), and records on the thread the newest
     event the stored messages now reflect (and the status the run's end gives the thread).
+
+    Raises:
+        LeaseLost: `run.lease_owner` no longer holds the run; the caller's transaction must roll back.
+        NotFound: The thread was deleted.
     """
     now = now_utc()
     run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
@@ -273,10 +287,23 @@ async def record_checkpoint(
     if finish is not None:
         run_values.update(status=finish, error=error, finished_at=now)
         thread_values["status"] = thread_status_after(finish)
-    await connection.execute(_runs.update().where(_runs.c.run_id == run.run_id).values(**run_values))
-    await connection.execute(
+    counted = await connection.execute(
+        _runs.update()
+        .where(
+            _runs.c.run_id == run.run_id,
+            _runs.c.lease_owner == run.lease_owner,
+            _runs.c.status == "running",
+        )
+        .values(**run_values)
+    )
+    if counted.rowcount != 1:
+        raise LeaseLost(f"run {run.run_id!r} is no longer held by worker {run.lease_owner!r}")
+    touched = await connection.execute(
         _threads.update().where(_threads.c.thread_id == run.thread_id).values(**thread_values)
     )
+    if touched.rowcount != 1:
+        # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
+        raise NotFound(f"no thread {run.thread_id!r}")
 
 
 async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:

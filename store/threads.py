@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
@@ -12,9 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
 from .errors import NotFound
+from .retention import count_active_stale, erase_stale, erase_thread, find_stale
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
-__all__ = ("Thread", "ThreadCursor", "Threads", "touch_thread")
+__all__ = ("Purge", "Thread", "ThreadCursor", "Threads", "touch_thread")
+
+logger = logging.getLogger(__name__)
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 
@@ -32,6 +37,19 @@ class Thread:
     last_event_id: int
     checkpoint_event_id: int = 0
     """The newest event the stored messages reflect (see `ThreadRow.checkpoint_event_id`)."""
+
+
+@dataclass(frozen=True)
+class Purge:
+    """What a purge erased (or, dry, would erase)."""
+
+    removed: int
+    """How many threads were erased (or would be)."""
+    skipped_active: int
+    """How many threads idle long enough were kept because a run of theirs is queued or running."""
+    cutoff: datetime
+    """Threads with no activity since this time were purged."""
+    dry_run: bool
 
 
 @dataclass(frozen=True)
@@ -99,23 +117,99 @@ class Threads:
                 rows = (await connection.execute(query)).mappings().all()
         return [_thread(row) for row in rows]
 
-    async def delete(self, thread_id: str) -> None:
-        """Delete the thread and, by cascade, its runs, events, approvals, records and ledger rows.
+    async def delete(self, thread_id: str) -> bool:
+        """Erase the thread and everything of it in one transaction; return whether it existed.
 
-        The conversation's messages are deleted by the caller through the conversation store.
+        Its runs, events, approvals, records and ledger rows, its conversation and the entries no
+        fork of it shares (see `store.retention`).
         """
         with translate_errors(f"deleting thread {thread_id!r}"):
             async with self._engine.begin() as connection:
-                await connection.execute(_threads.delete().where(_threads.c.thread_id == thread_id))
+                return await erase_thread(connection, thread_id)
+
+    async def purge(
+        self,
+        older_than: timedelta,
+        *,
+        batch: int = 200,
+        dry_run: bool = False,
+        on_batch: Callable[[list[Thread]], object] | None = None,
+    ) -> Purge:
+        """Erase every thread with no activity for `older_than`, `batch` threads per transaction.
+
+        Small transactions keep each lock short, so a purge can run beside a live server. A thread
+        with a run queued or running is skipped however old it is: the run is going on (or waits to
+        be recovered) and would lose its conversation; `Purge.skipped_active` counts them.
+
+        Args:
+            older_than: How long a thread must have been idle (its `updated_at`); positive.
+            batch: How many threads one transaction erases.
+            dry_run: Only find the threads, erase nothing.
+            on_batch: Called with each batch of threads erased (or, dry, found).
+
+        Raises:
+            ValueError: `older_than` or `batch` is not positive.
+        """
+        if older_than <= timedelta(0) or batch < 1:
+            raise ValueError(f"purge needs a positive age and batch, not {older_than!r} and {batch!r}")
+        cutoff = now_utc() - older_than
+        what = f"purging the threads idle since {cutoff.isoformat()}"
+        removed, after = 0, ""
+        while True:
+            with translate_errors(what):
+                if dry_run:
+                    async with self._reader.connect() as connection:
+                        rows = await find_stale(connection, cutoff, after=after, limit=batch)
+                else:
+                    async with self._engine.begin() as connection:
+                        rows = await erase_stale(connection, cutoff, after=after, limit=batch)
+            if not rows:
+                break
+            threads = [_thread(row) for row in rows]
+            removed += len(threads)
+            after = threads[-1].thread_id
+            if on_batch is not None:
+                on_batch(threads)  # outside the error translation: its failures are its own
+        with translate_errors(what):
+            async with self._reader.connect() as connection:
+                skipped = await count_active_stale(connection, cutoff)
+        logger.info(
+            "%s %d threads idle since %s; skipped %d with a run queued or running",
+            "found" if dry_run else "purged",
+            removed,
+            cutoff.isoformat(),
+            skipped,
+        )
+        return Purge(removed=removed, skipped_active=skipped, cutoff=cutoff, dry_run=dry_run)
+
+
+TITLE_LENGTH = 60
+"""The longest title a thread gets from its first message."""
+
+
+def title_from(content: str) -> str:
+    """A thread's title from its first message: the text on one line, cut at a word near `TITLE_LENGTH`."""
+    text = " ".join(content.split())
+    if len(text) <= TITLE_LENGTH:
+        return text
+    cut = text[: TITLE_LENGTH - 1]
+    if text[len(cut)] != " " and " " in cut[TITLE_LENGTH // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" .,;:") + "…"
 
 
 async def touch_thread(
-    connection: AsyncConnection, thread_id: str, *, status: ThreadStatus | None = None
+    connection: AsyncConnection,
+    thread_id: str,
+    *,
+    status: ThreadStatus | None = None,
+    message: str | None = None,
 ) -> None:
     """Mark activity on a thread (and set its status), inside the caller's unit of work.
 
     As the first write of a transaction it also serializes the writers of one thread: the row
-    lock on PostgreSQL, the database write lock on SQLite.
+    lock on PostgreSQL, the database write lock on SQLite. A thread with no title yet is named
+    after `message`, the user message the activity is about.
 
     Raises:
         NotFound: The thread does not exist (deleted meanwhile).
@@ -123,6 +217,8 @@ async def touch_thread(
     values: dict[str, object] = {"updated_at": now_utc()}
     if status is not None:
         values["status"] = status
+    if message is not None and (title := title_from(message)):
+        values["title"] = sa.case((_threads.c.title == "", title), else_=_threads.c.title)
     result = await connection.execute(
         _threads.update().where(_threads.c.thread_id == thread_id).values(**values)
     )

@@ -44,8 +44,14 @@ class LiveServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._stderr = workdir / "stderr.txt"
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it: several servers then start side by side."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_CHAT_")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env["DURABLE_CHAT_SECRET"] = SECRET
@@ -53,16 +59,29 @@ class LiveServer:
         command = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), "--model", "demo"]
         command += ["--db", self.database_url]
         self.starts += 1
-        stderr = self.workdir / f"stderr-{self.port}-{self.starts}.txt"
-        with (self.workdir / "stdout.txt").open("a") as out, stderr.open("w") as err:
+        self._stderr = self.workdir / f"stderr-{self.port}-{self.starts}.txt"
+        with (self.workdir / "stdout.txt").open("a") as out, self._stderr.open("w") as err:
             self.process = subprocess.Popen(command, cwd=self.workdir, env=env, stdout=out, stderr=err)
+
+    def wait_ready(self) -> None:
+        """Wait until the launched process answers `/healthz` (bounded)."""
+        assert self.process is not None
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while not self._answers():
             if self.process.poll() is not None:
-                pytest.fail(f"the server exited with {self.process.returncode}:\n{stderr.read_text()}")
+                pytest.fail(f"the server exited with {self.process.returncode}:\n{self._stderr.read_text()}")
             if time.monotonic() > deadline:
                 pytest.fail("the server did not answer in time")
             time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def kill(self) -> None:
         """`kill -9`: the process dies at once, nothing of it runs."""
@@ -100,6 +119,23 @@ def live_server(
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def live_servers(
+    count: int, database_url: str, workdir: Path, env: Mapping[str, str] | None = None
+) -> Generator[list[LiveServer]]:
+    """`count` servers on one database, started side by side, as workers sharing it."""
+    servers = [LiveServer(database_url, workdir, env) for _ in range(count)]
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def sqlite_url(directory: Path) -> str:

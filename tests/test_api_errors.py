@@ -157,6 +157,8 @@ async def test_unknown_ids_and_bad_queries(server: LiveServer, client: httpx.Asy
         ("GET", "/api/approvals?status=approved", (422, "validation_error")),
         ("GET", f"/api/threads/{thread_id}/events?after=abc", (422, "validation_error")),
         ("GET", f"/api/threads/{thread_id}/events?after=-5", (422, "validation_error")),
+        # A digit to `str.isdigit`, not to `int`.
+        ("GET", f"/api/threads/{thread_id}/events?after=%C2%B2", (422, "validation_error")),
         ("PUT", "/api/threads", (405, "method_not_allowed")),
         ("GET", "/api/nothing-here", (404, "not_found")),
     ]

@@ -53,3 +53,31 @@ async def test_a_late_follower_starts_with_the_threads_recent_events() -> None:
         broker.publish("t", events(6))
         assert [e.event_id for e in await after_eviction.next_batch()] == [6]
         assert [e.event_id for e in await other.next_batch()] == [9]
+
+
+async def test_an_id_already_published_is_not_published_again() -> None:
+    # The relay may read from the log events this process published before storing them.
+    broker = Broker()
+    with broker.subscribe("t") as follower:
+        broker.publish("t", events(1, 2, 3))
+        broker.publish("t", events(2, 3, 4))
+        broker.publish("t", events(3))
+        assert [e.event_id for e in await follower.next_batch()] == [1, 2, 3, 4]
+    assert broker.newest("t") == 4
+    assert broker.newest("never") is None
+
+
+async def test_the_position_to_read_from_covers_every_follower() -> None:
+    broker = Broker()
+    assert broker.position("t") is None
+    with broker.subscribe("t", after=7) as ahead, broker.subscribe("t", after=3):
+        # Each follower has up to its own position: the log is read after the lowest.
+        assert broker.position("t") == 3
+        assert broker.followed() == ["t"]
+        # Whatever was published reached every follower, whatever its position says.
+        broker.publish("t", events(5))
+        assert broker.position("t") == 5
+        ahead.position = 9
+        assert broker.position("t") == 5
+    assert broker.position("t") is None
+    assert broker.followed() == []

@@ -20,6 +20,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
 from store import CorruptData, SqlConversationStore
+from store.engine import reader
 from store.schema import ConversationEntryRow
 
 from .conftest import MigratedDatabases
@@ -239,6 +240,52 @@ async def test_saving_a_new_conversation_under_a_stored_id_conflicts(store: Conv
         await saved(store, "chat", "another q1")
 
     loaded = await store.load("chat")
+    assert loaded is not None
+    assert transcript(loaded.messages) == ["q1"]
+
+
+async def test_a_conversation_created_elsewhere_after_a_load_found_it_missing_conflicts(
+    store_factory: StoreFactory,
+) -> None:
+    mine, theirs = await store_factory(), await store_factory()
+    assert await mine.load("late") is None
+    await saved(theirs, "late", "theirs")
+
+    with pytest.raises(ConversationConflict):
+        await mine.save(Conversation(conversation_id="late", messages=[user("mine")]))
+
+    loaded = await mine.load("late")
+    assert loaded is not None
+    assert transcript(loaded.messages) == ["theirs"]
+
+
+async def test_saving_what_a_load_just_found_missing_reads_nothing(database_url: str) -> None:
+    async with await SqlConversationStore.connect(database_url) as store:
+        await _save_after_a_missing_load(store)
+
+
+async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
+    assert await store.load("fresh") is None
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]).split()[0].upper())
+
+    engines = [store.engine.sync_engine, reader(store.engine).sync_engine]
+    for engine in engines:
+        sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        await store.save(Conversation(conversation_id="fresh", messages=[user("q1")]))
+        first = list(statements)
+        # The next new conversation was never looked up: its save reads its record first.
+        await store.save(Conversation(conversation_id="unlooked", messages=[user("q1")]))
+    finally:
+        for engine in engines:
+            sa.event.remove(engine, "before_cursor_execute", count)
+
+    assert "SELECT" not in first
+    assert "SELECT" in statements[len(first) :]
+    loaded = await store.load("fresh")
     assert loaded is not None
     assert transcript(loaded.messages) == ["q1"]
 

@@ -200,7 +200,11 @@ def test_refund_with_approval(server: Server, page: Page, tmp_path: Path) -> Non
         final = page.get_by_test_id("assistant-text").last
         expect(final).to_contain_text("Refunded $99.98 for ORD-5678.")
         expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
-        expect(page.get_by_test_id("thread-item").first).to_have_attribute("aria-current", "true")
+        current = page.get_by_test_id("thread-item").first
+        expect(current).to_have_attribute("aria-current", "true")
+        # The new thread is named after its first message, in the list and in the header.
+        expect(current.locator(".thread-name")).to_have_text("Please refund ORD-5678")
+        expect(page.get_by_test_id("thread-title")).to_have_text("Please refund ORD-5678")
         page.screenshot(path=tmp_path / "page.png", full_page=True)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.tracing import TracingConfig
 from web import Settings, SettingsError
@@ -188,3 +191,68 @@ def test_tracing_from_environment(workdir: Path) -> None:
 def test_trace_content_must_be_a_flag(value: str) -> None:
     with pytest.raises(SettingsError, match=r"DURABLE_CHAT_TRACE_CONTENT must be 1 or 0, not "):
         Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_CONTENT": value})
+
+
+def test_messages_per_minute_from_environment() -> None:
+    assert Settings.load(secret="s", environ={}).messages_per_minute == 30
+    assert (
+        Settings.load(secret="s", environ={"DURABLE_CHAT_MESSAGES_PER_MINUTE": "5"}).messages_per_minute == 5
+    )
+    with pytest.raises(SettingsError) as raised:
+        Settings.load(secret="s", environ={"DURABLE_CHAT_MESSAGES_PER_MINUTE": "none"})
+    assert str(raised.value) == "DURABLE_CHAT_MESSAGES_PER_MINUTE must be a positive number, not 'none'"
+
+
+def test_lease_timings_default_and_come_from_the_environment() -> None:
+    defaults = Settings.load(secret="s", environ={})
+    assert (defaults.lease_seconds, defaults.heartbeat_seconds, defaults.sweep_seconds) == (30.0, 10.0, 5.0)
+    assert defaults.demo_delay_seconds == 0.0
+
+    settings = Settings.load(
+        secret="s",
+        environ={
+            "DURABLE_CHAT_LEASE_SECONDS": "3",
+            "DURABLE_CHAT_HEARTBEAT_SECONDS": "0.5",
+            "DURABLE_CHAT_SWEEP_SECONDS": "0.25",
+            "DURABLE_CHAT_DEMO_DELAY_SECONDS": "0",
+        },
+    )
+    assert (settings.lease_seconds, settings.heartbeat_seconds, settings.sweep_seconds) == (3.0, 0.5, 0.25)
+    assert settings.demo_delay_seconds == 0.0
+    # A short lease alone gets a heartbeat that fits in it.
+    assert Settings.load(secret="s", environ={"DURABLE_CHAT_LEASE_SECONDS": "6"}).heartbeat_seconds == 2.0
+
+
+def test_a_heartbeat_as_long_as_the_lease_is_an_error() -> None:
+    environ = {"DURABLE_CHAT_LEASE_SECONDS": "5", "DURABLE_CHAT_HEARTBEAT_SECONDS": "5"}
+    with pytest.raises(SettingsError, match="HEARTBEAT_SECONDS \\(5\\) must be shorter than"):
+        Settings.load(secret="s", environ=environ)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "soon", "inf", "nan"])
+def test_a_lease_that_is_not_a_positive_number_is_an_error(text: str) -> None:
+    with pytest.raises(
+        SettingsError, match=f"DURABLE_CHAT_LEASE_SECONDS must be a positive number, not {text!r}"
+    ):
+        Settings.load(secret="s", environ={"DURABLE_CHAT_LEASE_SECONDS": text})
+
+
+def test_a_negative_demo_delay_is_an_error() -> None:
+    with pytest.raises(
+        SettingsError, match=re.escape("DEMO_DELAY_SECONDS must be a non-negative number, not '-0.5'")
+    ):
+        Settings.load(secret="s", environ={"DURABLE_CHAT_DEMO_DELAY_SECONDS": "-0.5"})
+
+
+@given(text=st.text(max_size=12).filter(lambda t: t.strip() != "" and "\x00" not in t))
+def test_any_sweep_interval_is_a_positive_number_or_a_settings_error(text: str) -> None:
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    environ = {"DURABLE_CHAT_SWEEP_SECONDS": text}
+    if number is not None and 0 < number < float("inf"):
+        assert Settings.load(secret="s", environ=environ).sweep_seconds == number
+    else:
+        with pytest.raises(SettingsError, match=re.escape(f"must be a positive number, not {text!r}")):
+            Settings.load(secret="s", environ=environ)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from .conftest import new_database
-from .live_server import LiveServer, auth, live_server, read_events, sqlite_url
+from .live_server import LiveServer, auth, has, live_server, read_events, sqlite_url
 from .test_api import approvals_of, finished, new_thread, pause, send
 
 pytestmark = pytest.mark.anyio
@@ -122,3 +122,37 @@ async def _kill_while_paused_then_approve(server: LiveServer) -> None:
         detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
         assert detail["status"] == "idle"
         assert detail["last_event_id"] == resumed[-1].event_id
+
+
+async def test_a_server_killed_mid_run_continues_it_as_soon_as_it_restarts(tmp_path: Path) -> None:
+    # Leases of an hour: only the restarted server seeing that its predecessor's process is gone
+    # can take the run over within the test. The demo model's thinking time holds the run between
+    # its two model calls, where the kill lands.
+    env = {
+        "DURABLE_CHAT_LEASE_SECONDS": "3600",
+        "DURABLE_CHAT_HEARTBEAT_SECONDS": "60",
+        "DURABLE_CHAT_DEMO_DELAY_SECONDS": "1",
+    }
+    with live_server(sqlite_url(tmp_path), tmp_path, env) as server:
+        token = server.token("alice")
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            thread_id = await new_thread(client, token)
+            run_id = await send(client, token, thread_id, "Where is ORD-9012?")
+            before = await read_events(client, thread_id, token, until=has("tool_result"))
+        server.kill()
+        server.start()
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            events = await read_events(client, thread_id, token, until=finished(run_id))
+            detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
+    # What the first process stored stays; the tool result it streamed but had not stored yet is
+    # computed again by the continuation, which answers from it.
+    [recovered] = [e for e in events if e.type == "run_started" and e.data["kind"] == "recover"]
+    stored = [e for e in events if e.event_id < recovered.event_id]
+    assert stored == before[: len(stored)]
+    assert [e.type for e in stored] == ["run_started", "user_message", "tool_call"]
+    after = [e.type for e in events if e.event_id > recovered.event_id]
+    assert after[0] == "tool_result"
+    assert after[-2:] == ["text_done", "run_finished"]
+    assert events[-1].data["status"] == "completed"
+    assert "ORD-9012" in str(events[-1].data["output"])
+    assert [m["kind"] for m in detail["messages"]] == ["request", "response", "request", "response"]

@@ -83,15 +83,24 @@ async def test_lookups_answer_from_their_tool(app: App, message: str, tool: str,
     assert needle.lower() in finished.output.lower()
 
 
-async def test_a_leaky_reply_is_streamed_as_the_model_wrote_it(app: App) -> None:
-    # The output guardrail that withdraws it belongs to the safety layer; the core streams and stores it.
+async def test_a_leaky_reply_is_withdrawn_and_never_stored(app: App) -> None:
+    # The demo's leaking reply streams, then the output guardrail withdraws it (see test_guardrails).
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "show me the stack trace", sink=sink)
-    finished = sink.events[-1]
-    assert finished.type == "run_finished"
-    assert finished.output is not None
-    assert "api_secret" in finished.output
+    lines = _normalized(sink.events)
+    assert lines[2].startswith("text IsStr(): 'Oops, an internal error occurred.")
+    assert lines[:2] + lines[3:] == snapshot(
+        [
+            "run_started message",
+            "user_message 'show me the stack trace'",
+            "guardrail_tripped output internal_leak",
+            'text_withdrawn IsStr() -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
+            'run_finished completed output="I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
+        ]
+    )
+    assert "api_secret" not in str(await app.messages(thread))
+    assert "api_secret" not in str(await app.log(thread))
 
 
 async def test_a_looping_turn_ends_politely_at_its_limit_and_the_thread_stays_usable(app: App) -> None:
@@ -382,6 +391,8 @@ def _normalized(events: list[StreamEvent]) -> list[str]:
     lines = transcript(events)
     normalized: list[str] = []
     for line in lines:
+        if line.startswith("text_withdrawn "):
+            line = "text_withdrawn IsStr() " + line.split(" ", 2)[2]
         if line.startswith(("text ", "text_done ")):
             head, rest = line.split(" ", 1)
             _, tail = rest.split(" ", 1) if head == "text_done" else rest.split(": ", 1)

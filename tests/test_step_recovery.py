@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -11,6 +12,7 @@ from inline_snapshot import snapshot
 
 from agent import decide, run_step
 from store import Thread
+from store.schema import RunRow, now_utc
 from stream import CollectingSink, StreamEvent
 
 from .step_app import App, AppFactory, refunded_cents, shapes
@@ -50,9 +52,13 @@ async def _crash_then_recover(
     with pytest.raises(Crash):
         await run_step(crashed.runtime, run_id, sink=sink)
     assert (await crashed.db.runs.get(run_id)).status == "running"
-    # After the restart: the run left running by the dead process is put back and driven again.
+    # After the restart: once the dead process's lease lapses, the new one takes the run over.
     recovered = await app_factory()
-    assert await recovered.db.runs.requeue(run_id)
+    assert await run_step(recovered.runtime, run_id) == "running"  # not while the lease holds
+    async with recovered.db.engine.begin() as connection:
+        await connection.execute(
+            RunRow.__table__.update().values(lease_expires_at=now_utc() - timedelta(seconds=1))
+        )
     assert await run_step(recovered.runtime, run_id) in {"completed", "awaiting_approval"}
     return recovered
 

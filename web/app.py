@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
 
@@ -14,14 +15,16 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agent import Runtime, build_agent, feedback_model, resolve_model
-from store import Database, DatabaseUnavailable
+from agent import Runtime, build_agent, default_guardrails, feedback_model, resolve_model
+from store import Database, DatabaseUnavailable, EventListener, Worker
 from store.business import BusinessData
+from store.engine import normalize_url
 
 from .api import api_routes
 from .broker import Broker
 from .errors import ApiError
 from .limits import RateLimiter
+from .relay import Relay
 from .runner import Runner
 from .services import Services
 from .settings import Settings
@@ -37,28 +40,41 @@ def create_app(settings: Settings) -> Starlette:
     """The application for `settings`.
 
     Its lifespan opens the database (seeding the demo business data), builds the agent runtime
-    publishing to the in-process broker, and starts the runner, which first recovers the runs a
-    previous process left unfinished. At shutdown the runner cancels its in-flight runs (they
-    requeue themselves) and waits for them, bounded, before the database closes.
+    publishing to the in-process broker, starts (on PostgreSQL) the listener that relays events
+    other processes store, and starts the runner, which first takes over the runs nobody drives
+    (left by a dead process), then heartbeats its leases and sweeps for more. At shutdown the
+    runner stops its in-flight runs (they requeue themselves), waits for them, bounded, and
+    releases its leases before the database closes.
     """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
-        db = await Database.connect(settings.database_url)
+        worker = Worker(lease=timedelta(seconds=settings.lease_seconds))
+        db = await Database.connect(
+            settings.database_url, options=settings.connection_options(), worker=worker
+        )
         try:
             business = BusinessData(db.engine)
             await business.seed()
             broker = Broker()
+            relay, listener = _relay(settings, db, broker)
             runtime = Runtime(
                 db=db,
                 business=business,
                 agent=build_agent(
-                    resolve_model(settings.model), trace_content=settings.tracing.include_content
+                    resolve_model(settings.model, demo_delay=settings.demo_delay_seconds),
+                    trace_content=settings.tracing.include_content,
                 ),
                 feedback_model=feedback_model(),
                 publish=broker.publish,
+                guardrails=default_guardrails(messages_per_minute=settings.messages_per_minute),
             )
-            runner = Runner(runtime, shutdown_timeout=settings.shutdown_timeout_seconds)
+            runner = Runner(
+                runtime,
+                shutdown_timeout=settings.shutdown_timeout_seconds,
+                heartbeat_seconds=settings.heartbeat_seconds,
+                sweep_seconds=settings.sweep_seconds,
+            )
             app.state.settings = settings
             app.state.services = Services(
                 settings=settings,
@@ -68,12 +84,19 @@ def create_app(settings: Settings) -> Starlette:
                 limiter=RateLimiter(
                     burst=settings.rate_limit_burst, per_second=settings.rate_limit_per_second
                 ),
+                relay=relay,
             )
-            await runner.recover()
+            if listener is not None:
+                listener.start()
+            await runner.start()
             try:
                 yield
             finally:
                 await runner.aclose()
+                if listener is not None:
+                    await listener.aclose()
+                if relay is not None:
+                    await relay.aclose()
         finally:
             await db.aclose()
 
@@ -93,6 +116,16 @@ def create_app(settings: Settings) -> Starlette:
         },
         lifespan=lifespan,
     )
+
+
+def _relay(settings: Settings, db: Database, broker: Broker) -> tuple[Relay | None, EventListener | None]:
+    """On PostgreSQL, the relay of other processes' events and the listener that feeds it."""
+    if db.engine.dialect.name != "postgresql":
+        return None, None
+    relay = Relay(db.events, broker)
+    url = db.engine.url if settings.listen_url is None else normalize_url(settings.listen_url)
+    listener = EventListener(url, on_notice=relay.notice, on_connected=relay.catch_up)
+    return relay, listener
 
 
 async def page(request: Request) -> Response:

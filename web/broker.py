@@ -14,8 +14,11 @@ Deliberate choices:
   active lately): the step function publishes streaming events *before* they are stored, and a
   follower subscribing in between would find them neither in the log nor in its buffer. A new
   subscription starts with them; the follower skips those it already has by id.
-- The broker knows only this process. Followers of a thread that another process runs (several
-  servers on one PostgreSQL) see its events by polling the log (see `web.sse`).
+- Ids only go up: an event whose id is not above the newest the thread published is dropped (a
+  copy of one already published, e.g. relayed from the log after this process published it).
+- The broker knows only this process. Events another process stores (several servers on one
+  PostgreSQL) are read from the log and published here by `web.relay` when notified; `position`
+  says from where to read.
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ class SubscriberDropped(Exception):
 class Subscription:
     """One follower's buffer of a thread's live events."""
 
-    def __init__(self, thread_id: str, capacity: int) -> None:
+    def __init__(self, thread_id: str, capacity: int, position: int = 0) -> None:
         self.thread_id = thread_id
+        self.position = position
+        """The newest id the follower has (it updates it): every event up to it reached it."""
         self._capacity = capacity
         self._buffer: list[StoredEvent] = []
         self._ready = asyncio.Event()
@@ -86,9 +91,9 @@ class Broker:
         self._recent: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
 
     @contextmanager
-    def subscribe(self, thread_id: str) -> Generator[Subscription]:
-        """Follow `thread_id` for the duration of the `with` block."""
-        subscription = Subscription(thread_id, self._capacity)
+    def subscribe(self, thread_id: str, *, after: int = 0) -> Generator[Subscription]:
+        """Follow `thread_id` for the duration of the `with` block, from a follower that has up to `after`."""
+        subscription = Subscription(thread_id, self._capacity, after)
         recent = self._recent.get(thread_id)
         if recent:
             subscription.offer(list(recent))
@@ -100,9 +105,12 @@ class Broker:
 
     def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
         """Hand `events` to every follower of `thread_id`, in id order; never blocks."""
+        recent = self._recent.get(thread_id)
+        if recent:
+            newest = recent[-1].event_id
+            events = [stored for stored in events if stored.event_id > newest]
         if not events:
             return
-        recent = self._recent.get(thread_id)
         if recent is None:
             recent = self._recent[thread_id] = deque(maxlen=self._recent_size)
             while len(self._recent) > self._threads:
@@ -118,6 +126,28 @@ class Broker:
     def followers(self, thread_id: str) -> int:
         """How many subscriptions follow `thread_id` now."""
         return len(self._subscriptions.get(thread_id, ()))
+
+    def followed(self) -> list[str]:
+        """The threads someone follows now."""
+        return list(self._subscriptions)
+
+    def newest(self, thread_id: str) -> int | None:
+        """The newest id published for `thread_id`, `None` when the broker remembers none."""
+        recent = self._recent.get(thread_id)
+        return recent[-1].event_id if recent else None
+
+    def position(self, thread_id: str) -> int | None:
+        """After which id the log holds events the followers of `thread_id` may lack; `None` if none follow.
+
+        Every follower has every event up to its own position, and every event the broker
+        published reached every follower (in its buffer, or in the recent events it started
+        with): the greater of the lowest position and the newest published id is safe.
+        """
+        followers = self._subscriptions.get(thread_id)
+        if not followers:
+            return None
+        lowest = min(subscription.position for subscription in followers)
+        return max(lowest, self.newest(thread_id) or 0)
 
     def _discard(self, subscription: Subscription) -> None:
         followers = self._subscriptions.get(subscription.thread_id)

@@ -2,27 +2,39 @@
 
 A request queues a run in the database and hands its id to `Runner.submit`; the run is driven
 by `agent.run_step` in a task of its own, so a client that disconnects neither stops nor loses
-it. Deliberate choices:
+it. Several processes (workers) may share one database; a run is driven by the one worker that
+holds its lease (see `store.leases`). Deliberate choices:
 
-- At startup, `recover` drives every run left unfinished: `queued` ones never started, and
-  `running` ones, left by a process that died, are put back in the queue first; each continues
-  from its last checkpoint. With several processes on one database, a process starting while
-  another one runs a run would take that run over too (the step function's `start` lets only
-  one of them drive it at a time, and side effects are exactly-once by the ledger).
-- At shutdown, in-flight runs are asked to stop at their next checkpoint (the runtime's
+- **Claims, not trust.** `submit` only asks this process to try: `run_step` claims the run in
+  one statement, and of workers trying at once exactly one drives it.
+- **Heartbeat.** Every `heartbeat_seconds`, one statement renews the leases of every run this
+  worker holds. A run no longer held, because another worker took it over after this one
+  stalled past its lease, has its task cancelled; its writes are fenced off anyway.
+- **Sweep.** Every `sweep_seconds`, the worker reserves, up to its free slots, runs nobody
+  drives: queued for longer than a sweep with no owner (their process is busy or gone), or
+  under a lapsed lease (their worker died). It drives them from their last checkpoint. On
+  PostgreSQL, sweeping workers skip each other's rows instead of waiting on them.
+- **Start.** `start` sweeps at once, without waiting for queued runs to age, then keeps the
+  heartbeat and the sweep going. A run another live worker holds is never taken: its lease
+  holds while its worker heartbeats.
+- **Shutdown.** In-flight runs are asked to stop at their next checkpoint (the runtime's
   `stopping` event): each commits what it has, goes back to the queue and ends; shutdown waits
   for that, bounded, then cancels what is left (a cancelled run is requeued too, losing at most
-  its node in flight). The next start recovers them all.
+  its node in flight). Any lease still held is then released, so other workers continue at once.
 - Paused runs hold no task: a run waiting for approval has ended.
+- A run that loses the database (PostgreSQL restarting) is not failed: its task retries it,
+  with backoff, from its last checkpoint once the database answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from agent import Runtime, run_step
-from store import NotFound
+from store import DatabaseUnavailable, NotFound, StoreError
 
 __all__ = ("Runner",)
 
@@ -30,61 +42,144 @@ logger = logging.getLogger(__name__)
 
 
 class Runner:
-    """Drives submitted runs in background tasks, one task per run."""
+    """Drives runs in background tasks, one task per run, and keeps this worker's leases."""
 
-    def __init__(self, runtime: Runtime, *, shutdown_timeout: float = 10.0, max_concurrent: int = 16) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        shutdown_timeout: float = 10.0,
+        max_concurrent: int = 16,
+        heartbeat_seconds: float = 10.0,
+        sweep_seconds: float = 5.0,
+    ) -> None:
         self._runtime = runtime
+        self._leases = runtime.db.leases
         # Runs beyond this wait their turn here, queued, instead of exhausting the database pool.
         self._slots = asyncio.Semaphore(max_concurrent)
+        self._max_concurrent = max_concurrent
         self._shutdown_timeout = shutdown_timeout
+        self._heartbeat_seconds = heartbeat_seconds
+        self._sweep_seconds = sweep_seconds
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._heart: asyncio.Task[None] | None = None
         self._closed = False
 
+    @property
+    def worker_id(self) -> str:
+        return self._leases.worker.worker_id
+
     def submit(self, run_id: str) -> None:
-        """Drive the queued run `run_id` in the background; a run already driven here is left alone."""
+        """Drive the run `run_id` in the background if this worker can claim it; a run driven here already is left alone."""
         if self._closed or run_id in self._tasks:
             return
         task = asyncio.create_task(self._drive(run_id), name=f"run {run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(run_id, None))
 
+    async def start(self) -> int:
+        """Take over the runs nobody drives, then keep the heartbeat and the sweep going; return how many it took."""
+        taken = await self.recover()
+        self._heart = asyncio.create_task(
+            self._every(self._heartbeat_seconds, self.heartbeat), name="heartbeat"
+        )
+        self._sweeper = asyncio.create_task(self._every(self._sweep_seconds, self.sweep), name="sweep")
+        logger.info(
+            "worker %s: leases of %gs, heartbeat every %gs, sweep every %gs",
+            self.worker_id,
+            self._leases.worker.lease.total_seconds(),
+            self._heartbeat_seconds,
+            self._sweep_seconds,
+        )
+        return taken
+
     async def recover(self) -> int:
-        """Requeue the runs a dead process left `running`, drive every unfinished run; return how many."""
-        unfinished = await self._runtime.db.runs.unfinished()
-        for run in unfinished:
-            if run.status == "running":
-                await self._runtime.db.runs.requeue(run.run_id)
-            self.submit(run.run_id)
-        if unfinished:
-            logger.info("recovering %d unfinished runs", len(unfinished))
-        return len(unfinished)
+        """Drive the runs nobody drives now: queued with no owner, or under a lapsed lease; return how many.
+
+        A dead process of this host (this server before a crash) holds its runs no longer: they are
+        taken at once, not a lease later.
+        """
+        dead = await self._leases.expire_dead_local()
+        if dead:
+            logger.info("workers %s of this host are gone; their runs are free", ", ".join(dead))
+        taken = await self._take(queued_for=timedelta(0))
+        if taken:
+            logger.info("recovering %d unfinished runs", taken)
+        return taken
+
+    async def sweep(self) -> int:
+        """Drive, up to the free slots, runs nobody drives: queued a while with no owner, or under a lapsed lease."""
+        taken = await self._take(queued_for=timedelta(seconds=self._sweep_seconds))
+        if taken:
+            logger.info("took over %d runs nobody drove", taken)
+        return taken
+
+    async def heartbeat(self) -> list[str]:
+        """Renew this worker's leases; stop driving the runs another worker took over, and return those."""
+        held = set(await self._leases.heartbeat())
+        unconfirmed = [run_id for run_id in self._tasks if run_id not in held]
+        lost = await self._leases.taken_over(unconfirmed)
+        for run_id in lost:
+            task = self._tasks.get(run_id)
+            if task is not None:
+                logger.warning("run %s was taken over by another worker; stopping it here", run_id)
+                task.cancel()
+        return lost
 
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
 
     async def aclose(self) -> None:
-        """Let in-flight runs reach a checkpoint and requeue themselves; cancel the late ones."""
+        """Let in-flight runs reach a checkpoint and requeue themselves; cancel the late ones; release leases."""
         self._closed = True
+        await _cancel(self._sweeper)
         self._runtime.stopping.set()
         tasks = list(self._tasks.values())
-        if not tasks:
-            return
-        _, late = await asyncio.wait(tasks, timeout=self._shutdown_timeout)
-        for task in late:
-            task.cancel()
-        if late:
-            _, stuck = await asyncio.wait(late, timeout=self._shutdown_timeout)
-            logger.warning(
-                "%d runs did not reach a checkpoint in time and were cancelled (%d did not stop)",
-                len(late),
-                len(stuck),
-            )
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self._shutdown_timeout)
+            for task in late:
+                task.cancel()
+            if late:
+                _, stuck = await asyncio.wait(late, timeout=self._shutdown_timeout)
+                logger.warning(
+                    "%d runs did not reach a checkpoint in time and were cancelled (%d did not stop)",
+                    len(late),
+                    len(stuck),
+                )
+        await _cancel(self._heart)
+        try:
+            released = await self._leases.release()
+        except StoreError as error:
+            logger.warning("could not release the leases of worker %s: %s", self.worker_id, error)
+        else:
+            if released:
+                logger.info("released %d runs for other workers", len(released))
+
+    async def _take(self, *, queued_for: timedelta) -> int:
+        free = self._max_concurrent - len(self._tasks)
+        if self._closed or free <= 0:
+            return 0
+        run_ids = await self._leases.sweep(limit=free, queued_for=queued_for)
+        for run_id in run_ids:
+            self.submit(run_id)
+        return len(run_ids)
+
+    async def _every(self, seconds: float, action: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await action()
+            except StoreError as error:
+                # The database is down or saturated: try again next time, leases have slack.
+                logger.warning("%s failed: %s", getattr(action, "__name__", "a periodic task"), error)
+            except Exception:
+                logger.exception("%s failed", getattr(action, "__name__", "a periodic task"))
 
     async def _drive(self, run_id: str) -> None:
         try:
-            async with self._slots:
-                status = await run_step(self._runtime, run_id)
+            status = await self._drive_until_reachable(run_id)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)
@@ -92,3 +187,31 @@ class Runner:
             logger.exception("run %s could not be driven", run_id)
         else:
             logger.debug("run %s ended %s", run_id, status)
+
+    async def _drive_until_reachable(self, run_id: str) -> str:
+        """Drive the run; while the database is unreachable, retry with backoff until shutdown.
+
+        An attempt cut short by the database leaves the run `running` (requeueing it needs the
+        database too): it is requeued here before the next attempt.
+        """
+        backoff, interrupted = 0.5, False
+        while True:
+            try:
+                if interrupted:
+                    await self._runtime.db.runs.requeue(run_id)
+                async with self._slots:
+                    return await run_step(self._runtime, run_id)
+            except DatabaseUnavailable as error:
+                if self._closed:
+                    raise  # the next start recovers it
+                logger.warning("run %s waits for the database (%s)", run_id, error)
+                interrupted = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    await asyncio.wait([task])

@@ -10,6 +10,7 @@ from store import Database
 
 from .broker import Broker
 from .limits import RateLimiter
+from .relay import Relay
 from .runner import Runner
 from .settings import Settings
 
@@ -23,6 +24,8 @@ class Services:
     broker: Broker
     runner: Runner
     limiter: RateLimiter
+    relay: Relay | None = None
+    """Relays events other processes store (PostgreSQL only)."""
 
 
 def services(request: Request) -> Services:

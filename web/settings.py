@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agent.redaction import secrets_from_environment
 from agent.tracing import TracingConfig
+from store import ConnectionOptions
 
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
 
@@ -48,6 +49,9 @@ class Settings:
     """Per-user token bucket on writes: how many requests may come at once..."""
     rate_limit_per_second: float = 10.0
     """...and how fast the bucket refills (`DURABLE_CHAT_RATE_LIMIT_BURST` / `_PER_SECOND`)."""
+    messages_per_minute: int = 30
+    """Per-user message rate the input guardrail allows, across threads and processes
+    (`DURABLE_CHAT_MESSAGES_PER_MINUTE`); beyond it a message is answered as `blocked`."""
     sse_ping_seconds: float = 15.0
     """How often an idle event stream sends a keep-alive comment."""
     sse_poll_seconds: float = 5.0
@@ -57,6 +61,52 @@ class Settings:
     tracing: TracingConfig = field(default_factory=lambda: TracingConfig(trace_file=None))
     """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), whether they hold content
     (`DURABLE_CHAT_TRACE_CONTENT=1`), and the secrets redacted from spans and logs."""
+    sse_notified_poll_seconds: float = 60.0
+    """On PostgreSQL, where other processes' events arrive by notification, how often an idle
+    event stream still reads the log (a safety net)."""
+    statement_timeout_seconds: float | None = 30.0
+    """PostgreSQL cancels a statement running longer (`DURABLE_CHAT_STATEMENT_TIMEOUT`, 0: none)."""
+    lock_timeout_seconds: float | None = 10.0
+    """PostgreSQL fails a statement waiting longer for a lock (`DURABLE_CHAT_LOCK_TIMEOUT`, 0: none)."""
+    idle_in_transaction_timeout_seconds: float | None = 60.0
+    """PostgreSQL ends a session idle in a transaction longer (`…_IDLE_IN_TRANSACTION_TIMEOUT`, 0: none)."""
+    pool_size: int = 10
+    """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`)."""
+    pool_max_overflow: int = 20
+    """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
+    pool_pre_ping: bool = False
+    """Test pooled connections before use (`DURABLE_CHAT_POOL_PRE_PING=1`), so that no operation
+    meets a connection a database restart killed. Off by default: it makes every operation about
+    half as slow again, while without it only the first operation on each pool after a restart
+    fails (a 503 to retry; a run waits and retries), and the pool then starts afresh."""
+    transaction_pooler: bool = False
+    """PostgreSQL is reached through a transaction-mode pooler such as pgbouncer
+    (`DURABLE_CHAT_TRANSACTION_POOLER=1`): no prepared-statement caches, no session settings."""
+    listen_url: str | None = None
+    """A direct PostgreSQL URL for the event listener when `database_url` goes through a
+    transaction-mode pooler (`DURABLE_CHAT_LISTEN_URL`); `LISTEN` needs a session."""
+    lease_seconds: float = 30.0
+    """How long a worker's claim on a run holds without a heartbeat: how soon a dead worker's runs
+    are taken over (`DURABLE_CHAT_LEASE_SECONDS`)."""
+    heartbeat_seconds: float = 10.0
+    """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
+    sweep_seconds: float = 5.0
+    """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    demo_delay_seconds: float = 0.0
+    """How long the demo model thinks before each response (`DURABLE_CHAT_DEMO_DELAY_SECONDS`):
+    holds a run between model calls, for tests and demos of crashes."""
+
+    def connection_options(self) -> ConnectionOptions:
+        """How the server's PostgreSQL connections are pooled and configured."""
+        return ConnectionOptions(
+            pool_size=self.pool_size,
+            max_overflow=self.pool_max_overflow,
+            pre_ping=self.pool_pre_ping,
+            statement_timeout=self.statement_timeout_seconds,
+            lock_timeout=self.lock_timeout_seconds,
+            idle_in_transaction_timeout=self.idle_in_transaction_timeout_seconds,
+            transaction_pooler=self.transaction_pooler,
+        )
 
     @classmethod
     def load(
@@ -90,6 +140,13 @@ class Settings:
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
         secret = _pick(secret, "SECRET", env) or _stored_secret(directory)
+        lease = _number("LEASE_SECONDS", env, 30.0)
+        heartbeat = _number("HEARTBEAT_SECONDS", env, min(10.0, lease / 3))
+        if heartbeat >= lease:
+            raise SettingsError(
+                f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
+                f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
+            )
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
             model=_pick(model, "MODEL", env) or "demo",
@@ -99,10 +156,23 @@ class Settings:
             data_dir=directory,
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
+            messages_per_minute=max(1, round(_number("MESSAGES_PER_MINUTE", env, 30))),
+            statement_timeout_seconds=_timeout("STATEMENT_TIMEOUT", env, 30.0),
+            lock_timeout_seconds=_timeout("LOCK_TIMEOUT", env, 10.0),
+            idle_in_transaction_timeout_seconds=_timeout("IDLE_IN_TRANSACTION_TIMEOUT", env, 60.0),
+            pool_size=int(_number("POOL_SIZE", env, 10, whole=True)),
+            pool_max_overflow=int(_number("POOL_MAX_OVERFLOW", env, 20, whole=True, zero=True)),
+            pool_pre_ping=_flag("POOL_PRE_PING", env, False),
+            transaction_pooler=_flag("TRANSACTION_POOLER", env, False),
+            listen_url=_pick(None, "LISTEN_URL", env),
+            lease_seconds=lease,
+            heartbeat_seconds=heartbeat,
+            sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            demo_delay_seconds=_number("DEMO_DELAY_SECONDS", env, 0.0, zero=True),
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
-                include_content=_flag("TRACE_CONTENT", env),
+                include_content=_flag("TRACE_CONTENT", env, False),
                 secrets=(secret, *secrets_from_environment(env)),
             ),
         )
@@ -144,7 +214,9 @@ def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None
     return explicit if explicit is not None else (env.get(ENV_PREFIX + name) or None)
 
 
-def _number(name: str, env: Mapping[str, str], default: float) -> float:
+def _number(
+    name: str, env: Mapping[str, str], default: float, *, whole: bool = False, zero: bool = False
+) -> float:
     text = _pick(None, name, env)
     if text is None:
         return default
@@ -152,20 +224,31 @@ def _number(name: str, env: Mapping[str, str], default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise SettingsError(f"{ENV_PREFIX}{name} must be a positive number, not {text!r}")
+    if not (value >= 0 if zero else value > 0) or value == float("inf") or (whole and not value.is_integer()):
+        kind = "whole number" if whole else "number"
+        raise SettingsError(
+            f"{ENV_PREFIX}{name} must be a {'non-negative' if zero else 'positive'} {kind}, not {text!r}"
+        )
     return value
 
 
-def _flag(name: str, env: Mapping[str, str]) -> bool:
+def _timeout(name: str, env: Mapping[str, str], default: float) -> float | None:
+    """Seconds, with 0 meaning no timeout."""
+    value = _number(name, env, default, zero=True)
+    return value or None
+
+
+def _flag(name: str, env: Mapping[str, str], default: bool) -> bool:
     text = _pick(None, name, env)
     if text is None:
-        return False
-    if text.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if text.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise SettingsError(f"{ENV_PREFIX}{name} must be 1 or 0, not {text!r}")
+        return default
+    match text.strip().lower():
+        case "1" | "true" | "yes" | "on":
+            return True
+        case "0" | "false" | "no" | "off":
+            return False
+        case _:
+            raise SettingsError(f"{ENV_PREFIX}{name} must be 1 or 0 (true or false), not {text!r}")
 
 
 def _data_dir(explicit: Path | str | None, env: Mapping[str, str]) -> Path:

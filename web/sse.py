@@ -10,9 +10,13 @@ the live ones. How:
    be stored yet), skipping any id not above the last one sent. Ids increase per thread but can
    skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
    falls back to reading the log, then subscribes again.
-4. When idle for `sse_poll_seconds`, read the log too: events another process wrote (several
-   servers on one PostgreSQL) reach this process's followers that way. A thread deleted
-   meanwhile ends the stream.
+4. Events another process stores (several servers on one PostgreSQL) reach the broker through
+   `web.relay` when that process notifies; the follower keeps its subscription's `position`
+   current so the relay knows what it has. When idle for the poll interval the stream reads the
+   log itself too: the only way on SQLite shared by several processes, a safety net on
+   PostgreSQL. A thread deleted meanwhile ends the stream.
+5. A database that becomes unreachable ends the stream (the client reconnects with its
+   `Last-Event-ID`) rather than failing it half-way.
 
 Frames come from `stream.encode_event` only; the keep-alive is `stream.ping_frame`, sent by
 sse-starlette's ping task, which also races the stream against the client's disconnect.
@@ -21,6 +25,7 @@ sse-starlette's ping task, which also races the stream against the client's disc
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -29,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent import stored_events
-from store import Database, NotFound
+from store import Database, DatabaseUnavailable, NotFound
 from stream import StoredEvent, encode_event, ping_frame
 
 from .api import owned_thread, user_of
@@ -38,6 +43,8 @@ from .errors import ApiError
 from .services import services
 
 __all__ = ("event_frames", "sse_routes")
+
+logger = logging.getLogger(__name__)
 
 _REPLAY_PAGE = 500
 
@@ -50,9 +57,9 @@ async def follow_events(request: Request) -> Response:
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s))
     after = _after(request)
-    frames = event_frames(
-        s.db, s.broker, thread.thread_id, after=after, poll_seconds=s.settings.sse_poll_seconds
-    )
+    # With notifications relayed, reading the log when idle is only a safety net.
+    poll = s.settings.sse_poll_seconds if s.relay is None else s.settings.sse_notified_poll_seconds
+    frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=poll)
     return EventSourceResponse(
         frames,
         sep="\n",
@@ -65,12 +72,25 @@ async def follow_events(request: Request) -> Response:
 async def event_frames(
     db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
 ) -> AsyncIterator[bytes]:
-    """The SSE frames of every event of `thread_id` after `after`, then of live ones, forever."""
+    """The SSE frames of every event of `thread_id` after `after`, then of live ones, until the end.
+
+    The stream ends when the thread is deleted or the database cannot be reached.
+    """
+    try:
+        async for frame in _frames(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+            yield frame
+    except DatabaseUnavailable as error:
+        logger.warning("ended an event stream of thread %s: %s", thread_id, error)
+
+
+async def _frames(
+    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+) -> AsyncIterator[bytes]:
     last = after
     while True:
-        with broker.subscribe(thread_id) as subscription:
+        with broker.subscribe(thread_id, after=last) as subscription:
             async for stored in _replay(db, thread_id, after=last):
-                last = stored.event_id
+                last = subscription.position = stored.event_id
                 yield encode_event(stored)
             while True:
                 try:
@@ -85,7 +105,7 @@ async def event_frames(
                     # Ids increase but may skip (ids a run reserved and left unused): any id above
                     # the last one sent is next. Lower ones came in the replay or a snapshot.
                     if stored.event_id > last:
-                        last = stored.event_id
+                        last = subscription.position = stored.event_id
                         yield encode_event(stored)
 
 
@@ -110,7 +130,8 @@ async def _exists(db: Database, thread_id: str) -> bool:
 def _after(request: Request) -> int:
     text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     text = text.strip()
-    if not text.isdigit() or len(text) > 18:
+    # ASCII only: `isdigit` also takes digits such as "²" that `int` refuses.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise ApiError(
             422,
             "validation_error",

@@ -127,7 +127,11 @@ async function loadThreads(cursor) {
   const data = await api("GET", `/api/threads${query}`);
   const list = byTestId("thread-list");
   if (!cursor) list.replaceChildren();
-  for (const thread of data.threads ?? []) list.append(threadItem(thread));
+  for (const thread of data.threads ?? []) {
+    list.append(threadItem(thread));
+    // A new thread gets its title from its first message: show it once the server has it.
+    if (thread.thread_id === state.threadId && thread.title) byTestId("thread-title").textContent = thread.title;
+  }
   state.nextCursor = data.next_cursor ?? null;
   byTestId("more-threads").hidden = !state.nextCursor;
   hideInline(byTestId("threads-error"));

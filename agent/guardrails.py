@@ -1,0 +1,241 @@
+"""Guardrails: checks on what a user sends before the model sees it, and on what the model writes
+before it is stored or shown as final.
+
+A guardrail is any object with a `name`, a `reply` and a `check(text, context)` that answers
+whether the text trips it, synchronously or as an awaitable; it may read the store through the
+`GuardrailContext` it receives. `Guardrails` lists the input and the output ones of an agent (on
+`agent.Runtime`); the first that trips decides:
+
+- an **input** guardrail ends the run `blocked` before any model or tool call; its `reply` is the
+  polite answer the user gets, stored with their message;
+- an **output** guardrail replaces a text part the model wrote with its `reply`, everywhere the
+  part went (see `agent.withdrawals`).
+
+Patterns are matched on NFKC-normalized text, case-insensitively, with any run of spaces, tabs,
+newlines, `_` or `-` between their words, so "Ignore   PREVIOUS\\ninstructions" trips as well.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import unicodedata
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models import ModelRequestContext
+
+from store import Database
+from store.schema import now_utc
+
+__all__ = (
+    "HIDE_BLOCKED_TURNS",
+    "INJECTION_PATTERNS",
+    "LEAK_PATTERNS",
+    "Guardrail",
+    "GuardrailContext",
+    "Guardrails",
+    "HideBlockedTurns",
+    "MessageRate",
+    "PatternGuardrail",
+    "blocked_turn",
+    "default_guardrails",
+    "first_tripped",
+    "injection_guardrail",
+    "leak_guardrail",
+    "phrase",
+)
+
+
+@dataclass(frozen=True)
+class GuardrailContext:
+    """What a check may use besides the text: the store, and whose run it is."""
+
+    db: Database
+    thread_id: str
+    run_id: str
+    user_id: str
+
+
+class Guardrail(Protocol):
+    """A check on a text; `check` may be a plain or an async method."""
+
+    @property
+    def name(self) -> str:
+        """Names the guardrail in the `guardrail_tripped` event and the logs."""
+        ...
+
+    @property
+    def reply(self) -> str:
+        """What the user gets instead: the polite answer (input) or the safe replacement (output)."""
+        ...
+
+    def check(self, text: str, context: GuardrailContext) -> bool | Awaitable[bool]:
+        """Whether `text` trips the guardrail."""
+        ...
+
+
+def phrase(*words: str, gap: str = r"[\s_\-]+") -> re.Pattern[str]:
+    """A case-insensitive pattern for `words` in order, with `gap` between them, as whole words."""
+    return re.compile(r"\b" + gap.join(re.escape(word) for word in words) + r"\b", re.IGNORECASE)
+
+
+INJECTION_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(
+        r"\bignore[\s_\-]+(?:(?:all|any|the|your|of|my)[\s_\-]+)*(?:previous|prior|above|earlier)"
+        r"[\s_\-]+(?:instructions?|prompts?|rules)\b",
+        re.IGNORECASE,
+    ),
+    phrase("system", "prompt", gap=r"[\s_\-]*"),
+    phrase("you", "are", "now"),
+)
+"""Prompt-injection phrasings: overriding the instructions, probing the system prompt, re-casting the agent."""
+
+LEAK_PATTERNS: tuple[re.Pattern[str], ...] = (
+    phrase("internal", "error"),
+    phrase("stack", "trace", gap=r"[\s_\-]*"),
+    re.compile(r"\btraceback\s*\(most recent call last\)", re.IGNORECASE),
+    phrase("database", "connection"),
+    phrase("api", "secret", gap=r"[\s_\-]*"),
+)
+"""What a reply must not show: internal failures and their details, connection strings, secrets."""
+
+INJECTION_REPLY = (
+    "I'm sorry, I can't help with that request. I'm the shop's support assistant: I can look up "
+    "orders and accounts, answer shipping, returns and warranty questions, and help with refunds "
+    "and cancellations."
+)
+RATE_REPLY = "You're sending messages faster than I can answer them. Please wait a minute, then try again."
+LEAK_REPLY = (
+    "I'm sorry, something went wrong on our side while answering. Please try again, or ask me "
+    "something else about your orders or account."
+)
+
+
+@dataclass(frozen=True)
+class PatternGuardrail:
+    """Trips when any of `patterns` matches the normalized text."""
+
+    name: str
+    patterns: tuple[re.Pattern[str], ...]
+    reply: str
+
+    def check(self, text: str, context: GuardrailContext) -> bool:
+        """Whether a pattern matches `text` (NFKC-normalized, so look-alike letters count)."""
+        normalized = unicodedata.normalize("NFKC", text)
+        return any(pattern.search(normalized) for pattern in self.patterns)
+
+
+def injection_guardrail(reply: str = INJECTION_REPLY) -> PatternGuardrail:
+    """The input guardrail against prompt injection."""
+    return PatternGuardrail("prompt_injection", INJECTION_PATTERNS, reply)
+
+
+def leak_guardrail(reply: str = LEAK_REPLY) -> PatternGuardrail:
+    """The output guardrail against replies that leak internals."""
+    return PatternGuardrail("internal_leak", LEAK_PATTERNS, reply)
+
+
+@dataclass(frozen=True)
+class MessageRate:
+    """Trips when the user sent more than `limit` messages within `window`, across all their threads.
+
+    It reads the store (the user's message runs queued in the window, this one included), so the
+    limit holds across processes and restarts. Blocked messages count too: a user who keeps
+    sending stays blocked until the window has passed.
+    """
+
+    limit: int = 30
+    window: timedelta = timedelta(minutes=1)
+    name: str = "message_rate"
+    reply: str = RATE_REPLY
+
+    async def check(self, text: str, context: GuardrailContext) -> bool:
+        """Whether this message is beyond the user's limit."""
+        sent = await context.db.runs.count_messages(context.user_id, since=now_utc() - self.window)
+        return sent > self.limit
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    """An agent's guardrails: `input` ones run before the model is called, `output` ones on its text."""
+
+    input: Sequence[Guardrail] = field(default_factory=tuple[Guardrail, ...])
+    output: Sequence[Guardrail] = field(default_factory=tuple[Guardrail, ...])
+
+
+def default_guardrails(*, messages_per_minute: int | None = 30) -> Guardrails:
+    """Prompt injection and a message rate on input (`None`: no rate limit), leaks on output."""
+    rate = () if messages_per_minute is None else (MessageRate(limit=messages_per_minute),)
+    return Guardrails(input=(injection_guardrail(), *rate), output=(leak_guardrail(),))
+
+
+async def first_tripped(
+    guardrails: Sequence[Guardrail], text: str, context: GuardrailContext
+) -> Guardrail | None:
+    """The first of `guardrails` that `text` trips, in order, or `None`."""
+    for guardrail in guardrails:
+        verdict = guardrail.check(text, context)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict:
+            return guardrail
+    return None
+
+
+BLOCKED_BY = "blocked_by"
+"""The `metadata` key of a reply an input guardrail gave in place of the model: the guardrail's name."""
+
+
+def blocked_turn(prompt: str, guardrail: Guardrail, *, run_id: str) -> list[ModelMessage]:
+    """The user's blocked message and the guardrail's reply, as the conversation stores them."""
+    now = datetime.now(UTC)
+    return [
+        ModelRequest(parts=[UserPromptPart(prompt, timestamp=now)], timestamp=now, run_id=run_id),
+        ModelResponse(
+            parts=[TextPart(guardrail.reply)],
+            model_name="durable-chat",
+            timestamp=now,
+            run_id=run_id,
+            metadata={BLOCKED_BY: guardrail.name},
+        ),
+    ]
+
+
+def without_blocked_turns(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """`messages` without the blocked turns: each guardrail reply and the request it answered."""
+    kept: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelResponse) and message.metadata and BLOCKED_BY in message.metadata:
+            if kept and isinstance(kept[-1], ModelRequest):
+                kept.pop()
+            continue
+        kept.append(message)
+    return kept
+
+
+@dataclass
+class HideBlockedTurns(AbstractCapability[Any]):
+    """Keeps blocked turns out of what the model reads, while the conversation keeps them for the user.
+
+    An injection attempt the input guardrails stopped would otherwise reach the model on the next
+    turn, as history. Only the request sent changes (`before_model_request`), not the stored history.
+    """
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # configured in code, not from an agent spec
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        request_context.messages = without_blocked_turns(request_context.messages)
+        return request_context
+
+
+HIDE_BLOCKED_TURNS = HideBlockedTurns()

@@ -1,0 +1,101 @@
+"""Tools that raise or hang: a `failed` tool result for the model, never a crashed run.
+
+pydantic-ai 2.68 lets a tool raise `ModelRetry` (the model is asked to try again, within the
+tool's retry budget; beyond it the run raises) or `ToolFailed` (a `failed` tool result the model
+sees and adapts to, with no budget). Any other exception ends the run, and its own tool `timeout`
+turns into a `ModelRetry` that a model calling the same hanging tool twice exhausts. `ToolFailures`
+is a capability that turns both into `ToolFailed`:
+
+- an exception a tool raises becomes a `failed` result saying the tool is unavailable; its type
+  is logged, never its message (it may quote the conversation) and never shown to the model;
+- a tool still running after its timeout is cancelled the same way. Approval tools
+  (`issue_refund`, `cancel_order`) have none by default: their work is one short database
+  transaction whose ledger makes it exactly-once, and cutting it off after its commit would tell
+  the model that a refund made had failed.
+
+`ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
+from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
+from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import ToolDefinition
+
+from .tools import APPROVAL_TOOLS
+
+__all__ = ("ToolFailures",)
+
+logger = logging.getLogger(__name__)
+
+
+def _no_timeout_for_approval_tools() -> dict[str, float | None]:
+    return dict.fromkeys(APPROVAL_TOOLS)
+
+
+@dataclass
+class ToolFailures(AbstractCapability[Any]):
+    """Failed tool results for tools that raise, or run longer than their timeout."""
+
+    timeout: float | None = 30.0
+    """Seconds a tool may run; `None`: no limit."""
+    timeouts: Mapping[str, float | None] = field(default_factory=_no_timeout_for_approval_tools)
+    """Per-tool overrides of `timeout` (`None`: no limit for that tool)."""
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # configured in code, not from an agent spec
+
+    def timeout_of(self, tool_name: str) -> float | None:
+        return self.timeouts.get(tool_name, self.timeout)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        limit = self.timeout_of(call.tool_name)
+        if limit is None:
+            return await handler(args)
+        try:
+            async with asyncio.timeout(limit):
+                return await handler(args)
+        except TimeoutError:
+            # Only our deadline gets here: a tool's own TimeoutError went through `on_tool_execute_error`.
+            logger.warning("tool %s of run %s timed out after %ss", call.tool_name, ctx.run_id, limit)
+            raise ToolFailed(
+                f"The tool {call.tool_name} did not answer within {limit:g} seconds and was stopped. "
+                "Tell the customer it is unavailable right now and offer to try again later."
+            ) from None
+
+    async def on_tool_execute_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        error: Exception,
+    ) -> Any:
+        if isinstance(error, UsageLimitExceeded):
+            raise error  # a sub-agent spent the turn's budget: the run ends politely (see agent.step)
+        logger.warning("tool %s of run %s raised %s", call.tool_name, ctx.run_id, type(error).__name__)
+        logger.debug("tool %s raised", call.tool_name, exc_info=error)
+        raise ToolFailed(
+            f"The tool {call.tool_name} failed unexpectedly. "
+            "Tell the customer it is unavailable right now and offer to try again later."
+        ) from error

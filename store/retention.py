@@ -1,0 +1,107 @@
+"""Retention: erasing a thread with everything of it, and finding the threads idle for too long.
+
+A thread's data lives in three places, all erased in one transaction:
+
+- the `threads` row, whose foreign keys cascade to its runs, events, approvals, records and
+  ledger rows (SQLite enforces them because every connection turns `foreign_keys` on, see
+  `engine._configure_sqlite`);
+- the conversation record with the thread's id (the conversation store knows no threads, so no
+  foreign key ties them);
+- the conversation's entries, except those a fork of it still shares: a fork is a conversation of
+  its own, and keeps the history it started from.
+
+The demo business data a tool changed (a refunded order) is not the thread's and stays.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .conversations import erase_conversation
+from .schema import ACTIVE_RUN_STATUSES, RunRow, ThreadRow, metadata
+
+__all__ = ("count_active_stale", "erase_stale", "erase_thread", "find_stale")
+
+_threads = metadata.tables[ThreadRow.__tablename__]
+_runs = metadata.tables[RunRow.__tablename__]
+
+
+async def erase_thread(connection: AsyncConnection, thread_id: str) -> bool:
+    """Delete a thread and everything of it inside the caller's transaction; return whether it existed.
+
+    The conversation goes first: a checkpoint writes the conversation, then the thread's rows, so
+    taking the locks in the same order cannot deadlock with a run still going on.
+    """
+    await erase_conversation(connection, thread_id)
+    deleted = await connection.execute(
+        _threads.delete().where(_threads.c.thread_id == thread_id).returning(_threads.c.thread_id)
+    )
+    existed = deleted.first() is not None
+    # A first checkpoint that committed between the two statements above saved the conversation
+    # again. None can after this one: the thread's row is deleted (locked until the commit), and a
+    # checkpoint writes to it in its own transaction, so it fails.
+    await erase_conversation(connection, thread_id)
+    return existed
+
+
+def _stale(cutoff: datetime, after: str, limit: int) -> sa.Select[tuple[str]]:
+    """The ids of up to `limit` threads idle since before `cutoff` with no run queued or running.
+
+    Walked in id order (the primary key's index), `after` the last one seen: threads have no index
+    on their activity time alone, so a single pass over the keys stays linear however many are old.
+    """
+    active = sa.exists().where(
+        _runs.c.thread_id == _threads.c.thread_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES)
+    )
+    return (
+        sa.select(_threads.c.thread_id)
+        .where(_threads.c.thread_id > after, _threads.c.updated_at < cutoff, ~active)
+        .order_by(_threads.c.thread_id)
+        .limit(limit)
+    )
+
+
+async def erase_stale(
+    connection: AsyncConnection, cutoff: datetime, *, after: str, limit: int
+) -> list[RowMapping]:
+    """Erase the next `limit` stale threads (see `_stale`) after `after`; return their rows.
+
+    The activity time is checked again on the rows being deleted: a thread that took a message
+    since the candidates were chosen (on PostgreSQL, the delete waits for that writer, then sees its
+    update) is newer now and stays.
+    """
+    deleted = await connection.execute(
+        _threads.delete()
+        .where(_threads.c.thread_id.in_(_stale(cutoff, after, limit)), _threads.c.updated_at < cutoff)
+        .returning(*_threads.c)
+    )
+    rows = sorted(deleted.mappings().all(), key=lambda row: row["thread_id"])
+    for row in rows:
+        # No run of these threads is going on, so no checkpoint holds their conversations' locks.
+        await erase_conversation(connection, row["thread_id"])
+    return rows
+
+
+async def find_stale(
+    connection: AsyncConnection, cutoff: datetime, *, after: str, limit: int
+) -> list[RowMapping]:
+    """The rows `erase_stale` would erase, without erasing them."""
+    ids = _stale(cutoff, after, limit).subquery()
+    query = (
+        sa.select(_threads).join(ids, ids.c.thread_id == _threads.c.thread_id).order_by(_threads.c.thread_id)
+    )
+    return list((await connection.execute(query)).mappings().all())
+
+
+async def count_active_stale(connection: AsyncConnection, cutoff: datetime) -> int:
+    """How many threads idle since before `cutoff` have a run queued or running (a purge leaves them)."""
+    query = (
+        sa.select(sa.func.count(sa.distinct(_runs.c.thread_id)))
+        .join(_threads, _threads.c.thread_id == _runs.c.thread_id)
+        .where(_runs.c.status.in_(ACTIVE_RUN_STATUSES), _threads.c.updated_at < cutoff)
+    )
+    return (await connection.execute(query)).scalar_one()

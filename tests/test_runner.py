@@ -1,0 +1,177 @@
+"""The runner and the step under leases, in process, on SQLite and PostgreSQL.
+
+Two `Runtime`s on one database stand for two workers. A worker "stalls" by thinking long (the
+demo model's delay) with no heartbeat, so its lease lapses and the other one takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+import pytest
+
+from agent import Runtime, build_agent, demo_model, feedback_model, run_step
+from store import Database, Run, Worker
+from store.business import BusinessData
+from web.runner import Runner
+
+from .conftest import MigratedDatabases
+from .step_app import shapes
+
+pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
+
+SHORT = timedelta(milliseconds=300)
+LONG = timedelta(seconds=60)
+DEADLINE = 30.0
+
+OpenRuntime = Callable[..., Awaitable[Runtime]]
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def open_runtime(
+    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
+) -> AsyncIterator[OpenRuntime]:
+    """Opens worker runtimes on one empty database: `await open_runtime("a", lease=..., delay=...)`."""
+    url = await migrated_databases.empty(request.param)
+    opened: list[Database] = []
+
+    async def open_one(worker_id: str, *, lease: timedelta = LONG, delay: float = 0.0) -> Runtime:
+        db = await Database.connect(url, worker=Worker(worker_id=worker_id, lease=lease))
+        opened.append(db)
+        business = BusinessData(db.engine)
+        await business.seed()
+        return Runtime(
+            db=db,
+            business=business,
+            agent=build_agent(demo_model(delay=delay)),
+            feedback_model=feedback_model(),
+        )
+
+    try:
+        yield open_one
+    finally:
+        for db in opened:
+            await db.aclose()
+
+
+async def _queued(runtime: Runtime, content: str = "Please refund ORD-5678") -> Run:
+    thread = await runtime.db.threads.create(user_id="alice", title="t")
+    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    return run
+
+
+async def _eventually(attempt: Callable[[], Awaitable[T | None]]) -> T:
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            result = await attempt()
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+
+
+async def test_a_stalled_worker_is_fenced_out_and_stops_quietly(open_runtime: OpenRuntime) -> None:
+    stalled = await open_runtime("stalled", lease=SHORT, delay=2.0)
+    heir = await open_runtime("heir")
+    run = await _queued(stalled)
+    first = asyncio.create_task(run_step(stalled, run.run_id))
+    await _eventually(lambda: _running(stalled, run.run_id))
+    # Its lease lapses while it waits for the model; the heir takes the run and pauses it.
+    status = await _eventually(
+        lambda: _unless(run_step(heir, run.run_id), "running"),
+    )
+    assert status == "awaiting_approval"
+    # The stalled attempt's next checkpoint is refused: it stops, neither failing nor requeueing the run.
+    assert await first == "awaiting_approval"
+    ended = await heir.db.runs.get(run.run_id)
+    assert (ended.status, ended.attempt, ended.lease_owner, ended.error) == (
+        "awaiting_approval",
+        2,
+        "heir",
+        None,
+    )
+    conversation = await heir.db.conversations.load(run.thread_id)
+    assert conversation is not None
+    assert shapes(conversation.messages) == [
+        "request: user-prompt",
+        "response: tool-call(lookup_order)",
+        "request: tool-return(lookup_order)",
+        "response: tool-call(issue_refund)",
+    ]
+    assert len(await heir.db.approvals.list(thread_id=run.thread_id, status="pending")) == 1
+
+
+async def test_a_runner_stops_the_runs_another_worker_took_over(open_runtime: OpenRuntime) -> None:
+    stalled_runtime, heir_runtime = (
+        await open_runtime("stalled", lease=SHORT, delay=30.0),
+        await open_runtime("heir"),
+    )
+    stalled, heir = Runner(stalled_runtime), Runner(heir_runtime)
+    run = await _queued(stalled_runtime)
+    stalled.submit(run.run_id)
+    await _eventually(lambda: _running(stalled_runtime, run.run_id))
+    # No heartbeat ran: once the lease lapses, the heir's sweep takes the run over.
+    assert await _eventually(heir.sweep) == 1
+    assert await stalled.heartbeat() == [run.run_id]
+    await _eventually(lambda: _true(stalled.in_flight == 0))
+    ended = await _eventually(lambda: _ended(heir_runtime, run.run_id))
+    assert (ended.status, ended.attempt, ended.lease_owner) == ("awaiting_approval", 2, "heir")
+    await heir.aclose()
+    await stalled.aclose()
+
+
+async def test_a_runner_shutting_down_releases_its_runs(open_runtime: OpenRuntime) -> None:
+    leaving_runtime = await open_runtime("leaving", delay=30.0)
+    leaving = Runner(leaving_runtime, shutdown_timeout=0.1)
+    run = await _queued(leaving_runtime)
+    leaving.submit(run.run_id)
+    await _eventually(lambda: _running(leaving_runtime, run.run_id))
+    await leaving.aclose()
+    parked = await leaving_runtime.db.runs.get(run.run_id)
+    assert (parked.status, parked.lease_owner, parked.lease_expires_at) == ("queued", None, None)
+    # Another worker starting now takes it at once: nobody holds it.
+    staying_runtime = await open_runtime("staying")
+    staying = Runner(staying_runtime)
+    assert await staying.start() == 1
+    ended = await _eventually(lambda: _ended(staying_runtime, run.run_id))
+    assert (ended.status, ended.attempt, ended.lease_owner) == ("awaiting_approval", 2, "staying")
+    await staying.aclose()
+
+
+async def test_a_starting_runner_leaves_live_runs_alone(open_runtime: OpenRuntime) -> None:
+    live = await open_runtime("live", delay=30.0)
+    run = await _queued(live)
+    task = asyncio.create_task(run_step(live, run.run_id))
+    await _eventually(lambda: _running(live, run.run_id))
+    starting = Runner(await open_runtime("starting"))
+    assert await starting.start() == 0
+    assert await starting.sweep() == 0
+    assert (await live.db.runs.get(run.run_id)).lease_owner == "live"
+    await starting.aclose()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Cancelled, its own worker put it back in the queue.
+    assert (await live.db.runs.get(run.run_id)).status == "queued"
+
+
+async def _unless(status: Awaitable[str], busy: str) -> str | None:
+    result = await status
+    return None if result == busy else result
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _running(runtime: Runtime, run_id: str) -> bool:
+    return (await runtime.db.runs.get(run_id)).status == "running"
+
+
+async def _ended(runtime: Runtime, run_id: str) -> Run | None:
+    run = await runtime.db.runs.get(run_id)
+    return None if run.status in {"queued", "running"} else run

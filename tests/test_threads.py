@@ -1,0 +1,60 @@
+"""Threads: a thread with no title is named after its first message."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store import Database
+from store.threads import TITLE_LENGTH, title_from
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_thread_without_a_title_is_named_after_its_first_message(database_url: str) -> None:
+    db = await Database.connect(database_url)
+    try:
+        untitled = await db.threads.create(user_id="ann")
+        titled = await db.threads.create(user_id="ann", title="Billing")
+        first = (
+            "I was charged twice for ORD-5678,\n  can you refund the second charge please? It was on my card"
+        )
+        for thread in (untitled, titled):
+            run, _ = await db.runs.create_message_run(thread.thread_id, content=first)
+            await db.runs.finish(run.run_id, "completed")
+            await db.runs.create_message_run(thread.thread_id, content="And another thing")
+
+        assert (await db.threads.get(untitled.thread_id)).title == (
+            "I was charged twice for ORD-5678, can you refund the second…"
+        )
+        assert (await db.threads.get(titled.thread_id)).title == "Billing"
+    finally:
+        await db.aclose()
+
+
+@pytest.mark.parametrize(
+    ("content", "title"),
+    [
+        ("Where is ORD-5678?", "Where is ORD-5678?"),
+        ("  two\n\nlines\tand tabs ", "two lines and tabs"),
+        ("x" * 100, "x" * (TITLE_LENGTH - 1) + "…"),
+        ("", ""),
+    ],
+)
+def test_title_from(content: str, title: str) -> None:
+    assert title_from(content) == title
+
+
+@given(st.text())
+def test_a_title_is_one_short_line_from_the_start_of_the_message(content: str) -> None:
+    title = title_from(content)
+    words = " ".join(content.split())
+    assert len(title) <= TITLE_LENGTH
+    assert title == title.strip()
+    assert not any(character.isspace() and character != " " for character in title)
+    if len(words) <= TITLE_LENGTH:
+        assert title == words
+    else:
+        assert title.endswith("…")
+        assert words.startswith(title.removesuffix("…"))
