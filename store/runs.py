@@ -279,7 +279,7 @@ async def record_checkpoint(
 
     Raises:
         LeaseLost: `run.lease_owner` no longer holds the run; the caller's transaction must roll back.
-        NotFound: The thread was deleted.
+        NotFound: The run's thread was deleted.
     """
     now = now_utc()
     run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
@@ -297,6 +297,10 @@ async def record_checkpoint(
         .values(**run_values)
     )
     if counted.rowcount != 1:
+        exists = await connection.execute(sa.select(_runs.c.run_id).where(_runs.c.run_id == run.run_id))
+        if exists.first() is None:
+            # Gone with its thread, deleted meanwhile: failing rolls back what the checkpoint saved.
+            raise NotFound(f"no run {run.run_id!r}: its thread {run.thread_id!r} was deleted")
         raise LeaseLost(f"run {run.run_id!r} is no longer held by worker {run.lease_owner!r}")
     touched = await connection.execute(
         _threads.update().where(_threads.c.thread_id == run.thread_id).values(**thread_values)

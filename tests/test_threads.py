@@ -22,6 +22,7 @@ async def test_a_thread_without_a_title_is_named_after_its_first_message(databas
         )
         for thread in (untitled, titled):
             run, _ = await db.runs.create_message_run(thread.thread_id, content=first)
+            assert await db.runs.start_reserving(run.run_id, events=1) is not None
             await db.runs.finish(run.run_id, "completed")
             await db.runs.create_message_run(thread.thread_id, content="And another thing")
 
