@@ -114,13 +114,22 @@ async def _thread(client: httpx.AsyncClient, token: str, thread_id: str) -> dict
 
 
 def _frames(events: list[SseEvent]) -> list[str]:
-    """Each event as `type {data}`, without the volatile `run_id`, part ids shown as `part`."""
+    """Each event as `type {data}`, without the volatile `run_id` and `trace_id`, part ids shown as `part`.
+
+    Every event of one run carries the run's one trace id (checked here, left out of the rendering).
+    """
     rendered: list[str] = []
+    traces: dict[object, set[object]] = {}
     for event in events:
-        data = {key: value for key, value in event.data.items() if key != "run_id"}
+        traces.setdefault(event.data["run_id"], set()).add(event.data.get("trace_id"))
+        data = {key: value for key, value in event.data.items() if key not in ("run_id", "trace_id")}
         if "part_id" in data:
             data["part_id"] = "part"
         rendered.append(f"{event.type} {data!r}")
+    for trace_ids in traces.values():
+        [trace_id] = trace_ids
+        assert isinstance(trace_id, str)
+        assert len(trace_id) == 32
     return rendered
 
 

@@ -105,7 +105,12 @@ async def test_a_client_on_one_worker_follows_runs_another_executes(workers: Wor
             "2 run_finished",
         ]
     )
-    assert followed[-1].data == {"run_id": second, "status": "completed", "output": IsStr()}
+    assert followed[-1].data == {
+        "run_id": second,
+        "trace_id": IsStr(regex=r"[0-9a-f]{32}"),
+        "status": "completed",
+        "output": IsStr(),
+    }
 
 
 async def test_a_reconnect_to_one_worker_replays_what_another_wrote(workers: Workers) -> None:
