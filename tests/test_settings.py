@@ -189,7 +189,9 @@ def test_tracing_from_environment(workdir: Path) -> None:
 
 @pytest.mark.parametrize("value", ["2", "maybe", "yes please"])
 def test_trace_content_must_be_a_flag(value: str) -> None:
-    with pytest.raises(SettingsError, match=r"DURABLE_CHAT_TRACE_CONTENT must be 1 or 0 \(true or false\), not "):
+    with pytest.raises(
+        SettingsError, match=r"DURABLE_CHAT_TRACE_CONTENT must be 1 or 0 \(true or false\), not "
+    ):
         Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_CONTENT": value})
 
 
