@@ -1,14 +1,18 @@
-"""The span exporters: redaction before export, the JSONL file, and OTLP without its extra."""
+"""The span exporters: redaction before export, the JSONL file, OTLP to a collector, and OTLP without its extra."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from dirty_equals import IsInt, IsStr
 from inline_snapshot import snapshot
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -125,3 +129,52 @@ def test_otlp_without_its_exporter_package_is_one_clear_error(monkeypatch: pytes
     assert str(raised.value) == snapshot(
         "OTLP export to 'http://collector:4318/v1/traces' needs the OTLP exporter: pip install 'durable-chat[otlp]'"
     )
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector: keeps each request's path, content type and body."""
+
+    received: ClassVar[list[tuple[str, str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.path, self.headers["Content-Type"], body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads what arrived."""
+
+
+def test_spans_reach_an_otlp_collector_redacted() -> None:
+    collector = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    serving = threading.Thread(target=collector.serve_forever, daemon=True)
+    serving.start()
+    try:
+        endpoint = f"http://127.0.0.1:{collector.server_port}/v1/traces"
+        provider = setup_tracing(
+            TracingConfig(trace_file=None, otlp_endpoint=endpoint, secrets=("hunter2-secret",))
+        )
+        note = "mail bob@example.com, key hunter2-secret, card 4111 1111 1111 1111"
+        with provider.get_tracer("test").start_as_current_span("otlp-check", attributes={"note": note}):
+            pass
+        assert provider.force_flush()
+        provider.shutdown()
+    finally:
+        collector.shutdown()
+        collector.server_close()
+
+    [(path, content_type, body)] = _Collector.received
+    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    request = ExportTraceServiceRequest.FromString(body)
+    [resource_spans] = request.resource_spans
+    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+    assert service == "durable-chat"
+    [span] = [span for scope in resource_spans.scope_spans for span in scope.spans]
+    assert span.name == "otlp-check"
+    exported = {a.key: a.value.string_value for a in span.attributes}["note"]
+    assert exported.startswith("mail ")
+    for secret in ("bob@example.com", "hunter2-secret", "4111 1111 1111 1111"):
+        assert secret not in exported
