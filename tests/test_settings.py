@@ -258,3 +258,12 @@ def test_any_sweep_interval_is_a_positive_number_or_a_settings_error(text: str) 
     else:
         with pytest.raises(SettingsError, match=re.escape(f"must be a positive number, not {text!r}")):
             Settings.load(secret="s", environ=environ)
+
+
+def test_the_sse_keep_alive_interval_comes_from_the_environment() -> None:
+    assert Settings.load(secret="s", environ={}).sse_ping_seconds == 15.0
+    environ = {"DURABLE_CHAT_SSE_PING_SECONDS": "2.5"}
+    assert Settings.load(secret="s", environ=environ).sse_ping_seconds == 2.5
+    with pytest.raises(SettingsError) as raised:
+        Settings.load(secret="s", environ={"DURABLE_CHAT_SSE_PING_SECONDS": "0"})
+    assert str(raised.value) == "DURABLE_CHAT_SSE_PING_SECONDS must be a positive number, not '0'"

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -156,3 +157,23 @@ async def test_a_server_killed_mid_run_continues_it_as_soon_as_it_restarts(tmp_p
     assert events[-1].data["status"] == "completed"
     assert "ORD-9012" in str(events[-1].data["output"])
     assert [m["kind"] for m in detail["messages"]] == ["request", "response", "request", "response"]
+
+
+async def test_an_idle_stream_gets_keep_alive_comments(tmp_path: Path) -> None:
+    with live_server(sqlite_url(tmp_path), tmp_path, {"DURABLE_CHAT_SSE_PING_SECONDS": "0.2"}) as server:
+        token = server.token("alice")
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            thread_id = await new_thread(client, token)
+            received = ""
+            with anyio.fail_after(30):
+                async with client.stream(
+                    "GET", f"/api/threads/{thread_id}/events", headers=auth(token), timeout=None
+                ) as response:
+                    assert response.status_code == 200
+                    async for text in response.aiter_text():
+                        received += text
+                        if received.count("\n\n") >= 3:
+                            break
+    # Nothing happens on the thread: the stream holds only comments, which clients ignore.
+    assert received.startswith(": ping\n\n: ping\n\n: ping\n\n")
+    assert set(received.split("\n\n")) <= {": ping", ""}

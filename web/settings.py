@@ -53,7 +53,8 @@ class Settings:
     """Per-user message rate the input guardrail allows, across threads and processes
     (`DURABLE_CHAT_MESSAGES_PER_MINUTE`); beyond it a message is answered as `blocked`."""
     sse_ping_seconds: float = 15.0
-    """How often an idle event stream sends a keep-alive comment."""
+    """How often an event stream sends a keep-alive comment (`DURABLE_CHAT_SSE_PING_SECONDS`), so
+    proxies and load balancers do not close an idle one."""
     sse_poll_seconds: float = 5.0
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
@@ -155,6 +156,7 @@ class Settings:
             port=_DEFAULT_PORT if port is None else port,
             data_dir=directory,
             rate_limit_burst=_number("RATE_LIMIT_BURST", env, 120.0),
+            sse_ping_seconds=_number("SSE_PING_SECONDS", env, 15.0),
             rate_limit_per_second=_number("RATE_LIMIT_PER_SECOND", env, 10.0),
             messages_per_minute=max(1, round(_number("MESSAGES_PER_MINUTE", env, 30))),
             statement_timeout_seconds=_timeout("STATEMENT_TIMEOUT", env, 30.0),
