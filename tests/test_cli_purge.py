@@ -73,17 +73,19 @@ def test_a_bad_age_says_what_is_expected(text: str, message: str) -> None:
 @example("90 d")
 @example("\u0669\u0660d")  # Arabic-Indic digits, which int() would take
 @example("0000000000001d")
+@example("1000000000d")  # ten digits of days: more than a timedelta holds
 @example("9" * 5000 + "d")  # more digits than int() converts
 def test_any_text_is_an_exact_age_or_a_clear_refusal(text: str) -> None:
     match = re.fullmatch(r"0*([0-9]*)([dhm])", text)
     # More than 12 significant digits is too old in any unit; int() would refuse thousands of them.
-    expected = (
+    # Counted in whole minutes: a timedelta of that many days may not even exist.
+    minutes = (
         None
         if match is None or len(match.group(1)) > 12
-        else int(match.group(1) or "0") * _UNIT[match.group(2)]
+        else int(match.group(1) or "0") * (_UNIT[match.group(2)] // timedelta(minutes=1))
     )
-    if expected is not None and timedelta(0) < expected <= MAX_AGE:
-        assert parse_age(text) == expected
+    if minutes is not None and 0 < minutes <= MAX_AGE // timedelta(minutes=1):
+        assert parse_age(text) == timedelta(minutes=minutes)
     else:
         with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(repr(text))} is "):
             parse_age(text)
