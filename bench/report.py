@@ -13,10 +13,8 @@ from typing import Literal
 
 from bench.results import Part, Results, Settings
 
-__all__ = ["Check", "Section", "checks", "environment", "render", "write_section"]
+__all__ = ["Check", "Section", "checks", "environment", "render"]
 
-START = "<!-- bench:store -->"
-END = "<!-- /bench:store -->"
 PACKAGES = (
     "pydantic-ai-slim",
     "pydantic",
@@ -258,18 +256,3 @@ def environment(command: str, postgres_version: str | None, notes: list[str]) ->
         f"- {', '.join(versions)}",
     ]
     return lines + [f"- {note}" for note in notes]
-
-
-def write_section(path: Path, lines: list[str]) -> None:
-    """Replace the store section of `path` (between its markers), or add it, leaving the rest as it is."""
-    section = "\n".join([START, "## Conversation store", "", *lines, END])
-    if path.exists():
-        text = path.read_text()
-    else:
-        text = "# Benchmarks\n\nEach section is written by its benchmark; see `bench/README.md`.\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)

@@ -39,8 +39,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from agent import Deps, Runtime, build_agent, default_guardrails, demo_model, feedback_model, run_step
+from bench.sections import write_section
 from bench.step_baseline import run_bare
-from bench.step_report import Case, Report, render, write_section
+from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
 from store import Database
 from store.business import BusinessData
@@ -285,7 +286,7 @@ async def main(arguments: argparse.Namespace) -> int:
         stats.strip_dirs().sort_stats("tottime").print_stats(30)
     write = arguments.write if arguments.write is not None else not arguments.quick
     if write:
-        write_section(arguments.output, lines)
+        write_section(arguments.output, "step", "\n".join(lines))
         print(f"\nWrote the step section of {arguments.output}")
     return 1 if arguments.strict and not report.passed else 0
 

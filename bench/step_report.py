@@ -14,10 +14,8 @@ from typing import Literal
 
 from bench.step_timers import CATEGORIES, Sample, Timers, cpu_by_group
 
-__all__ = ("LIMIT", "Case", "Report", "render", "write_section")
+__all__ = ("LIMIT", "Case", "Report", "render")
 
-START = "<!-- bench:step -->"
-END = "<!-- /bench:step -->"
 LIMIT = 2.0
 """Ours may take at most this many times as long as the same turn with no persistence."""
 TARGET = ("SQLite", "1st turn of a new thread")
@@ -193,16 +191,3 @@ def _version(name: str) -> str:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return "not installed"
-
-
-def write_section(path: Path, lines: list[str]) -> None:
-    """Replace the step section of `path` (between its markers), adding the markers at the end if absent."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = "\n".join([START, *lines, END])
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        _, after = rest.split(END, 1)
-        text = before + block + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)

@@ -24,9 +24,10 @@ from bench.floors import AiosqliteFloor, AsyncpgFloor, SqliteFloor
 from bench.locations import PostgresScratch, Scratch, SqliteScratch
 from bench.messages import history, realistic_turn
 from bench.ours import Ours, find_ours
-from bench.report import Section, checks, environment, render, write_section
+from bench.report import Section, checks, environment, render
 from bench.results import Results, Settings
 from bench.rivals import open_langgraph, open_openai_agents
+from bench.sections import write_section
 from bench.systems import Location, PydanticStoreBackend, System
 from bench.workloads import Contender, run_concurrent, run_per_size
 
@@ -166,7 +167,7 @@ async def main(arguments: argparse.Namespace) -> int:
     print("\n" + "\n".join(lines), flush=True)
     write = arguments.write if arguments.write is not None else not arguments.quick
     if write:
-        write_section(arguments.output, lines)
+        write_section(arguments.output, "store", "\n".join(["## Conversation store", "", *lines]))
         print(f"\nWrote the store section of {arguments.output}")
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0

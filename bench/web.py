@@ -36,9 +36,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from bench.sections import write_section
 from bench.web_load import Load, LoadResult, run_load
 from bench.web_process import Sampler, raise_open_files_limit, start_server
-from bench.web_report import BASELINE, Phase, Report, render, write_section
+from bench.web_report import BASELINE, Phase, Report, render
 
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 _SNAPSHOT = ("agent", "bench", "cli", "store", "stream", "web")
@@ -332,7 +333,7 @@ def main() -> int:
     print(section)
     full = not arguments.quick and not arguments.users
     if (full or arguments.write) and not arguments.no_write:
-        write_section(DOCS, section)
+        write_section(DOCS, "web", section)
         print(f"wrote the web section of {DOCS}", flush=True)
     return 1 if arguments.strict and not report.passed else 0
 

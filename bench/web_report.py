@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bench.web_load import LoadResult
 
-__all__ = ("BASELINE", "LATENCY_MARGIN", "STREAMS_TARGET", "Phase", "Report", "render", "write_section")
+__all__ = ("BASELINE", "LATENCY_MARGIN", "STREAMS_TARGET", "Phase", "Report", "ms", "render")
 
 BASELINE = "baseline"
 STREAMS_TARGET = 500
 LATENCY_MARGIN = 0.010
 """Ours' first-delta p50 may exceed the baseline's by this many seconds."""
-_BEGIN = "<!-- bench:web -->"
-_END = "<!-- /bench:web -->"
 
 
 @dataclass
@@ -125,7 +122,7 @@ class Report:
                 rows.append(
                     (
                         f"{system}, {users} users: first-delta p50 within {LATENCY_MARGIN * 1000:.0f} ms of the baseline",
-                        f"{_ms(p50(ours.load.first_delta))} vs {_ms(p50(base.load.first_delta))} ms (+{_ms(gap)} ms)",
+                        f"{ms(p50(ours.load.first_delta))} vs {ms(p50(base.load.first_delta))} ms (+{ms(gap)} ms)",
                         gap <= LATENCY_MARGIN,
                     )
                 )
@@ -137,7 +134,8 @@ class Report:
         return bool(verdicts) and all(met for _, _, met in verdicts) and not self.failures
 
 
-def _ms(seconds: float) -> str:
+def ms(seconds: float) -> str:
+    """Milliseconds for a table: whole ones from 100 up, one decimal below."""
     milliseconds = seconds * 1000
     return f"{milliseconds:,.0f}" if abs(milliseconds) >= 100 else f"{milliseconds:.1f}"
 
@@ -186,8 +184,8 @@ def render(report: Report) -> str:
         lines.append(
             f"| {phase.system} | {phase.users} | {load.streams_open}/{phase.users} "
             f"| {load.completed_turns}/{phase.users * load.turns_per_user} | {load.error_count} "
-            f"| {load.turns_per_second:.1f} | {_ms(p50(load.first_delta))} | {_ms(p99(load.first_delta))} "
-            f"| {_ms(p50(load.post_latency))} | {_ms(p50(load.turn_latency))} | {_ms(p50(phase.alone_first_delta))} "
+            f"| {load.turns_per_second:.1f} | {ms(p50(load.first_delta))} | {ms(p99(load.first_delta))} "
+            f"| {ms(p50(load.post_latency))} | {ms(p50(load.turn_latency))} | {ms(p50(phase.alone_first_delta))} "
             f"| {phase.idle_rss_kb / 1024:.0f} / {phase.peak_rss_kb / 1024:.0f} | {phase.cpu_ms_per_turn:.1f} "
             f"| {phase.server_busy:.0%} | {phase.client_busy:.0%} |"
         )
@@ -209,7 +207,7 @@ def render(report: Report) -> str:
                 f"| {_ratio(o.turns_per_second / b.turns_per_second if b.turns_per_second else float('nan'))} "
                 f"| {_ratio(p50(o.first_delta) / p50(b.first_delta))} "
                 f"| {_ratio(p99(o.first_delta) / p99(b.first_delta))} "
-                f"| +{_ms(p50(o.first_delta) - p50(b.first_delta))} |"
+                f"| +{ms(p50(o.first_delta) - p50(b.first_delta))} |"
             )
     lines += ["", "### Targets", "", "| target | measured | verdict |", "|---|---|---|"]
     lines += [
@@ -245,9 +243,9 @@ def _analysis(report: Report) -> list[str]:
                 f"and was busy {ours.server_busy:.0%} of a core (the baseline {base.server_busy:.0%}, the client "
                 f"{ours.client_busy:.0%} and {base.client_busy:.0%}, on {report.machine.split(';')[0]}). "
                 f"In this closed loop a user waits for the turns ahead of it: users / turns/s = {queue:.2f} s, "
-                f"against a measured turn p50 of {_ms(p50(o.turn_latency))} ms and first-delta p50 of "
-                f"{_ms(p50(o.first_delta))} ms (POST p50 {_ms(p50(o.post_latency))} ms, the baseline's "
-                f"{_ms(p50(b.post_latency))} ms)."
+                f"against a measured turn p50 of {ms(p50(o.turn_latency))} ms and first-delta p50 of "
+                f"{ms(p50(o.first_delta))} ms (POST p50 {ms(p50(o.post_latency))} ms, the baseline's "
+                f"{ms(p50(b.post_latency))} ms)."
             )
     for system in report.systems():
         ours = [p.alone_first_delta for p in report.phases if p.system == system]
@@ -255,8 +253,8 @@ def _analysis(report: Report) -> list[str]:
         mine, theirs = [x for xs in ours for x in xs], [x for xs in base for x in xs]
         if out and mine and theirs:
             out.append(
-                f"- {system}, one user alone (no queue): first-delta p50 {_ms(p50(mine))} ms against the "
-                f"baseline's {_ms(p50(theirs))} ms (+{_ms(p50(mine) - p50(theirs))} ms): what a turn costs before "
+                f"- {system}, one user alone (no queue): first-delta p50 {ms(p50(mine))} ms against the "
+                f"baseline's {ms(p50(theirs))} ms (+{ms(p50(mine) - p50(theirs))} ms): what a turn costs before "
                 "its first word, without waiting for other users' turns."
             )
     bound = [p for p in report.phases if p.system == BASELINE and p.client_busy > 0.85]
@@ -295,16 +293,3 @@ def _errors(report: Report) -> list[str]:
     return (
         ["", "Errors seen (client side, the server's access log, the server's log):", "", *out] if out else []
     )
-
-
-def write_section(path: Path, section: str, *, name: str = "web") -> None:
-    """Replace the section `name` of `path` (between its markers), or append it with its markers."""
-    begin, finish = (_BEGIN, _END) if name == "web" else (f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->")
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{begin}\n{section.rstrip()}\n{finish}"
-    start, end = text.find(begin), text.find(finish)
-    if start != -1 and end > start:
-        text = text[:start] + block + text[end + len(finish) :]
-    else:
-        text = text.rstrip() + ("\n\n" if text.strip() else "") + block + "\n"
-    path.write_text(text, encoding="utf-8")

@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from bench.floors import asyncpg_dsn
+from bench.sections import write_section
 from bench.web import (
     DOCS,
     POSTGRES_ENV,
@@ -46,7 +47,6 @@ from bench.web import (
 )
 from bench.web_load import Load, run_load
 from bench.web_process import ServerProcess, raise_open_files_limit, start_server
-from bench.web_report import write_section
 from bench.workers_report import BASELINE, Measured, Report, render
 
 WORKERS = (1, 2, 4)
@@ -278,7 +278,7 @@ def main() -> int:
     print(section)
     full = not (arguments.quick or arguments.users or arguments.workers)
     if (full or arguments.write) and not arguments.no_write:
-        write_section(DOCS, section, name="workers")
+        write_section(DOCS, "workers", section)
         print(f"wrote the workers section of {DOCS}", flush=True)
     return 0
 

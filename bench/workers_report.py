@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bench.web_load import LoadResult
-from bench.web_report import BASELINE, p50
+from bench.web_report import BASELINE, ms, p50
 
 __all__ = ("BASELINE", "Measured", "Report", "p95", "render")
 
@@ -56,7 +56,7 @@ class Measured:
         return (
             f"{self.system} x{self.workers}, {self.users} users: {load.completed_turns}/"
             f"{self.users * load.turns_per_user} turns in {load.elapsed:.1f}s = {load.turns_per_second:.1f}/s, "
-            f"first delta p50 {_ms(p50(load.first_delta))} p95 {_ms(p95(load.first_delta))} ms, "
+            f"first delta p50 {ms(p50(load.first_delta))} p95 {ms(p95(load.first_delta))} ms, "
             f"{load.error_count} errors, server CPU {self.server_cores:.2f} cores, machine {self.machine_busy:.0%}"
         )
 
@@ -87,11 +87,6 @@ class Report:
         return sorted(
             (m for m in self.measured if m.system != BASELINE and m.users == users), key=lambda m: m.workers
         )
-
-
-def _ms(seconds: float) -> str:
-    milliseconds = seconds * 1000
-    return f"{milliseconds:,.0f}" if abs(milliseconds) >= 100 else f"{milliseconds:.1f}"
 
 
 def _ratio(mine: float, theirs: float) -> str:
@@ -139,8 +134,8 @@ def render(report: Report) -> str:
         lines.append(
             f"| {m.system} | {m.workers} | {m.users} | {load.streams_open}/{m.users} "
             f"| {load.completed_turns}/{m.users * load.turns_per_user} | {load.error_count} "
-            f"| {load.turns_per_second:.1f} | {_ms(p50(load.first_delta))} | {_ms(p95(load.first_delta))} "
-            f"| {_ms(p50(load.turn_latency))} | {m.cpu_ms_per_turn:.1f} | {m.server_cores:.2f} "
+            f"| {load.turns_per_second:.1f} | {ms(p50(load.first_delta))} | {ms(p95(load.first_delta))} "
+            f"| {ms(p50(load.turn_latency))} | {m.cpu_ms_per_turn:.1f} | {m.server_cores:.2f} "
             f"| {m.client_cpu / load.elapsed if load.elapsed else 0.0:.2f} | {m.machine_busy:.0%} "
             f"| {m.peak_connections or '-'} |"
         )
