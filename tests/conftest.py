@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal, NoReturn
 
 import asyncpg
+import httpx
 import pydantic_ai.models
 import pytest
 from opentelemetry import trace
@@ -37,6 +38,7 @@ from agent.tracing import RedactingSpanExporter
 from store import Database, SqlConversationStore
 from store.business import BusinessData
 
+from .live_server import LiveServer, live_server, sqlite_url
 from .step_app import App, AppFactory
 from .store_conformance import StoreFactory
 
@@ -288,3 +290,18 @@ async def app_factory(database_url: str) -> AsyncIterator[AppFactory]:
 @pytest.fixture
 async def app(app_factory: AppFactory) -> App:
     return await app_factory()
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One real server on a fresh SQLite database for the test module; a module may define its own."""
+    directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with live_server(sqlite_url(directory), directory) as started:
+        yield started
+
+
+@pytest.fixture
+async def client(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client for the module's `server`."""
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as opened:
+        yield opened

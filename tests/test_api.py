@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from .live_server import LiveServer, SseEvent, auth, live_server, read_events, sqlite_url
+from .live_server import LiveServer, SseEvent, auth, read_events
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One server on a fresh SQLite database for the module; each test acts on its own demo order."""
-    directory = tmp_path_factory.mktemp("api")
-    with live_server(sqlite_url(directory), directory) as started:
-        yield started
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as opened:
-        yield opened
 
 
 async def new_thread(client: httpx.AsyncClient, token: str, title: str = "test") -> str:

@@ -29,12 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield started
 
 
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as opened:
-        yield opened
-
-
 def error(response: httpx.Response) -> tuple[int, str]:
     """The status and error code of an error answer, checking the body's shape on the way."""
     body = response.json()

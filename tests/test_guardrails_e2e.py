@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,19 +24,6 @@ pytestmark = pytest.mark.anyio
 
 LEAKED = ("api_secret", "sk-live", "Traceback", "postgres://", "10.0.0.5", "Oops, an internal error")
 """What the demo's leaking reply holds (the instructions, stored with each request, mention "internal errors")."""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    directory = tmp_path_factory.mktemp("guardrails")
-    with live_server(sqlite_url(directory), directory) as started:
-        yield started
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as opened:
-        yield opened
 
 
 async def test_an_injection_attempt_is_blocked_and_the_thread_stays_usable(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -15,19 +14,6 @@ from .live_server import LiveServer, auth, has, live_server, read_events, sqlite
 from .test_api import approvals_of, finished, new_thread, pause, send
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    directory = tmp_path_factory.mktemp("sse")
-    with live_server(sqlite_url(directory), directory) as started:
-        yield started
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as opened:
-        yield opened
 
 
 async def test_a_reconnect_gets_exactly_the_missed_events(
