@@ -135,9 +135,10 @@ def test_serve_and_chat_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "agent.py").unlink()
     missing = run_cli("chat", "--app", "nowhere:app", cwd=tmp_path)
     bad_model = run_cli("serve", "--app", "travel_desk:app", "--model", "gpt-4o", cwd=tmp_path)
+    no_provider = run_cli("serve", "--app", "travel_desk:app", "--model", "nonsense:foo", cwd=tmp_path)
     from_env = run_cli("chat", cwd=tmp_path, env={"DURABLE_CHAT_APP": "travel_desk:number"})
 
-    for result in (clash, missing, bad_model, from_env):
+    for result in (clash, missing, bad_model, no_provider, from_env):
         assert result.returncode == 1
         assert result.stderr.count("\n") == 1, result.stderr
         assert "Traceback" not in result.stderr
@@ -149,5 +150,9 @@ def test_serve_and_chat_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     assert bad_model.stderr == (
         "durable-chat: error: unknown model 'gpt-4o': give a pydantic-ai model string such as "
         "'openai:gpt-4o' (this app's own model names: none)\n"
+    )
+    assert (
+        no_provider.stderr
+        == "durable-chat: error: cannot use model 'nonsense:foo': Unknown model: nonsense:foo\n"
     )
     assert "'travel_desk:number' is a int, not a ChatApp" in from_env.stderr
