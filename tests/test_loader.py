@@ -156,3 +156,13 @@ def test_serve_and_chat_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
         == "durable-chat: error: cannot use model 'nonsense:foo': Unknown model: nonsense:foo\n"
     )
     assert "'travel_desk:number' is a int, not a ChatApp" in from_env.stderr
+
+
+def test_the_terminal_chat_talks_to_the_app_named(tmp_path: Path) -> None:
+    (tmp_path / "travel_desk.py").write_text(APP_MODULE.format(name="travel"))
+
+    result = run_cli("chat", "--app", "travel_desk:app", cwd=tmp_path, input="Hello there\n/quit\n")
+
+    assert result.returncode == 0, result.stderr
+    assert "success (no tool calls)" in result.stdout  # what pydantic-ai's TestModel answers
+    assert (tmp_path / "data" / "durable-chat.db").is_file()
