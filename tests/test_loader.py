@@ -11,7 +11,7 @@ import pytest
 from agent import AppLoadError, ChatApp, load_app
 from agent.loader import DEFAULT_APP
 
-from .test_cli import run_cli
+from .test_cli import REPO_ROOT, run_cli
 
 APP_MODULE = """\
 from pydantic_ai import Agent
@@ -166,3 +166,11 @@ def test_the_terminal_chat_talks_to_the_app_named(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "success (no tool calls)" in result.stdout  # what pydantic-ai's TestModel answers
     assert (tmp_path / "data" / "durable-chat.db").is_file()
+
+
+def test_our_own_checkout_as_the_working_directory_is_no_clash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make run` serves from the checkout, whose agent/, cli/, store/… are ours, imported or not yet.
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.delitem(sys.modules, "cli", raising=False)
+
+    assert load_app(DEFAULT_APP).title == "Shop support"
