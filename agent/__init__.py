@@ -17,6 +17,7 @@ from .guardrails import (
     injection_guardrail,
     leak_guardrail,
 )
+from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
 from .step import Runtime, run_step
 from .tool_failures import ToolFailures
@@ -35,6 +36,7 @@ __all__ = (
     "InvalidArguments",
     "MessageRate",
     "ModelRetries",
+    "NothingToRegenerate",
     "PatternGuardrail",
     "Publisher",
     "RecordBuffer",
@@ -48,9 +50,11 @@ __all__ = (
     "feedback_agent",
     "feedback_model",
     "injection_guardrail",
+    "last_prompt",
     "leak_guardrail",
     "resolve_model",
     "run_step",
     "stored_events",
     "validate_args",
+    "without_last_turn",
 )
