@@ -20,10 +20,13 @@ from store import Database, DatabaseUnavailable, EventListener, Worker
 from store.business import BusinessData
 from store.engine import normalize_url
 
+from .ag_ui import ag_ui_routes
+from .ai_sdk import ai_sdk_routes
 from .api import api_routes
 from .broker import Broker
 from .errors import ApiError
 from .limits import RateLimiter
+from .regenerate import regenerate_routes
 from .relay import Relay
 from .runner import Runner
 from .services import Services
@@ -105,7 +108,10 @@ def create_app(settings: Settings) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", page, methods=["GET"]),
             *api_routes(),
+            *regenerate_routes(),
             *sse_routes(),
+            *ai_sdk_routes(),
+            *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
         ],
         exception_handlers={
