@@ -268,6 +268,10 @@ async def test_bad_ai_sdk_requests(api: httpx.AsyncClient) -> None:
         ),
         ({"id": "bad", "messages": [{"id": "m", "role": "robot", "parts": []}]}, (422, "validation_error")),
         (submit("fresh", user_message("")), (422, "validation_error")),
+        (
+            {**submit("fresh", user_message("edited", "m-edit")), "messageId": "m-edit"},
+            (422, "validation_error"),
+        ),
         (submit("fresh", user_message("x" * 8001)), (422, "validation_error")),
         (submit("bad", responded(call_id, "true")), (422, "validation_error")),
         (

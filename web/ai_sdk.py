@@ -96,6 +96,10 @@ async def post_chat(request: Request) -> Response:
         return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
     last = body.messages[-1]
     if last.role == "user":
+        if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
+            raise ApiError(
+                422, "validation_error", "editing a sent message is not supported; send a new message"
+            )
         text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
         run = await queue_message(s, thread, text, idempotency_key=last.id)
         return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
