@@ -18,6 +18,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -136,6 +137,7 @@ def test_withdrawals_recoveries_and_the_other_ends() -> None:
         TextDelta(run_id=R, part_id="p2", delta="leaked"),
         TextWithdrawn(run_id=R, part_id="p2", replacement="[withdrawn]"),
         ToolCall(run_id=R, tool_call_id="c1", tool_name="cancel_order", args={}),
+        ToolOutcomeUnknown(run_id=R, tool_call_id="c1", tool_name="cancel_order"),
         ToolResult(
             run_id=R, tool_call_id="c1", tool_name="cancel_order", outcome="denied", content="rejected"
         ),
@@ -161,6 +163,11 @@ def test_withdrawals_recoveries_and_the_other_ends() -> None:
             {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "cancel_order"},
             {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"},
             {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+            {
+                "type": "CUSTOM",
+                "name": "tool_outcome_unknown",
+                "value": {"tool_call_id": "c1", "tool_name": "cancel_order"},
+            },
             {
                 "type": "TOOL_CALL_RESULT",
                 "messageId": "c1.result",

@@ -18,6 +18,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -166,6 +167,7 @@ def test_failures_guardrails_withdrawals_and_recoveries() -> None:
             run_id=R, tool_call_id="c1", tool_name="lookup_order", outcome="failed", content={"error": "boom"}
         ),
         GuardrailTripped(run_id=R, guardrail="leak", stage="output"),
+        ToolOutcomeUnknown(run_id=R, tool_call_id="c1", tool_name="lookup_order"),
         TextDelta(run_id=R, part_id="p2", delta="the stack trace is"),
         TextWithdrawn(run_id=R, part_id="p2", replacement="[withdrawn]"),
         TextDelta(run_id=R, part_id="p3", delta=""),
@@ -184,6 +186,7 @@ def test_failures_guardrails_withdrawals_and_recoveries() -> None:
             '{"type":"tool-input-available","toolCallId":"c1","toolName":"lookup_order","input":{}}',
             '{"type":"tool-output-error","toolCallId":"c1","errorText":"{\\"error\\":\\"boom\\"}"}',
             '{"type":"data-guardrail-tripped","data":{"guardrail":"leak","stage":"output"},"transient":true}',
+            '{"type":"data-tool-outcome-unknown","data":{"toolCallId":"c1","toolName":"lookup_order"},"transient":true}',
             '{"type":"finish-step"}',
             '{"type":"start-step"}',
             '{"type":"text-start","id":"p2"}',

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent.demo import shop_app
 from web.app import create_app
 from web.settings import Settings
 from web.tokens import issue_token
@@ -26,7 +27,8 @@ CHAT = "/api/ai-sdk/chat"
 
 @pytest.fixture
 async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings(database_url=database_url, model="demo", secret=SECRET, data_dir=tmp_path))
+    settings = Settings(database_url=database_url, model="demo", secret=SECRET, data_dir=tmp_path)
+    app = create_app(settings, app=shop_app(delay=0))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:

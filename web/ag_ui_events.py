@@ -49,6 +49,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -127,6 +128,10 @@ class AGUIStream:
                 return []
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 return [CustomEvent(name="guardrail_tripped", value={"guardrail": guardrail, "stage": stage})]
+            case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
+                # Its interrupt follows; this says why the call is asked about again.
+                value = {"tool_call_id": tool_call_id, "tool_name": tool_name}
+                return [CustomEvent(name="tool_outcome_unknown", value=value)]
             case RunFinished():
                 self._finished = event
                 return []

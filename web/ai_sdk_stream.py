@@ -42,6 +42,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -147,6 +148,10 @@ class UIMessageStream:
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 data = {"guardrail": guardrail, "stage": stage}
                 return [DataChunk(type="data-guardrail-tripped", data=data, transient=True)]
+            case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
+                # The call's approval request follows; this says why it is asked again.
+                data = {"toolCallId": tool_call_id, "toolName": tool_name}
+                return [DataChunk(type="data-tool-outcome-unknown", data=data, transient=True)]
             case RunFinished(status=status, error=error):
                 self._status = status
                 if status == "failed":
