@@ -26,6 +26,7 @@ from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
 from .logs import LOG_FORMAT, install_log_filters
 from .records import RunRecords
 from .redaction import secrets_from_environment
+from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
 from .step import run_step
@@ -50,6 +51,7 @@ __all__ = (
     "InvalidArguments",
     "MessageRate",
     "ModelRetries",
+    "NothingToRegenerate",
     "PatternGuardrail",
     "Publisher",
     "RunRecords",
@@ -70,6 +72,7 @@ __all__ = (
     "injection_guardrail",
     "install_log_filters",
     "instrumentation",
+    "last_prompt",
     "leak_guardrail",
     "load_app",
     "open_runtime",
@@ -79,4 +82,5 @@ __all__ = (
     "setup_tracing",
     "stored_events",
     "validate_args",
+    "without_last_turn",
 )

@@ -82,6 +82,7 @@ from .guardrails import HIDE_BLOCKED_TURNS, Guardrail, GuardrailContext, blocked
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
 from .records import RunRecords
+from .regenerate import without_last_turn
 from .retries import is_transient
 from .runtime import Runtime
 from .texts import Texts
@@ -233,6 +234,9 @@ class _Step:
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
+        if run.kind == "regenerate" and not continuing:
+            # Drop the last reply (kept stored as a branch) and ask its user message again.
+            self.conversation, prompt = without_last_turn(self.conversation)
         deferred = await self._decisions() if run.kind == "resume" and not continuing else None
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.

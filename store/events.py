@@ -102,6 +102,24 @@ class EventLog:
             async with self._engine.begin() as connection:
                 await insert_events(connection, thread_id, events)
 
+    async def before_run(self, thread_id: str, run_id: str) -> int:
+        """An id below every event of the run `run_id`, stored or still to come, and as high as that allows.
+
+        The id before the run's first stored event; with none stored yet, the thread's newest
+        stored id (a run's ids are reserved when it starts, above every id handed out before).
+        Both come from one statement, so a run storing its first events meanwhile cannot slip
+        between them.
+        """
+        first = sa.func.min(sa.case((_events.c.run_id == run_id, _events.c.event_id)))
+        query = sa.select(first, sa.func.max(_events.c.event_id)).where(_events.c.thread_id == thread_id)
+        with translate_errors(f"reading the events of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                row = (await connection.execute(query)).one()
+        first_id, newest = row
+        if first_id is not None:
+            return int(first_id) - 1
+        return int(newest or 0)
+
     async def newest(self, thread_id: str) -> int:
         """The id of the thread's newest stored event, 0 when it has none."""
         with translate_errors(f"reading the events of thread {thread_id!r}"):
