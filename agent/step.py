@@ -78,7 +78,7 @@ from stream import (
 from stream import PendingCall as PendingCallEvent
 
 from .assistant import SupportAgent
-from .eventlog import EventLogSink, Publisher, TraceStampSink, new_events
+from .eventlog import EventLogSink, Publisher, SkipLogged, TraceStampSink, logged_tool_events, new_events
 from .guardrails import (
     HIDE_BLOCKED_TURNS,
     Guardrail,
@@ -169,10 +169,15 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStat
         publish=runtime.publish,
         block=EVENT_BLOCK,
         reserved=(first_event_id, EVENT_BLOCK),
+        run_id=run.run_id,
+        worker_id=run.lease_owner,
     )
     out: Sink = log if sink is None else TeeSink(log, sink)
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
+    if run.attempt > 1:
+        # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
+        out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
     step = _Step(runtime, run, user_id, out, log, trace_id)
     try:
         return await _drive(runtime, run, step, out)
