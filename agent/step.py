@@ -245,7 +245,7 @@ class _Step:
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
         self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
-        self.out = self.guard.track(out)
+        self.out = out
         self.log = log
         self.records = RecordBuffer()
         self.deps = Deps(
@@ -448,10 +448,11 @@ class _Step:
     async def _on_model_event(self, event: object) -> None:
         run_id = self.run.run_id
         match event:
+            # Text goes out through the output guardrails, which hold back what could still trip them.
             case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=content))
+                await self.guard.text_delta(self._part_id(index), content)
             case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
+                await self.guard.text_delta(self._part_id(index), delta)
             case PartEndEvent(index=index, part=TextPart(content=content)):
                 await self.guard.text_done(self._part_id(index), content)
             case PartEndEvent(part=ToolCallPart() as call):
