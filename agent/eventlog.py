@@ -10,10 +10,12 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   connected client shows is always what a client replaying the log shows, whatever crashes, and
   no client needs to drop anything. The run does not wait for the write: `emit` queues the event
   and returns.
-- **Group commit.** One background writer stores the queued events in one transaction, at once;
-  events emitted while it writes wait for its next transaction. A checkpoint takes the queued
-  events into its own transaction instead. Either way they are published, in id order, once
-  their transaction commits.
+- **Group commit.** One background writer stores the queued events in one transaction, at once
+  when it was idle; events emitted while it writes wait for its next transaction, which starts no
+  sooner than `interval` after the previous one: a model streaming a token every few milliseconds
+  costs a transaction per interval, not per token, and the first event after a pause is not
+  delayed. A checkpoint takes the queued events into its own transaction instead. Either way
+  they are published, in id order, once their transaction commits.
 - **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
   lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
@@ -67,10 +69,12 @@ class EventLogSink:
         reserved: tuple[int, int] | None = None,
         run_id: str | None = None,
         worker_id: str | None = None,
+        interval: float = 0.05,
     ) -> None:
         """`reserved`: a block of ids reserved already, as (first id, count).
 
-        `run_id` and `worker_id`: store only while that worker holds that run's lease.
+        `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
+        the least time between the starts of two transactions of the writer (or a checkpoint's).
         """
         self._log = log
         self._thread_id = thread_id
@@ -83,7 +87,12 @@ class EventLogSink:
         )
         self._last_id = 0
         self._unstored: list[StoredEvent] = []
+        self._interval = interval
         self._writer: asyncio.Task[None] | None = None
+        self._writing = False
+        """The writer's transaction is in flight (else it waits for its turn, holding nothing)."""
+        self._next_write = 0.0
+        """When the writer may start its next transaction (the event loop's clock)."""
         self._taken = False
         """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""
         self._failure: BaseException | None = None
@@ -128,8 +137,11 @@ class EventLogSink:
         self._taken = True
         writer = self._writer
         if writer is not None and not writer.done():
-            # Its transaction holds earlier events: they commit, and are published, first.
-            await asyncio.shield(writer)
+            if self._writing:
+                # Its transaction holds earlier events: they commit, and are published, first.
+                await asyncio.shield(writer)
+            else:
+                writer.cancel()  # waiting for its turn: it holds nothing
         try:
             self._raise_failure()
         except BaseException:
@@ -146,14 +158,18 @@ class EventLogSink:
     def stored(self, events: Sequence[StoredEvent]) -> None:
         """The events `take_pending` handed over are committed: publish them, in order."""
         self._taken = False
-        if events and self._publish is not None:
-            self._publish(self._thread_id, events)
+        if events:
+            self._next_write = asyncio.get_running_loop().time() + self._interval
+            if self._publish is not None:
+                self._publish(self._thread_id, events)
         self._start_writer()
 
     async def aclose(self) -> None:
         """Wait for a write in flight; events not stored by then are abandoned, as a crash would lose them."""
         writer = self._writer
         if writer is not None and not writer.done():
+            if not self._writing:
+                writer.cancel()
             await asyncio.wait([writer])
 
     def _start_writer(self) -> None:
@@ -163,8 +179,16 @@ class EventLogSink:
 
     async def _write(self) -> None:
         # Group commit: each transaction stores everything queued when it starts.
-        while self._unstored and not self._taken:
+        loop = asyncio.get_running_loop()
+        while True:
+            wait = self._next_write - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if not self._unstored or self._taken:
+                return
             batch, self._unstored = self._unstored, []
+            self._next_write = loop.time() + self._interval
+            self._writing = True
             try:
                 await self._log.insert(
                     self._thread_id, new_events(batch), run_id=self._run_id, worker_id=self._worker_id
@@ -174,9 +198,13 @@ class EventLogSink:
                 # The batch is dropped: it never reached anyone, as if the process had died.
                 self._failure = error
                 return
+            finally:
+                self._writing = False
             self.writes += 1
             if self._publish is not None:
                 self._publish(self._thread_id, batch)
+            if self._taken:
+                return  # a checkpoint waits for this write, and takes what is queued
 
     def _raise_failure(self) -> None:
         failure = self._failure

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
+import anyio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -81,6 +83,7 @@ async def _running(db: Database) -> tuple[Run, int]:
 
 
 def _sink(db: Database, run: Run, first_id: int, publish: _Published, committed: set[int]) -> EventLogSink:
+    """A sink whose writer starts a transaction as soon as it has something to store."""
     return EventLogSink(
         _Committed(db.engine, committed),
         run.thread_id,
@@ -88,6 +91,7 @@ def _sink(db: Database, run: Run, first_id: int, publish: _Published, committed:
         reserved=(first_id, 128),
         run_id=run.run_id,
         worker_id=run.lease_owner,
+        interval=0,
     )
 
 
@@ -113,17 +117,19 @@ async def test_events_are_published_only_once_stored_and_in_batches(
     await sink.flush()
     assert log.transactions == 1
     assert [stored.event_id for stored in published.events] == list(range(first_id, first_id + 50))
-    # While one write is in flight, what is emitted waits for the next: a few writes, in order.
+    # A model streaming a token every 2 ms: the writer starts a transaction at most every 50 ms
+    # (its default `interval`), so the tokens cost a few transactions, not one each.
+    started = time.monotonic()
     for n in range(50, 200):
         await sink.emit(_delta(run, n))
-        if n % 10 == 0:
-            await asyncio.sleep(0)
+        await asyncio.sleep(0.002)
+    elapsed = time.monotonic() - started
     await sink.flush()
     await sink.aclose()
+    transactions = log.transactions - 1
+    assert 2 <= transactions <= elapsed / 0.05 + 2
     ids = [stored.event_id for stored in published.events]
-    assert ids == sorted(ids)
-    assert len(ids) == 200
-    assert 1 < log.transactions < 50
+    assert ids == list(range(first_id, first_id + 200))
     logged = await db.events.read(run.thread_id)
     assert [e.event_id for e in logged] == ids
 
@@ -169,11 +175,18 @@ async def test_a_worker_that_lost_the_run_stores_and_publishes_nothing(
     async with first.engine.begin() as connection:
         await connection.execute(_runs.update().values(lease_expires_at=now_utc() - timedelta(seconds=1)))
     assert await second.runs.start_reserving(run.run_id, events=128) is not None
-    await sink.emit(_delta(run, 1))
-    await sink.aclose()  # the background write was refused
+    # The background writer's transaction is refused; the next emit says so.
     with pytest.raises(LeaseLost):
-        await sink.emit(_delta(run, 2))
+        await _emit_until_refused(sink, run)
     with pytest.raises(LeaseLost):
         await sink.flush()
     assert [e.event_id for e in await first.events.read(run.thread_id)] == [first_id]
     assert [stored.event_id for stored in published.events] == [first_id]
+
+
+async def _emit_until_refused(sink: EventLogSink, run: Run) -> None:
+    """Emit an event every 10 ms until the sink raises (within 20 s)."""
+    with anyio.fail_after(20):
+        while True:
+            await sink.emit(_delta(run, 1))
+            await asyncio.sleep(0.01)
