@@ -15,15 +15,13 @@ import pytest
 import regex
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent import INSTRUCTIONS, TOOLS, Deps, Runtime, SupportAgent, feedback_model, run_step
+from agent import ChatApp, open_runtime, run_step
 from agent.guardrails import LEAK_REPLY, GuardrailContext, PatternGuardrail, leak_guardrail
 from agent.holdback import HeldPart
-from store import Database
-from store.business import BusinessData
 from stream import CollectingSink, TextDelta, TextDone, TextWithdrawn, event_from_data
 
 from .conftest import MigratedDatabases
@@ -183,19 +181,15 @@ async def test_a_run_never_emits_nor_stores_a_leak(
     case: tuple[str, list[str]], migrated_databases: MigratedDatabases
 ) -> None:
     text, chunks = case
-    db = await Database.connect(await migrated_databases.empty("sqlite"))
-    try:
-        runtime = Runtime(
-            db=db, business=BusinessData(db.engine), agent=_streaming(chunks), feedback_model=feedback_model()
-        )
+    url = await migrated_databases.empty("sqlite")
+    async with open_runtime(ChatApp(agent=_streaming(chunks)), url) as runtime:
+        db = runtime.db
         thread = await db.threads.create(user_id="alice", title="leak")
         run, _ = await db.runs.create_message_run(thread.thread_id, content="Why did my order fail?")
         sink = CollectingSink()
         assert await run_step(runtime, run.run_id, sink=sink) == "completed"
         logged = [event_from_data(e.type, e.data) for e in await db.events.read(thread.thread_id)]
         conversation = await db.conversations.load(thread.thread_id)
-    finally:
-        await db.aclose()
     assert logged == sink.events
     shown = "".join(e.delta for e in logged if isinstance(e, TextDelta))
     assert text.startswith(shown)
@@ -233,8 +227,8 @@ def _could_start_a_match(text: str, position: int) -> bool:
     )
 
 
-def _streaming(chunks: list[str]) -> SupportAgent:
-    """The support agent on a model that streams `chunks` as one text part."""
+def _streaming(chunks: list[str]) -> Agent[None, str]:
+    """An agent whose model streams `chunks` as one text part."""
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         for chunk in chunks:
@@ -243,11 +237,4 @@ def _streaming(chunks: list[str]) -> SupportAgent:
     async def request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[TextPart("".join(chunks))])
 
-    return Agent(
-        FunctionModel(request, stream_function=stream, model_name="chunks"),
-        deps_type=Deps,
-        output_type=[str, DeferredToolRequests],
-        instructions=INSTRUCTIONS,
-        tools=TOOLS,
-        name="support",
-    )
+    return Agent(FunctionModel(request, stream_function=stream, model_name="chunks"), name="support")
