@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .approvals import decide
 from .assistant import INSTRUCTIONS, SupportAgent, build_agent
+from .cancellation import Cancellation, cancel, interrupted_messages
 from .demo_model import demo_model, resolve_model
 from .eventlog import EventLogSink, Publisher, stored_events
 from .feedback import Feedback, feedback_agent, feedback_model
@@ -26,6 +27,7 @@ __all__ = (
     "APPROVAL_TOOLS",
     "INSTRUCTIONS",
     "TOOLS",
+    "Cancellation",
     "Deps",
     "EventLogSink",
     "Feedback",
@@ -42,12 +44,14 @@ __all__ = (
     "SupportAgent",
     "ToolFailures",
     "build_agent",
+    "cancel",
     "decide",
     "default_guardrails",
     "demo_model",
     "feedback_agent",
     "feedback_model",
     "injection_guardrail",
+    "interrupted_messages",
     "leak_guardrail",
     "resolve_model",
     "run_step",

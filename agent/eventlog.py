@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from store import DatabaseUnavailable, EventLog, LoggedEvent, NewEvent
+from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
 from stream import Sink, StoredEvent, StreamEvent, event_data, event_from_data
 
 __all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "TraceStampSink", "new_events", "stored_events")
@@ -59,8 +59,13 @@ class EventLogSink:
         block: int = 128,
         flush_after: float = 0.25,
         reserved: tuple[int, int] | None = None,
+        held: tuple[str, str] | None = None,
     ) -> None:
-        """`reserved`: a block of ids reserved already, as (first id, count)."""
+        """`reserved`: a block of ids reserved already, as (first id, count).
+
+        `held`: `(run_id, worker_id)` when the events are a run's as that worker drives it: once
+        the run is taken over or cancelled, storing them fails with `store.LeaseLost`.
+        """
         self._log = log
         self._thread_id = thread_id
         self._publish = publish
@@ -75,6 +80,7 @@ class EventLogSink:
         self._writer: asyncio.Task[None] | None = None
         self._writing = False
         self._failure: BaseException | None = None
+        self._held_by = held
 
     @property
     def last_id(self) -> int:
@@ -101,7 +107,7 @@ class EventLogSink:
         """Store every event emitted so far, then publish the held ones."""
         pending = await self.take_pending()
         if pending:
-            await self._log.insert(self._thread_id, new_events(pending))
+            await self._log.insert(self._thread_id, new_events(pending), held=self._held_by)
         self.stored(pending)
 
     async def take_pending(self) -> list[StoredEvent]:
@@ -154,7 +160,7 @@ class EventLogSink:
             return
         self._writing = True
         try:
-            await self._log.insert(self._thread_id, new_events(pending))
+            await self._log.insert(self._thread_id, new_events(pending), held=self._held_by)
         except Exception as error:
             # Kept for the next emit or flush to raise: a background task has no one to tell.
             self._failure = error
@@ -166,6 +172,9 @@ class EventLogSink:
     def _raise_failure(self) -> None:
         if self._failure is None:
             return
+        if isinstance(self._failure, LeaseLost):
+            # The run was taken over or cancelled: the step stops quietly, as after any fenced write.
+            raise LeaseLost(str(self._failure))
         if isinstance(self._failure, DatabaseUnavailable):
             # Kept as what it is: the run is to be retried, not failed.
             raise DatabaseUnavailable(

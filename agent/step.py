@@ -169,6 +169,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStat
         publish=runtime.publish,
         block=EVENT_BLOCK,
         reserved=(first_event_id, EVENT_BLOCK),
+        held=None if run.lease_owner is None else (run.run_id, run.lease_owner),
     )
     out: Sink = log if sink is None else TeeSink(log, sink)
     if trace_id is not None:
@@ -222,10 +223,12 @@ async def _lost(runtime: Runtime, run: Run) -> RunStatus:
 
 async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
     if await runtime.db.leases.taken_over([run.run_id]):
-        # Cancelled because another worker took the run over: its events are not this attempt's to store.
+        # Another worker took the run over, or a user cancelled it: its events are not this attempt's to store.
         return
     try:
         await out.flush()
+    except LeaseLost:
+        return  # taken over or cancelled meanwhile: the flush stored nothing, and nothing is to requeue
     finally:
         await runtime.db.runs.requeue(run.run_id)
 

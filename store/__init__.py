@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+from .cancellations import cancel_run, newest_event_id
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
 from .engine import ConnectionOptions
@@ -13,8 +14,10 @@ from .errors import (
     CorruptData,
     DatabaseUnavailable,
     LeaseLost,
+    NoActiveRun,
     NotFound,
     RunActive,
+    RunChanged,
     SchemaTooNew,
     StoreError,
     UnsupportedDatabase,
@@ -48,6 +51,7 @@ __all__ = (
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
+    "NoActiveRun",
     "NotFound",
     "PageCursor",
     "PendingCall",
@@ -56,6 +60,7 @@ __all__ = (
     "Records",
     "Run",
     "RunActive",
+    "RunChanged",
     "Runs",
     "SchemaTooNew",
     "SqlConversationStore",
@@ -66,6 +71,7 @@ __all__ = (
     "UnsupportedDatabase",
     "Worker",
     "append_events",
+    "cancel_run",
     "current_revision",
     "finish_run",
     "head_revision",
@@ -73,6 +79,7 @@ __all__ = (
     "insert_pending",
     "insert_records",
     "insert_run",
+    "newest_event_id",
     "overwrite_events",
     "record_checkpoint",
     "touch_thread",

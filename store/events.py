@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
 from .errors import NotFound
+from .leases import fence
 from .notifications import notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
@@ -96,11 +97,26 @@ class EventLog:
         return last - count + 1
 
     @traced("append_events")
-    async def insert(self, thread_id: str, events: Sequence[tuple[int, NewEvent]]) -> None:
-        """Store events whose ids were reserved, in one transaction."""
+    async def insert(
+        self,
+        thread_id: str,
+        events: Sequence[tuple[int, NewEvent]],
+        *,
+        held: tuple[str, str] | None = None,
+    ) -> None:
+        """Store events whose ids were reserved, in one transaction.
+
+        `held`: `(run_id, worker_id)`, when the events are that run's as that worker drives it: they
+        are stored only while it still holds the run and nobody cancelled it (see `leases.fence`).
+
+        Raises:
+            LeaseLost: `held` no longer holds; nothing was stored.
+        """
         with translate_errors(f"appending events to thread {thread_id!r}"):
             async with self._engine.begin() as connection:
                 await insert_events(connection, thread_id, events)
+                if held is not None and events:
+                    await fence(connection, *held)
 
     async def newest(self, thread_id: str) -> int:
         """The id of the thread's newest stored event, 0 when it has none."""

@@ -37,6 +37,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
+from .errors import LeaseLost
 from .schema import ACTIVE_RUN_STATUSES, RunRow, UtcDateTime, metadata, now_utc
 
 __all__ = (
@@ -46,6 +47,7 @@ __all__ = (
     "claim",
     "claimable",
     "clock",
+    "fence",
     "gone_from_this_host",
     "new_worker_id",
     "release",
@@ -211,14 +213,19 @@ class Leases:
                 return list(result.scalars())
 
     async def taken_over(self, run_ids: Sequence[str]) -> list[str]:
-        """Those of `run_ids` another worker holds now: this worker must stop driving them."""
+        """Those of `run_ids` another worker holds now, or that were cancelled: this worker must stop driving them."""
         if not run_ids:
             return []
         query = sa.select(_runs.c.run_id).where(
             _runs.c.run_id.in_(run_ids),
-            _runs.c.status.in_(ACTIVE_RUN_STATUSES),
-            _runs.c.lease_owner.is_not(None),
-            _runs.c.lease_owner != self.worker.worker_id,
+            sa.or_(
+                sa.and_(
+                    _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                    _runs.c.lease_owner.is_not(None),
+                    _runs.c.lease_owner != self.worker.worker_id,
+                ),
+                _runs.c.status == "cancelled",
+            ),
         )
         with translate_errors("checking leases"):
             async with self._reader.connect() as connection:
@@ -261,6 +268,25 @@ async def claim(
         .returning(*_runs.c)
     )
     return result.mappings().one_or_none()
+
+
+async def fence(connection: AsyncConnection, run_id: str, worker_id: str) -> None:
+    """Check, inside the caller's unit of work, that `worker_id` still holds `run_id` and nobody cancelled it.
+
+    Call it after the unit of work's first write: on SQLite the write lock then keeps a cancel out
+    until the commit; on PostgreSQL the row is locked (shared) until then, so a cancel waits for
+    the commit, and a write waiting behind a cancel sees it.
+
+    Raises:
+        LeaseLost: Another worker holds the run, or it was cancelled: the caller's writes must roll back.
+    """
+    query = sa.select(_runs.c.run_id).where(
+        _runs.c.run_id == run_id, _runs.c.lease_owner == worker_id, _runs.c.status != "cancelled"
+    )
+    if connection.dialect.name == "postgresql":
+        query = query.with_for_update(read=True)
+    if (await connection.execute(query)).first() is None:
+        raise LeaseLost(f"run {run_id!r} is no longer held by worker {worker_id!r} (taken over or cancelled)")
 
 
 async def release(connection: AsyncConnection, worker_id: str, run_id: str | None = None) -> list[str]:
