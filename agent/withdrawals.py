@@ -37,7 +37,10 @@ from stream import GuardrailTripped, Sink, StreamEvent, TextDelta, TextDone, Tex
 from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext, first_tripped
 
-__all__ = ("OutputGuard",)
+__all__ = ("WITHDRAWN", "OutputGuard")
+
+WITHDRAWN = "withdrawn"
+"""The `metadata` key of a stored reply whose text an output guardrail replaced."""
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +89,9 @@ class OutputGuard:
                 guardrail = await self._check(part.content)
                 if guardrail is not None:
                     await self._withdraw(part_id(index), part.content, guardrail)
-            part.content = self._withdrawn.get(part.content, part.content)
+            if part.content in self._withdrawn:
+                part.content = self._withdrawn[part.content]
+                _mark_withdrawn(response)
 
     def scrub(self, messages: Sequence[ModelMessage]) -> None:
         """Put replacements in place of withdrawn text anywhere in `messages`, before they are stored."""
@@ -97,6 +102,7 @@ class OutputGuard:
                 for part in message.parts:
                     if isinstance(part, TextPart) and part.content in self._withdrawn:
                         part.content = self._withdrawn[part.content]
+                        _mark_withdrawn(message)
 
     async def blank(self, connection: AsyncConnection) -> None:
         """Blank the stored deltas of withdrawn parts, inside a checkpoint's transaction.
@@ -141,3 +147,8 @@ class _Tracking:
 
     async def flush(self) -> None:
         await self._out.flush()
+
+
+def _mark_withdrawn(response: ModelResponse) -> None:
+    # Kept with the reply (never sent to the model), so a client reloading the thread can say so.
+    response.metadata = {**(response.metadata or {}), WITHDRAWN: True}
