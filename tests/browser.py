@@ -143,4 +143,8 @@ def in_viewport(page: Page, test_id: str, *, nth: int = -1) -> bool:
     viewport = page.viewport_size
     assert box is not None
     assert viewport is not None
-    return 0 <= box["y"] and box["y"] + box["height"] <= viewport["height"] and box["x"] + box["width"] <= viewport["width"]
+    return (
+        box["y"] >= 0
+        and box["y"] + box["height"] <= viewport["height"]
+        and box["x"] + box["width"] <= viewport["width"]
+    )

@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 
 from agent.guardrails import LEAK_REPLY, injection_guardrail
 
-from .browser import browser, context, new_chat_and_send, page, sign_in  # noqa: F401  (fixtures, used by name)
+from .browser import new_chat_and_send, sign_in
 from .live_server import LiveServer
 
 INJECTION_REPLY = injection_guardrail().reply

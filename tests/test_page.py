@@ -11,15 +11,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from .browser import (  # noqa: F401  (fixtures, used by name)
-    browser,
-    check_accessibility,
-    context,
-    new_chat_and_send,
-    page,
-    screenshot,
-    sign_in,
-)
+from .browser import check_accessibility, new_chat_and_send, screenshot, sign_in
 from .live_server import LiveServer
 
 
@@ -132,7 +124,9 @@ def test_reject_with_a_reason(server: LiveServer, page: Page) -> None:
     expect(card.get_by_test_id("approval-reason")).to_have_text("Reason: “not eligible”")
     refund = page.get_by_test_id("tool-result").filter(has_text="issue_refund")
     expect(refund).to_have_attribute("data-outcome", "denied")
-    expect(page.get_by_test_id("tool-step").filter(has_text="Issue refund")).to_have_attribute("data-status", "denied")
+    expect(page.get_by_test_id("tool-step").filter(has_text="Issue refund")).to_have_attribute(
+        "data-status", "denied"
+    )
     expect(page.get_by_test_id("assistant-text").last).to_contain_text("not eligible")
 
 
@@ -154,7 +148,9 @@ def test_reconnects_after_the_server_restarts(server: LiveServer, page: Page) ->
     expect(page.get_by_test_id("tool-call")).to_have_count(2)
 
 
-def test_the_composer_says_why_it_cannot_send_while_a_decision_is_pending(server: LiveServer, page: Page) -> None:
+def test_the_composer_says_why_it_cannot_send_while_a_decision_is_pending(
+    server: LiveServer, page: Page
+) -> None:
     sign_in(page, server)
     new_chat_and_send(page, "Please refund ORD-5678")
     expect(page.get_by_test_id("approval-card")).to_be_visible()
