@@ -95,7 +95,7 @@ def sign_in(page: Page, server: LiveServer, user: str = "alice") -> str:
     """Open the page with a sign-in link for `user`; return the token."""
     token = server.token(user)
     page.goto(f"/#token={token}")
-    expect(page.get_by_test_id("new-thread")).to_be_visible()
+    expect(page.get_by_test_id("sign-out")).to_be_visible()
     expect(page.get_by_test_id("thread-list")).to_be_attached()
     # The token leaves the address bar at once (and the fragment never reached the server).
     assert token not in page.url

@@ -251,7 +251,9 @@ async function selectThread(threadId) {
     if (approval.status === "pending") transcript.waiting(approval.tool_call_id);
   }
   state.runId = lastRunId(thread.messages ?? []);
-  setStatus(thread.status);
+  const messages = thread.messages ?? [];
+  const stopped = messages.length > 0 && messages[messages.length - 1].state === "interrupted";
+  setStatus(thread.status === "idle" && stopped ? "cancelled" : thread.status);
   state.lastEventId = Number(thread.messages_event_id ?? thread.last_event_id ?? 0) || 0;
   state.pinned = true;
   scrollToEnd();
@@ -692,6 +694,7 @@ function main() {
   });
   $("#sign-out").addEventListener("click", () => showSignIn(null));
   byTestId("new-thread").addEventListener("click", newThread);
+  byTestId("empty-new-thread").addEventListener("click", newThread);
   byTestId("more-threads").addEventListener("click", () => loadThreads(state.nextCursor).catch((error) => notify(plainError(error))));
   byTestId("dismiss-notice").addEventListener("click", () => clearNotice());
   byTestId("composer").addEventListener("submit", (event) => {

@@ -2,7 +2,7 @@
 // trail (who, when, the arguments the model asked for and those that ran, the reason).
 
 import { api, plainError } from "./api.js";
-import { button, compactJson, element, prettyJson, row, timeElement } from "./dom.js";
+import { button, element, prettyJson, row, timeElement } from "./dom.js";
 
 /** `key: old → new` for each argument a reviewer changed. */
 export function argumentChanges(original, edited) {
@@ -10,8 +10,8 @@ export function argumentChanges(original, edited) {
   const after = edited && typeof edited === "object" ? edited : {};
   const changes = [];
   for (const key of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    const was = key in before ? compactJson(before[key]) : "(none)";
-    const now = key in after ? compactJson(after[key]) : "(removed)";
+    const was = key in before ? JSON.stringify(before[key]) : "(none)";
+    const now = key in after ? JSON.stringify(after[key]) : "(removed)";
     if (was !== now) changes.push(`${key}: ${was} → ${now}`);
   }
   return changes;
