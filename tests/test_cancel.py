@@ -19,7 +19,8 @@ from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import INSTRUCTIONS, TOOLS, Deps, cancel, interrupted_messages, run_step
+from agent import Runtime, RuntimeOptions, cancel, interrupted_messages, run_step
+from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
 from store import LeaseLost, NewEvent, NoActiveRun, Run, Thread
 from stream import RunFinished, RunStarted, TextDelta, ToolResult, event_from_data
 
@@ -64,10 +65,15 @@ class Held:
         yield " and the rest."
 
 
-def _agent(model: FunctionModel, *tools: Tool[Deps]) -> Agent[Deps, str | DeferredToolRequests]:
+def _runtime(app: App, model: FunctionModel, *tools: Tool[ShopDeps]) -> Runtime:
+    """`app`'s runtime serving the shop with `model` (and `tools` besides the shop's)."""
+    return Runtime.of(replace(app.runtime.app, agent=_agent(model, *tools)), app.db, options=RuntimeOptions())
+
+
+def _agent(model: FunctionModel, *tools: Tool[ShopDeps]) -> Agent[ShopDeps, str | DeferredToolRequests]:
     return Agent(
         model,
-        deps_type=Deps,
+        deps_type=ShopDeps,
         output_type=[str, DeferredToolRequests],
         instructions=INSTRUCTIONS,
         tools=[*TOOLS, *tools],
@@ -100,7 +106,7 @@ async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_
 ) -> None:
     driver, canceller = two
     held = Held(["Let ", "me ", "think ", "about ", "that"])
-    runtime = replace(driver.runtime, agent=_agent(held.model()))
+    runtime = _runtime(driver, held.model())
     thread = await driver.thread()
     run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Tell me a story")
     task = asyncio.create_task(run_step(runtime, run.run_id))
@@ -150,7 +156,7 @@ async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_
     assert await canceller.messages(thread) == messages
 
     # The thread is usable at once, and the next turn sees the interrupted reply.
-    followup = replace(canceller.runtime, agent=_agent(FunctionModel(stream_function=_echo_history)))
+    followup = _runtime(canceller, FunctionModel(stream_function=_echo_history))
     next_run, _ = await canceller.db.runs.create_message_run(thread.thread_id, content="Go on")
     assert await run_step(followup, next_run.run_id) == "completed"
     assert shapes(await canceller.messages(thread)) == snapshot(
@@ -175,14 +181,14 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two:
     driver, canceller = two
     started, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_report(ctx: RunContext[Deps], topic: str) -> str:
+    async def slow_report(ctx: RunContext[ShopDeps], topic: str) -> str:
         """Write a report on a topic (slowly)."""
         started.set()
         await release.wait()
         return f"report on {topic}"
 
     held = Held([], calls=[("lookup_order", {"order_id": "ORD-5678"}), ("slow_report", {"topic": "x"})])
-    runtime = replace(driver.runtime, agent=_agent(held.model(), Tool(slow_report)))
+    runtime = _runtime(driver, held.model(), Tool(slow_report))
     thread = await driver.thread()
     run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Look it up")
     task = asyncio.create_task(run_step(runtime, run.run_id))

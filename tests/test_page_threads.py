@@ -124,7 +124,9 @@ def test_markdown_in_replies_is_rendered_and_sanitised(server: LiveServer, page:
     assert page.evaluate("window.hacked") is None
 
 
-def test_a_bad_thread_link_and_an_unreachable_server_get_plain_notices(server: LiveServer, page: Page) -> None:
+def test_a_bad_thread_link_and_an_unreachable_server_get_plain_notices(
+    server: LiveServer, page: Page
+) -> None:
     sign_in(page, server)
     page.goto("/#thread=no-such-thread")
     notice = page.get_by_test_id("notice")

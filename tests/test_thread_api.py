@@ -16,6 +16,7 @@ from dirty_equals import IsDatetime, IsStr
 from inline_snapshot import snapshot
 from starlette.applications import Starlette
 
+from agent.demo import shop_app
 from web import create_app
 from web.settings import Settings
 from web.tokens import issue_token
@@ -83,8 +84,8 @@ async def _eventually(check: Callable[[], Awaitable[T | None]]) -> T:
 @pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def api(request: pytest.FixtureRequest, migrated_databases: MigratedDatabases) -> AsyncIterator[Api]:
     url = await migrated_databases.empty(request.param)
-    settings = Settings(database_url=url, model="demo", secret=SECRET, demo_delay_seconds=0.2)
-    app: Starlette = create_app(settings)
+    settings = Settings(database_url=url, model="demo", secret=SECRET)
+    app: Starlette = create_app(settings, shop_app(delay=0.2))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
@@ -127,6 +128,13 @@ async def test_every_decision_stays_in_the_threads_approvals(api: Api) -> None:
                 "decided_by": None,
                 "decided_at": None,
                 "created_at": IsDatetime(iso_string=True),
+                "context": {
+                    "Order": "ORD-3456: Cable Kit x5",
+                    "Status": "delivered",
+                    "Total": "$24.95",
+                    "Already refunded": "$0.00",
+                    "Refundable": "$24.95",
+                },
             }
         ]
     )
