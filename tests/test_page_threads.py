@@ -169,3 +169,26 @@ def test_signed_in_in_every_tab_until_sign_out_and_a_pasted_link_signs_in(
     assert first.evaluate("window.notReloaded") is True
     assert "token=" not in first.url
     expect(second.get_by_test_id("signed-in-as")).to_have_text("Signed in as bob")
+
+
+def test_the_empty_states_offer_the_apps_starter_prompts(server: LiveServer, page: Page, tmp_path: Path) -> None:
+    sign_in(page, server)
+    expect(page.get_by_test_id("brand")).to_have_text("Shop support")
+    home = page.get_by_test_id("home-starters").get_by_test_id("starter-prompt")
+    expect(home).to_have_count(5)
+    expect(home.first).to_have_text("Where is ORD-5678?")
+    check_accessibility(page, "the starter prompts")
+    screenshot(page, "starters", tmp_path)
+    # A prompt picked on the home screen starts a new chat with it.
+    home.first.click()
+    expect(page.get_by_test_id("user-message")).to_have_text(["Where is ORD-5678?"])
+    expect(page.get_by_test_id("assistant-text")).to_contain_text("ORD-5678")
+    expect(page.get_by_test_id("thread-title")).to_have_text("Where is ORD-5678?")
+    expect(page.get_by_test_id("starter-prompts")).to_be_hidden()
+    # An empty thread offers them too; once it has messages, no more.
+    page.get_by_test_id("new-thread").click()
+    in_thread = page.get_by_test_id("starter-prompts").get_by_test_id("starter-prompt")
+    expect(in_thread).to_have_count(5)
+    in_thread.filter(has_text="What is your warranty?").click()
+    expect(page.get_by_test_id("assistant-text")).to_contain_text("warranty")
+    expect(page.get_by_test_id("starter-prompts")).to_be_hidden()

@@ -72,6 +72,11 @@ def test_an_edited_approval_survives_a_reload(server: LiveServer, page: Page, tm
     sign_in(page, server)
     new_chat_and_send(page, "Please refund ORD-3456")
     card = _card(page)
+    # The reviewer sees what the app says about the call: the order, what remains refundable.
+    context = card.get_by_test_id("approval-context")
+    expect(context.locator("dt")).to_have_text(["Order", "Status", "Total", "Already refunded", "Refundable"])
+    expect(context.locator("dd").nth(0)).to_have_text("ORD-3456: Cable Kit x5")
+    expect(context.locator("dd").nth(2)).to_have_text("$24.95")
     card.get_by_test_id("edit").click()
     args = json.loads(card.get_by_test_id("args-editor").input_value())
     card.get_by_test_id("args-editor").fill(json.dumps({**args, "amount": 4.99, "reason": "partial"}))

@@ -363,6 +363,7 @@ function applyEvent(type, data) {
         transcript.waiting(call.tool_call_id);
       }
       revealPendingCard();
+      addReviewContext(state.threadId, state.generation);
       break;
     case "approval_decided":
       approvals.decided(data.tool_call_id, { ...data, decided_at: new Date().toISOString() });
@@ -389,6 +390,19 @@ function applyEvent(type, data) {
   if (state.pinned) scrollToEnd();
   else byTestId("jump-to-latest").hidden = false;
   renderStarters();
+}
+
+/** The event names the calls; the thread's approvals also carry the app's facts for the reviewer. */
+async function addReviewContext(threadId, generation) {
+  try {
+    const thread = await api("GET", `/api/threads/${encodeURIComponent(threadId)}`);
+    if (generation !== state.generation) return;
+    for (const approval of thread.approvals ?? thread.pending_approvals ?? []) {
+      if (approval.status === "pending" && approval.context) approvals.addContext(approval.tool_call_id, approval.context);
+    }
+  } catch {
+    // The card works without them.
+  }
 }
 
 async function refreshThreads() {

@@ -62,6 +62,14 @@ export class Approvals {
     return card;
   }
 
+  /** Add the app's facts for the reviewer to a pending card that has none yet. */
+  addContext(toolCallId, context) {
+    const card = this.cards.get(toolCallId);
+    if (!card || card.querySelector('[data-testid="approval-context"]')) return;
+    const list = contextList(context);
+    if (list) card.querySelector('[data-testid="approval-heading"]').after(list);
+  }
+
   build(call) {
     const toolCallId = call.tool_call_id;
     const args = call.args ?? {};
