@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationConflict
@@ -136,13 +136,11 @@ def interrupted_messages(
     latest = _latest_attempt(events)
     run_tag = f"{run.run_id}.{run.attempt}"
     messages = list(stored)
-    appended = 0
     if run.kind == "message" and run.checkpoints == 0 and run.content is not None:
         # Nothing of this run is stored yet: its message is, now, as a new turn would store it.
         if _open_calls(messages):
             messages = repair_messages(messages)
         messages.append(ModelRequest(parts=[UserPromptPart(run.content)], run_id=run_tag))
-        appended += 1
     calls = _open_calls(messages)
     if calls:
         results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
@@ -159,20 +157,17 @@ def interrupted_messages(
         # pydantic-ai closes the calls that got no result as `interrupted` when it repairs this.
         messages.append(ModelRequest(parts=returns, run_id=run_tag, state="interrupted"))
         messages = repair_messages(messages)
-        appended += 1
     texts = _texts(latest)
-    if texts or not appended or not isinstance(messages[-1], ModelRequest):
-        messages.append(
-            ModelResponse(
-                parts=[TextPart(text) for text in texts],
-                model_name="durable-chat",
-                run_id=run_tag,
-                state="interrupted",
-            )
+    # Always a response, even with no words: it closes the turn, so the next prompt starts a
+    # request of its own instead of being merged into this one (which would rewrite history).
+    messages.append(
+        ModelResponse(
+            parts=[TextPart(text) for text in texts],
+            model_name="durable-chat",
+            run_id=run_tag,
+            state="interrupted",
         )
-    else:
-        # No words yet: the request this cancel stored says the run stopped there.
-        messages[-1] = replace(messages[-1], state="interrupted")
+    )
     return messages, "\n\n".join(texts) or None
 
 

@@ -204,9 +204,12 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two:
             "request: user-prompt",
             "response: tool-call(lookup_order), tool-call(slow_report)",
             "request: tool-return(lookup_order), tool-return(slow_report)",
+            "response: ",
         ]
     )
-    returns = messages[-1]
+    returns, stopped = messages[-2:]
+    assert isinstance(stopped, ModelResponse)
+    assert (stopped.parts, stopped.state) == ([], "interrupted")
     assert isinstance(returns, ModelRequest)
     assert returns.state == "interrupted"
     lookup, report = returns.parts
@@ -230,14 +233,28 @@ async def test_a_queued_run_is_cancelled_and_its_message_kept(app: App) -> None:
 
     assert cancelled.run_id == run.run_id
     messages = await app.messages(thread)
-    assert shapes(messages) == snapshot(["request: user-prompt"])
-    assert isinstance(messages[0], ModelRequest)
-    assert messages[0].state == "interrupted"
+    assert shapes(messages) == snapshot(["request: user-prompt", "response: "])
+    # A response closes the turn even with no words, so the next prompt is a request of its own.
+    assert isinstance(messages[1], ModelResponse)
+    assert (messages[1].parts, messages[1].state) == ([], "interrupted")
     # Nobody drives it any more: a worker that tries finds it ended.
     assert await run_step(app.runtime, run.run_id) == "cancelled"
     with pytest.raises(NoActiveRun):
         await cancel(app.db, thread.thread_id)
-    assert (await app.db.runs.create_message_run(thread.thread_id, content="Again"))[1] is True
+    # The next turn starts its own request: the stopped one stays as stored (no history rewritten).
+    await app.send(thread, "Where is my order ORD-9012?")
+    after = await app.messages(thread)
+    assert after[:2] == messages
+    assert shapes(after) == snapshot(
+        [
+            "request: user-prompt",
+            "response: ",
+            "request: user-prompt",
+            "response: tool-call(lookup_order)",
+            "request: tool-return(lookup_order)",
+            "response: text",
+        ]
+    )
 
 
 async def test_no_active_run_and_a_paused_thread_have_nothing_to_cancel(app: App) -> None:

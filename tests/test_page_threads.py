@@ -171,7 +171,9 @@ def test_signed_in_in_every_tab_until_sign_out_and_a_pasted_link_signs_in(
     expect(second.get_by_test_id("signed-in-as")).to_have_text("Signed in as bob")
 
 
-def test_the_empty_states_offer_the_apps_starter_prompts(server: LiveServer, page: Page, tmp_path: Path) -> None:
+def test_the_empty_states_offer_the_apps_starter_prompts(
+    server: LiveServer, page: Page, tmp_path: Path
+) -> None:
     sign_in(page, server)
     expect(page.get_by_test_id("brand")).to_have_text("Shop support")
     home = page.get_by_test_id("home-starters").get_by_test_id("starter-prompt")

@@ -368,6 +368,9 @@ function applyEvent(type, data) {
     case "approval_decided":
       approvals.decided(data.tool_call_id, { ...data, decided_at: new Date().toISOString() });
       break;
+    case "tool_outcome_unknown":
+      transcript.notice("outcome-unknown", `The outcome of ${data.tool_name} is unknown: the process running it stopped. A person decides whether it runs again.`);
+      break;
     case "guardrail_tripped":
       transcript.notice("guardrail", `Guardrail “${data.guardrail}” tripped on the ${data.stage}.`);
       break;
