@@ -17,6 +17,7 @@ from typing import TextIO
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
@@ -277,6 +278,6 @@ def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
                     lines.append(ASSISTANT + part.content)
                 elif isinstance(part, ToolCallPart):
                     lines.append(f"→ {call_text(part.tool_name, part.args_as_dict())}")
-        if message.state == "interrupted":
+        if isinstance(message, ModelResponse) and message.state == "interrupted":
             lines.append("(stopped)")
     return lines

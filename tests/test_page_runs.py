@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -23,7 +24,7 @@ from .browser import (
     send,
     sign_in,
 )
-from .live_server import LiveServer, live_server, sqlite_url
+from .live_server import LiveServer, auth, live_server, sqlite_url
 
 DELAY = {"DURABLE_CHAT_DEMO_DELAY_SECONDS": "0.4"}
 
@@ -118,3 +119,28 @@ def test_on_a_phone_the_threads_slide_out_and_the_card_is_in_view(
         page.keyboard.press("Escape")
         expect(page.get_by_test_id("new-thread")).to_be_hidden()
         expect(opener).to_be_focused()
+
+
+def test_regenerate_the_last_reply_when_the_server_can(server: LiveServer, page: Page) -> None:
+    sign_in(page, server)
+    new_chat_and_send(page, "Where is my order ORD-9012?")
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
+    regenerate = page.get_by_test_id("regenerate")
+    probe = httpx.get(f"{server.base_url}/api/threads/-/regenerate", headers=auth(server.token("alice")))
+    if probe.status_code != 405:
+        # A server without `POST …/regenerate`: the page offers no button that cannot work.
+        assert probe.status_code == 404
+        expect(regenerate).to_have_count(0)
+        return
+    expect(regenerate).to_have_count(1)
+    old_run = page.get_by_test_id("assistant-turn").get_attribute("data-run-id")
+    regenerate.click()
+    expect(page.get_by_test_id("stop")).to_be_visible()
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
+    # The new reply takes the old one's place, live and after a reload.
+    for _ in range(2):
+        expect(page.get_by_test_id("user-message")).to_have_text(["Where is my order ORD-9012?"])
+        expect(page.get_by_test_id("assistant-text")).to_have_count(1)
+        expect(page.get_by_test_id("assistant-text")).to_contain_text("ORD-9012")
+        assert page.get_by_test_id("assistant-turn").get_attribute("data-run-id") != old_run
+        page.reload()

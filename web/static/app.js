@@ -335,6 +335,10 @@ function applyFrame(frame) {
 function applyEvent(type, data) {
   switch (type) {
     case "run_started":
+      if (data.kind === "regenerate") {
+        transcript.trimAfterLastUser();
+        approvals.prune();
+      }
       state.runId = data.run_id;
       setStatus("running");
       hideInline(byTestId("send-error"));
@@ -483,8 +487,11 @@ async function stopRun() {
 async function regenerate(control) {
   control.disabled = true;
   try {
-    await api("POST", `/api/threads/${encodeURIComponent(state.threadId)}/regenerate`);
-    await selectThread(state.threadId);
+    const answer = await api("POST", `/api/threads/${encodeURIComponent(state.threadId)}/regenerate`);
+    if (!state.finished.has(answer.run_id)) {
+      state.runId = answer.run_id;
+      setStatus("running");
+    }
   } catch (error) {
     notify(plainError(error));
     control.disabled = false;

@@ -28,6 +28,11 @@ export class Approvals {
     this.cards.clear();
   }
 
+  /** Forget the cards no longer shown (a regenerated reply replaced them). */
+  prune() {
+    for (const [key, card] of this.cards) if (!card.isConnected) this.cards.delete(key);
+  }
+
   pendingCount() {
     let count = 0;
     for (const card of this.cards.values()) if (!card.dataset.decision) count++;

@@ -88,7 +88,8 @@ export class Transcript {
           }
         });
       }
-      if (message.state === "interrupted") this.stopped(runId);
+      // A cancelled turn ends with an interrupted response (a request may be interrupted too: its steps say so).
+      if (message.state === "interrupted" && message.kind === "response") this.stopped(runId);
     }
   }
 
@@ -173,6 +174,16 @@ export class Transcript {
     const meta = element("div", "msg-meta");
     meta.append(timeElement(when ?? new Date()));
     return meta;
+  }
+
+  /** A regenerated reply replaces everything after the last user message. */
+  trimAfterLastUser() {
+    const users = this.container.querySelectorAll('[data-testid="user-turn"]');
+    const last = users.length ? users[users.length - 1] : null;
+    if (!last) return;
+    while (last.nextElementSibling) last.nextElementSibling.remove();
+    for (const [key, part] of this.parts) if (!part.turn.isConnected) this.parts.delete(key);
+    for (const [key, step] of this.steps) if (!step.isConnected) this.steps.delete(key);
   }
 
   lastAssistantTurn() {
