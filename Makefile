@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test check lint typecheck bench clean
+.PHONY: install run test check lint typecheck bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed" >&2; exit 1; }
@@ -30,6 +30,11 @@ check: lint typecheck
 
 test: check
 	$(BIN)/python -m pytest
+
+# The page's screenshots in docs/screenshots/, taken by its browser tests (Chromium, a few minutes).
+screenshots: $(BIN)/.installed
+	DURABLE_CHAT_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/test_page.py \
+		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

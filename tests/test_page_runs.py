@@ -71,6 +71,7 @@ def test_stop_a_run_then_the_thread_goes_on(server: LiveServer, page: Page, tmp_
     expect(page.get_by_test_id("stopped")).to_have_count(1)
     expect(page.get_by_test_id("run-status")).to_have_text("Stopped")
     expect(page.get_by_test_id("tool-step")).to_have_count(steps)
+    expect(page.get_by_test_id("starter-prompts")).to_be_hidden()  # offered in empty threads only
     screenshot(page, "stopped", tmp_path)
 
     send(page, "Where is my order ORD-9012?")

@@ -256,6 +256,7 @@ async function selectThread(threadId) {
   setStatus(thread.status === "idle" && stopped ? "cancelled" : thread.status);
   state.lastEventId = Number(thread.messages_event_id ?? thread.last_event_id ?? 0) || 0;
   state.pinned = true;
+  renderStarters();
   scrollToEnd();
   revealPendingCard();
   followEvents(threadId, generation);
