@@ -29,8 +29,9 @@ from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
-from .schema import UtcDateTime
+from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
+from .tracing import run_trace_id
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -38,6 +39,7 @@ __all__ = (
     "AlsoWrite",
     "Approval",
     "ApprovalPending",
+    "ApprovalStatus",
     "Approvals",
     "Conflict",
     "ConnectionOptions",
@@ -65,12 +67,15 @@ __all__ = (
     "Run",
     "RunActive",
     "RunChanged",
+    "RunKind",
+    "RunStatus",
     "Runs",
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
     "Thread",
     "ThreadCursor",
+    "ThreadStatus",
     "Threads",
     "UnsupportedDatabase",
     "UtcDateTime",
@@ -88,10 +93,12 @@ __all__ = (
     "insert_run",
     "newest_event_id",
     "normalize_url",
+    "now_utc",
     "overwrite_events",
     "reader",
     "record_checkpoint",
     "run_environment",
+    "run_trace_id",
     "touch_thread",
     "translate_errors",
     "upgrade",
