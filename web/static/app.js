@@ -13,11 +13,14 @@
 
 import { ApiError, api, hasPostRoute, onUnauthorized, plainError, setToken } from "./api.js";
 import { Approvals } from "./approvals.js";
+import { closeDrawer, wireDrawer } from "./drawer.js";
 import { button, byTestId, copyText, element, formatTime, titleFrom } from "./dom.js";
 import { follow } from "./events.js";
+import { hideRecords, wireHeader } from "./header.js";
+import { TOKEN_KEY, readFragment, userOf, writeFragment } from "./session.js";
+import { fillStarters } from "./starters.js";
 import { parseArgs, Transcript } from "./transcript.js";
 
-const TOKEN_KEY = "durable-chat.token";
 
 const state = {
   token: null,
@@ -53,30 +56,6 @@ const approvals = new Approvals({
 });
 
 // ---------------------------------------------------------------- sign-in
-
-function readFragment() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get("token");
-  if (token) {
-    params.delete("token");
-    writeFragment(params);
-  }
-  return { token, threadId: params.get("thread") };
-}
-
-function writeFragment(params) {
-  const hash = params.toString();
-  history.replaceState(null, "", location.pathname + location.search + (hash ? `#${hash}` : ""));
-}
-
-function userOf(token) {
-  try {
-    const encoded = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    return new TextDecoder().decode(Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0)));
-  } catch {
-    return null;
-  }
-}
 
 function showSignIn(message, { forget = true } = {}) {
   state.token = null;
@@ -548,93 +527,6 @@ function renderStarters() {
   inThread.hidden = !prompts.length || !empty;
 }
 
-function fillStarters(container, prompts, onPick) {
-  if (container.dataset.filled === String(prompts.length)) return;
-  container.dataset.filled = String(prompts.length);
-  container.replaceChildren();
-  if (!prompts.length) return;
-  container.append(element("p", "starters-title", null, "Try asking:"));
-  for (const prompt of prompts) {
-    const pick = button(prompt, "starter", "starter-prompt");
-    pick.addEventListener("click", () => onPick(prompt));
-    container.append(pick);
-  }
-}
-
-// ---------------------------------------------------------------- thread header: rename, delete, records
-
-function startRename() {
-  const form = byTestId("rename-form");
-  form.hidden = false;
-  const input = byTestId("rename-input");
-  input.value = state.title;
-  input.select();
-  input.focus();
-}
-
-async function saveRename() {
-  const input = byTestId("rename-input");
-  const title = input.value.trim();
-  if (!title) return;
-  try {
-    const thread = await api("PATCH", `/api/threads/${encodeURIComponent(state.threadId)}`, { title });
-    setTitle(thread.title);
-    byTestId("rename-form").hidden = true;
-    byTestId("rename").focus();
-  } catch (error) {
-    notify(plainError(error));
-  }
-}
-
-async function deleteThread() {
-  const threadId = state.threadId;
-  byTestId("confirm-delete").hidden = true;
-  try {
-    await api("DELETE", `/api/threads/${encodeURIComponent(threadId)}`);
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 404)) {
-      notify(plainError(error));
-      return;
-    }
-  }
-  listItem(threadId)?.closest("li")?.remove();
-  leaveThread();
-  byTestId("new-thread").focus();
-}
-
-function hideRecords() {
-  byTestId("records-panel").hidden = true;
-  byTestId("records-button").setAttribute("aria-expanded", "false");
-}
-
-async function toggleRecords() {
-  const panel = byTestId("records-panel");
-  if (!panel.hidden) return hideRecords();
-  panel.replaceChildren(element("p", "muted", null, "Loading records…"));
-  panel.hidden = false;
-  byTestId("records-button").setAttribute("aria-expanded", "true");
-  try {
-    const data = await api("GET", `/api/threads/${encodeURIComponent(state.threadId)}/records`);
-    panel.replaceChildren(element("h3", null, null, "Records saved in this conversation"));
-    if (!data.records?.length) panel.append(element("p", "muted", "no-records", "No records yet: tools save them as they run (feedback, for one)."));
-    for (const record of data.records ?? []) panel.append(recordView(record));
-  } catch (error) {
-    panel.replaceChildren(element("p", "error", null, plainError(error)));
-  }
-}
-
-function recordView(record) {
-  const item = element("article", "record", "record");
-  const heading = element("h4", null, "record-kind", record.kind);
-  heading.append(" ", element("span", "muted", null, `· ${formatTime(record.created_at)}`));
-  const fields = element("dl");
-  for (const [key, value] of Object.entries(record.data ?? {})) {
-    fields.append(element("dt", null, null, key), element("dd", null, null, Array.isArray(value) ? value.join(", ") : typeof value === "object" ? JSON.stringify(value) : String(value)));
-  }
-  item.append(heading, fields);
-  return item;
-}
-
 // ---------------------------------------------------------------- status, scrolling, the drawer
 
 function statusLabel(status) {
@@ -693,20 +585,6 @@ function revealPendingCard() {
   if (card) card.scrollIntoView({ block: "nearest" });
 }
 
-function openDrawer() {
-  document.body.classList.add("drawer-open");
-  byTestId("open-threads").setAttribute("aria-expanded", "true");
-  byTestId("threads-backdrop").hidden = false;
-  (document.querySelector('[data-testid="thread-item"][aria-current="true"]') ?? byTestId("new-thread")).focus();
-}
-
-function closeDrawer() {
-  if (!document.body.classList.contains("drawer-open")) return;
-  document.body.classList.remove("drawer-open");
-  byTestId("open-threads").setAttribute("aria-expanded", "false");
-  byTestId("threads-backdrop").hidden = true;
-}
-
 // ---------------------------------------------------------------- wiring
 
 function main() {
@@ -734,28 +612,17 @@ function main() {
   });
   byTestId("stop").addEventListener("click", stopRun);
   byTestId("run-id").addEventListener("click", (event) => copyText(`durable-chat trace ${state.runId}`, event.currentTarget));
-  byTestId("rename").addEventListener("click", startRename);
-  byTestId("rename-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    saveRename();
+  wireHeader({
+    threadId: () => state.threadId,
+    title: () => state.title,
+    setTitle,
+    notify,
+    onDeleted: (threadId) => {
+      listItem(threadId)?.closest("li")?.remove();
+      leaveThread();
+      byTestId("new-thread").focus();
+    },
   });
-  byTestId("cancel-rename").addEventListener("click", () => {
-    byTestId("rename-form").hidden = true;
-    byTestId("rename").focus();
-  });
-  byTestId("rename-input").addEventListener("keydown", (event) => {
-    if (event.key === "Escape") byTestId("cancel-rename").click();
-  });
-  byTestId("delete").addEventListener("click", () => {
-    byTestId("confirm-delete").hidden = false;
-    byTestId("confirm-delete-no").focus();
-  });
-  byTestId("confirm-delete-yes").addEventListener("click", deleteThread);
-  byTestId("confirm-delete-no").addEventListener("click", () => {
-    byTestId("confirm-delete").hidden = true;
-    byTestId("delete").focus();
-  });
-  byTestId("records-button").addEventListener("click", toggleRecords);
   transcriptNode().addEventListener("scroll", () => {
     state.pinned = isNearEnd();
     if (state.pinned) byTestId("jump-to-latest").hidden = true;
@@ -764,17 +631,7 @@ function main() {
     state.pinned = true;
     scrollToEnd();
   });
-  byTestId("open-threads").addEventListener("click", () => {
-    if (document.body.classList.contains("drawer-open")) closeDrawer();
-    else openDrawer();
-  });
-  byTestId("threads-backdrop").addEventListener("click", closeDrawer);
-  document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && document.body.classList.contains("drawer-open")) {
-      closeDrawer();
-      byTestId("open-threads").focus();
-    }
-  });
+  wireDrawer();
   // Another tab signed in or out: follow it.
   window.addEventListener("storage", (event) => {
     if (event.key !== TOKEN_KEY) return;

@@ -3,7 +3,7 @@
 // Everything a user or a model wrote goes in as text, except replies, which go through the
 // sanitising markdown renderer (markdown.js).
 
-import { button, compactJson, copyText, element, prettyJson, timeElement } from "./dom.js";
+import { button, compactJson, copyText, element, timeElement } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
 const STATUS_TEXT = {
@@ -304,4 +304,3 @@ export function parseArgs(args) {
   }
 }
 
-export { prettyJson };
