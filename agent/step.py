@@ -77,11 +77,12 @@ from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
 from .arguments import ToolSchemas
-from .eventlog import EventLogSink, TraceStampSink, new_events
+from .eventlog import EventLogSink, SkipLogged, TraceStampSink, logged_tool_events, new_events
 from .guardrails import HIDE_BLOCKED_TURNS, Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
 from .records import RunRecords
+from .regenerate import without_last_turn
 from .retries import is_transient
 from .runtime import Runtime
 from .texts import Texts
@@ -96,6 +97,10 @@ tracer = trace.get_tracer("durable_chat.agent")
 
 EVENT_BLOCK = 128
 """Event ids a run reserves at once; a typical turn uses a few dozen."""
+
+
+class ReusedToolCallId(Exception):
+    """The model gave a call the id of an earlier call of the thread."""
 
 
 class _Stopped(Exception):
@@ -132,11 +137,15 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStat
         publish=runtime.publish,
         block=EVENT_BLOCK,
         reserved=(first_event_id, EVENT_BLOCK),
-        held=None if run.lease_owner is None else (run.run_id, run.lease_owner),
+        run_id=run.run_id,
+        worker_id=run.lease_owner,
     )
     out: Sink = log if sink is None else TeeSink(log, sink)
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
+    if run.attempt > 1:
+        # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
+        out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
     step = _Step(runtime, run, user_id, out, log, trace_id)
     try:
         return await _drive(runtime, run, step, out)
@@ -208,7 +217,7 @@ class _Step:
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
         self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
-        self.out = self.guard.track(out)
+        self.out = out
         self.log = log
         self.records = RunRecords()
         self.scope = RunScope(
@@ -236,6 +245,9 @@ class _Step:
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
+        if run.kind == "regenerate" and not continuing:
+            # Drop the last reply (kept stored as a branch) and ask its user message again.
+            self.conversation, prompt = without_last_turn(self.conversation)
         deferred = await self._decisions() if run.kind == "resume" and not continuing else None
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
@@ -354,6 +366,7 @@ class _Step:
             )
             for call in [*requests.approvals, *requests.calls]
         ]
+        await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
                 await self.out.emit(
@@ -386,6 +399,22 @@ class _Step:
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
+
+    async def _refuse_reused_ids(self, calls: Sequence[PendingCall]) -> None:
+        """Fail, rather than wait for nobody, when a call reuses the id of an earlier run's call.
+
+        Approvals, the ledger and records key a call by its id within the thread; providers mint
+        unique ids, and a model that repeats one (say on a regenerated turn) would find the earlier
+        call's decision instead of waiting for its own.
+        """
+        ids = {call.tool_call_id for call in calls if call.outcome is None}
+        held = await self.db.approvals.list(thread_id=self.run.thread_id)
+        reused = sorted(a.tool_call_id for a in held if a.tool_call_id in ids and a.run_id != self.run.run_id)
+        if reused:
+            raise ReusedToolCallId(
+                f"the model reused tool call ids {reused!r} of earlier calls in thread {self.run.thread_id!r}; "
+                "durable-chat needs them unique within a thread"
+            )
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
@@ -443,10 +472,11 @@ class _Step:
     async def _on_model_event(self, event: object) -> None:
         run_id = self.run.run_id
         match event:
+            # Text goes out through the output guardrails, which hold back what could still trip them.
             case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=content))
+                await self.guard.text_delta(self._part_id(index), content)
             case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
+                await self.guard.text_delta(self._part_id(index), delta)
             case PartEndEvent(index=index, part=TextPart(content=content)):
                 await self.guard.text_done(self._part_id(index), content)
             case PartEndEvent(part=ToolCallPart() as call):

@@ -1,7 +1,8 @@
 """`durable-chat chat`: a terminal chat that runs the agent in this process, on the database.
 
 No server is involved: each message queues a run and `run_step` drives it here, streaming to the
-terminal. A run that pauses for approval ends as it would on the server; the chat asks y/n for each
+terminal what it stores, as a server streams to its clients: a crash never leaves on the screen
+what the thread does not hold. A run that pauses for approval ends as it would on the server; the chat asks y/n for each
 pending call, and the decision that completes the set starts the resume run, driven the same way.
 Everything is in the database, so `--thread ID` continues a thread after a restart, a crash, or a
 chat that was left at an approval question.
@@ -15,7 +16,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -31,6 +32,7 @@ from agent import (
     run_step,
 )
 from store import Approval, Database, NoActiveRun, StoreError, Thread
+from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
 
@@ -97,12 +99,39 @@ def _input(prompt: str, prefill: str) -> str:
         readline.set_startup_hook()
 
 
+class _Printer:
+    """Prints a thread's events once they are stored: the runtime's publisher, as the server's broker is."""
+
+    def __init__(self, sink: TerminalSink) -> None:
+        self._sink = sink
+        self._events: list[StreamEvent] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
+        # In a task of its own, in order: publishing never waits for the terminal.
+        self._events.extend(stored.event for stored in events)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._print(), name="terminal printer")
+
+    async def drain(self) -> None:
+        """Wait until every event published so far is printed."""
+        if self._task is not None:
+            await self._task
+
+    async def _print(self) -> None:
+        while self._events:
+            event = self._events.pop(0)
+            await self._sink.emit(event)
+        await self._sink.flush()
+
+
 @dataclass
 class _Chat:
     db: Database
     runtime: Runtime
     thread: Thread
     user_id: str
+    printer: _Printer
     sink: TerminalSink
     out: TextIO
 
@@ -155,13 +184,15 @@ class _Chat:
             return False
         self.sink.stop_spinner()
         with contextlib.suppress(NoActiveRun):  # it ended on its own meanwhile
-            await cancel(self.db, self.thread.thread_id)
-        self.sink.say("(stopped: the reply above may be incomplete)", "yellow")
+            # Its `run_finished` is printed as the stored events are: "(stopped: …)".
+            await cancel(self.db, self.thread.thread_id, publish=self.printer.publish)
+        await self.printer.drain()
         return True
 
     async def _step(self, run_id: str) -> None:
         async with _heartbeat(self.db):
-            await run_step(self.runtime, run_id, sink=self.sink)
+            await run_step(self.runtime, run_id)
+        await self.printer.drain()
 
     async def decide_pending(self) -> str | None:
         """Ask for a decision on every pending call; return the resume run the last one started."""
@@ -291,7 +322,9 @@ async def chat(
         store.StoreError: The database cannot be opened, or the thread is not found.
     """
     terminal = sys.stdout if out is None else out
-    async with open_runtime(app, database_url, options=options) as runtime:
+    sink = TerminalSink(terminal)
+    printer = _Printer(sink)
+    async with open_runtime(app, database_url, options=options, publish=printer.publish) as runtime:
         db = runtime.db
         if thread_id is None:
             user_id = user_id or DEFAULT_USER
@@ -299,7 +332,7 @@ async def chat(
         else:
             thread = await db.threads.get(thread_id, user_id=user_id)
             user_id = thread.user_id
-        session = _Chat(db, runtime, thread, user_id, TerminalSink(terminal), terminal)
+        session = _Chat(db, runtime, thread, user_id, printer, sink, terminal)
         terminal.write(
             f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
             f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"

@@ -167,7 +167,9 @@ class TerminalSink:
                 )
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
-            case RunFinished(status="failed" | "blocked" | "cancelled" as status, error=error):
+            case RunFinished(status="cancelled"):
+                self._line("(stopped: the reply above may be incomplete)", "yellow")
+            case RunFinished(status="failed" | "blocked" as status, error=error):
                 self._line(
                     f"(the run {status}{f': {error}' if error else ''})",
                     "red" if status == "failed" else "yellow",

@@ -2,8 +2,8 @@
 
 The agent layer decides what of the run to keep (see `agent.cancellation`) and stores it in the
 same unit of work as `cancel_run`, which ends the run. Ending it is what fences the driver off:
-every later write of that worker (a checkpoint, its end, its events) checks the run's status and
-rolls back (`store.LeaseLost`).
+the run is no longer `running` and nobody holds its lease, so every later write of that worker (a
+checkpoint, its end, its events) rolls back (`store.LeaseLost`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ async def cancel_run(
         await connection.execute(
             _runs.update()
             .where(_runs.c.run_id == run_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES))
-            .values(status="cancelled", finished_at=now_utc(), error=None)
+            # Nobody holds it any more: the driver's next write of any kind is fenced off (`leases.hold`).
+            .values(
+                status="cancelled", finished_at=now_utc(), error=None, lease_owner=None, lease_expires_at=None
+            )
             .returning(_runs.c.trace_id)
         )
     ).one_or_none()

@@ -37,7 +37,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
-from .errors import LeaseLost
+from .errors import LeaseLost, NotFound
 from .schema import ACTIVE_RUN_STATUSES, RunRow, UtcDateTime, metadata, now_utc
 
 __all__ = (
@@ -47,8 +47,8 @@ __all__ = (
     "claim",
     "claimable",
     "clock",
-    "fence",
     "gone_from_this_host",
+    "hold",
     "new_worker_id",
     "release",
     "skip_locked",
@@ -270,25 +270,6 @@ async def claim(
     return result.mappings().one_or_none()
 
 
-async def fence(connection: AsyncConnection, run_id: str, worker_id: str) -> None:
-    """Check, inside the caller's unit of work, that `worker_id` still holds `run_id` and nobody cancelled it.
-
-    Call it after the unit of work's first write: on SQLite the write lock then keeps a cancel out
-    until the commit; on PostgreSQL the row is locked (shared) until then, so a cancel waits for
-    the commit, and a write waiting behind a cancel sees it.
-
-    Raises:
-        LeaseLost: Another worker holds the run, or it was cancelled: the caller's writes must roll back.
-    """
-    query = sa.select(_runs.c.run_id).where(
-        _runs.c.run_id == run_id, _runs.c.lease_owner == worker_id, _runs.c.status != "cancelled"
-    )
-    if connection.dialect.name == "postgresql":
-        query = query.with_for_update(read=True)
-    if (await connection.execute(query)).first() is None:
-        raise LeaseLost(f"run {run_id!r} is no longer held by worker {worker_id!r} (taken over or cancelled)")
-
-
 async def release(connection: AsyncConnection, worker_id: str, run_id: str | None = None) -> list[str]:
     """Requeue the runs `worker_id` holds (only `run_id`, when given), clearing their leases."""
     query = _runs.update().where(_runs.c.lease_owner == worker_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES))
@@ -298,3 +279,26 @@ async def release(connection: AsyncConnection, worker_id: str, run_id: str | Non
         query.values(status="queued", lease_owner=None, lease_expires_at=None).returning(_runs.c.run_id)
     )
     return list(result.scalars())
+
+
+async def hold(connection: AsyncConnection, run_id: str, worker_id: str) -> None:
+    """Make sure, inside the caller's transaction, that `worker_id` holds `run_id`, and keep it so.
+
+    On PostgreSQL the run's row is share-locked until the transaction ends, so a worker taking the
+    run over waits for it: what the transaction stores comes before the takeover. On SQLite the
+    caller's earlier write holds the database's one write lock already. The run's status is not
+    checked: a worker still writes the end of a run it just finished.
+
+    Raises:
+        LeaseLost: Another worker holds the run now (or none does).
+        NotFound: No such run.
+    """
+    owner = (
+        await connection.execute(
+            sa.select(_runs.c.lease_owner).where(_runs.c.run_id == run_id).with_for_update(read=True)
+        )
+    ).one_or_none()
+    if owner is None:
+        raise NotFound(f"no run {run_id!r}")
+    if owner[0] != worker_id:
+        raise LeaseLost(f"run {run_id!r} is no longer held by worker {worker_id!r}")

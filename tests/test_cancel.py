@@ -150,7 +150,7 @@ async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_
         )
     ]
     with pytest.raises(LeaseLost):
-        await driver.db.events.insert(thread.thread_id, late, held=(run.run_id, owner))
+        await driver.db.events.insert(thread.thread_id, late, run_id=run.run_id, worker_id=owner)
     assert await canceller.db.events.read(thread.thread_id) == log
     assert (await canceller.db.runs.get(run.run_id)).status == "cancelled"
     assert await canceller.messages(thread) == messages
