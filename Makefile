@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev run test check lint typecheck bench clean
+.PHONY: install install-dev run test check lint typecheck bench screenshots clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed" >&2; exit 1; }
@@ -39,6 +39,11 @@ check: lint typecheck
 
 test: check
 	$(BIN)/python -m pytest
+
+# The page's screenshots in docs/screenshots/, taken by its browser tests (Chromium, a few minutes).
+screenshots: $(BIN)/.installed-dev
+	DURABLE_CHAT_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/test_page.py \
+		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
 from .approvals import decide
 from .arguments import InvalidArguments, ToolSchemas, validate_args
+from .cancellation import Cancellation, cancel, interrupted_messages
 from .eventlog import EventLogSink, Publisher, stored_events
 from .guardrails import (
     HIDE_BLOCKED_TURNS,
@@ -44,6 +45,7 @@ __all__ = (
     "AppContext",
     "AppLoadError",
     "ApprovalReview",
+    "Cancellation",
     "ChatApp",
     "DepsFactory",
     "EventLogSink",
@@ -69,6 +71,7 @@ __all__ = (
     "TracingConfig",
     "TracingUnavailable",
     "UnknownModel",
+    "cancel",
     "decide",
     "default_guardrails",
     "default_limits",
@@ -76,6 +79,7 @@ __all__ = (
     "injection_guardrail",
     "install_log_filters",
     "instrumentation",
+    "interrupted_messages",
     "last_prompt",
     "leak_guardrail",
     "load_app",

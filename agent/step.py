@@ -197,10 +197,12 @@ async def _lost(runtime: Runtime, run: Run) -> RunStatus:
 
 async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
     if await runtime.db.leases.taken_over([run.run_id]):
-        # Cancelled because another worker took the run over: its events are not this attempt's to store.
+        # Another worker took the run over, or a user cancelled it: its events are not this attempt's to store.
         return
     try:
         await out.flush()
+    except LeaseLost:
+        return  # taken over or cancelled meanwhile: the flush stored nothing, and nothing is to requeue
     finally:
         await runtime.db.runs.requeue(run.run_id)
 

@@ -40,7 +40,10 @@ from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext, first_tripped
 from .holdback import HeldPart
 
-__all__ = ("OutputGuard",)
+__all__ = ("WITHDRAWN", "OutputGuard")
+
+WITHDRAWN = "withdrawn"
+"""The `metadata` key of a stored reply whose text an output guardrail replaced."""
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +114,9 @@ class OutputGuard:
                 if guardrail is not None:
                     self._withdrawn[part.content] = guardrail.reply
                     await self._withdraw(part_id(index), guardrail, shown_safe=True)
-            part.content = self._withdrawn.get(part.content, part.content)
+            if part.content in self._withdrawn:
+                part.content = self._withdrawn[part.content]
+                _mark_withdrawn(response)
 
     def scrub(self, messages: Sequence[ModelMessage]) -> None:
         """Put replacements in place of withdrawn text anywhere in `messages`, before they are stored."""
@@ -122,6 +127,7 @@ class OutputGuard:
                 for part in message.parts:
                     if isinstance(part, TextPart) and part.content in self._withdrawn:
                         part.content = self._withdrawn[part.content]
+                        _mark_withdrawn(message)
 
     async def blank(self, connection: AsyncConnection) -> None:
         """Blank the stored deltas of parts withdrawn after some of them was shown, inside a checkpoint's transaction.
@@ -155,3 +161,8 @@ class OutputGuard:
         run_id = self._context.run_id
         await self._out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="output"))
         await self._out.emit(TextWithdrawn(run_id=run_id, part_id=part_id, replacement=guardrail.reply))
+
+
+def _mark_withdrawn(response: ModelResponse) -> None:
+    # Kept with the reply (never sent to the model), so a client reloading the thread can say so.
+    response.metadata = {**(response.metadata or {}), WITHDRAWN: True}

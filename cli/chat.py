@@ -12,14 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
-from agent import ChatApp, Runtime, RuntimeOptions, decide, open_runtime, run_step
-from store import Approval, Database, StoreError, Thread
+from agent import (
+    ApprovalReview,
+    ChatApp,
+    InvalidArguments,
+    Runtime,
+    RuntimeOptions,
+    cancel,
+    decide,
+    open_runtime,
+    run_step,
+)
+from store import Approval, Database, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
@@ -28,15 +40,14 @@ __all__ = ("DEFAULT_USER", "EndOfInput", "chat", "read_line")
 
 DEFAULT_USER = "demo"
 QUIT = "/quit"
-_TITLE = "Terminal chat"
 
 
 class EndOfInput(Exception):
     """The user closed the input (EOF) or typed `/quit`."""
 
 
-async def read_line(prompt: str) -> str:
-    """`input(prompt)` without blocking the event loop.
+async def read_line(prompt: str, *, prefill: str = "") -> str:
+    """`input(prompt)` without blocking the event loop; `prefill` is put in the line to edit, where readline works.
 
     The read runs in a daemon thread rather than `asyncio.to_thread`: a worker of the default
     executor is joined at exit, so Ctrl-C at a prompt would hang until the user pressed Enter.
@@ -62,7 +73,7 @@ async def read_line(prompt: str) -> str:
 
     def read() -> None:
         try:
-            line = input(prompt)
+            line = _input(prompt, prefill)
         except EOFError:
             deliver(None, EndOfInput())
         except BaseException as error:  # e.g. a closed stdin: the chat ends with it, not this thread
@@ -72,6 +83,20 @@ async def read_line(prompt: str) -> str:
 
     threading.Thread(target=read, name="durable-chat-input", daemon=True).start()
     return await answer
+
+
+def _input(prompt: str, prefill: str) -> str:
+    if not prefill or not sys.stdin.isatty():
+        return input(prompt)
+    try:
+        import readline  # not on every platform
+    except ImportError:
+        return input(prompt)
+    readline.set_startup_hook(lambda: readline.insert_text(prefill))
+    try:
+        return input(prompt)
+    finally:
+        readline.set_startup_hook()
 
 
 class _Printer:
@@ -107,6 +132,7 @@ class _Chat:
     thread: Thread
     user_id: str
     printer: _Printer
+    sink: TerminalSink
     out: TextIO
 
     async def loop(self) -> None:
@@ -124,50 +150,153 @@ class _Chat:
             await self.drive(run.run_id)
 
     async def drive(self, run_id: str) -> None:
-        """Drive a run, then every resume run the user's decisions start, until no call waits."""
+        """Drive a run, then every resume run the user's decisions start, until no call waits.
+
+        Ctrl-C stops the run (it ends `cancelled`, its partial reply kept); a second one leaves.
+        """
         next_run: str | None = run_id
         while next_run is not None:
-            async with _heartbeat(self.db):
-                await run_step(self.runtime, next_run)
-            await self.printer.drain()
+            if await self._stopped_by_user(next_run):
+                return
             next_run = await self.decide_pending()
+
+    async def _stopped_by_user(self, run_id: str) -> bool:
+        """Drive one run; whether Ctrl-C stopped it."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(self._step(run_id), name=f"run {run_id}")
+        previous = signal.getsignal(signal.SIGINT)
+        interrupted = False
+
+        def interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            _restore(loop, previous)  # a second Ctrl-C leaves the chat
+            task.cancel()
+
+        installed = _on_sigint(loop, interrupt)
+        try:
+            await asyncio.wait([task])
+        finally:
+            if installed and not interrupted:
+                _restore(loop, previous)
+        if not interrupted or not task.cancelled():
+            task.result()
+            return False
+        self.sink.stop_spinner()
+        with contextlib.suppress(NoActiveRun):  # it ended on its own meanwhile
+            # Its `run_finished` is printed as the stored events are: "(stopped: …)".
+            await cancel(self.db, self.thread.thread_id, publish=self.printer.publish)
+        await self.printer.drain()
+        return True
+
+    async def _step(self, run_id: str) -> None:
+        async with _heartbeat(self.db):
+            await run_step(self.runtime, run_id)
+        await self.printer.drain()
 
     async def decide_pending(self) -> str | None:
         """Ask for a decision on every pending call; return the resume run the last one started."""
         resume: str | None = None
         pending = await self.db.approvals.list(thread_id=self.thread.thread_id, status="pending")
         for approval in pending:
-            decision, reason = await self._ask(approval)
-            try:
-                result = await decide(
-                    self.db,
-                    self.thread.thread_id,
-                    approval.tool_call_id,
-                    decision=decision,
-                    decided_by=self.user_id,
-                    reason=reason,
-                )
-            except StoreError as error:  # decided meanwhile, e.g. in the browser
-                self._say(f"(cannot decide on {approval.tool_name}: {error})")
-                continue
-            resume = result.resume_run_id or resume
+            await self._show_context(approval)
+            args: dict[str, object] | None = None
+            while True:
+                decision, reason, args = await self._ask(approval, args)
+                try:
+                    result = await decide(
+                        self.db,
+                        self.thread.thread_id,
+                        approval.tool_call_id,
+                        decision=decision,
+                        decided_by=self.user_id,
+                        override_args=args,
+                        reason=reason,
+                    )
+                except InvalidArguments as error:  # an edit the tool's schema refuses: edit again
+                    self.sink.say(f"(not accepted: {error})", "red")
+                    continue
+                except StoreError as error:  # decided meanwhile, e.g. in the browser
+                    self._say(f"(cannot decide on {approval.tool_name}: {error})")
+                    break
+                resume = result.resume_run_id or resume
+                break
         return resume
 
-    async def _ask(self, approval: Approval) -> tuple[Literal["approved", "rejected"], str | None]:
-        question = f"Approve {call_text(approval.tool_name, approval.args)}? [y/n] "
+    async def _show_context(self, approval: Approval) -> None:
+        review = ApprovalReview(
+            thread_id=approval.thread_id,
+            user_id=self.user_id,
+            tool_call_id=approval.tool_call_id,
+            tool_name=approval.tool_name,
+            args=approval.args,
+            engine=self.db.engine,
+        )
+        context = await self.runtime.app.context_for(review)
+        if context:
+            self.sink.say("  " + " · ".join(f"{label}: {value}" for label, value in context.items()), "dim")
+
+    async def _ask(
+        self, approval: Approval, edited: dict[str, object] | None
+    ) -> tuple[Literal["approved", "rejected"], str | None, dict[str, object] | None]:
+        """The decision, the reason of a rejection and the edited arguments of an approval.
+
+        `e` edits the arguments as JSON (invalid JSON is asked again, with the error); `edited`
+        are the ones edited last, when the tool refused them.
+        """
+        args = approval.args if edited is None else edited
+        question = f"Approve {call_text(approval.tool_name, args)}? [y/n/e] "
+        if edited is not None:
+            return "approved", None, await self._edit(edited)
         while True:
             answer = (await read_line(question)).strip().lower()
             if answer in {"y", "yes"}:
-                return "approved", None
+                return "approved", None, None
             if answer in {"n", "no"}:
                 reason = (await read_line("Reason: ")).strip()
-                return "rejected", reason or None
+                return "rejected", reason or None, None
+            if answer in {"e", "edit"}:
+                return "approved", None, await self._edit(dict(args))
             if answer == QUIT:
                 raise EndOfInput
 
+    async def _edit(self, args: dict[str, object]) -> dict[str, object]:
+        """Arguments as the user edits them: a JSON object on one line, asked again until it is one."""
+        text = json.dumps(args, ensure_ascii=False)
+        while True:
+            answer = (await read_line("Arguments (JSON): ", prefill=text)).strip()
+            if answer == QUIT:
+                raise EndOfInput
+            try:
+                edited: object = json.loads(answer or text)
+            except json.JSONDecodeError as error:
+                self.sink.say(f"(not JSON: {error}; try again)", "red")
+                text = answer
+                continue
+            if not isinstance(edited, dict):
+                self.sink.say('(the arguments must be a JSON object, like {"amount": 5}; try again)', "red")
+                text = answer
+                continue
+            items: list[tuple[object, object]] = list(edited.items())  # pyright: ignore[reportUnknownArgumentType]  # a JSON object
+            return {str(key): value for key, value in items}
+
     def _say(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
+        self.sink.say(text)
+
+
+def _on_sigint(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> bool:
+    """Call `handler` on Ctrl-C instead of interrupting; whether that could be arranged (POSIX, main thread)."""
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return False
+    return True
+
+
+def _restore(loop: asyncio.AbstractEventLoop, previous: object) -> None:
+    loop.remove_signal_handler(signal.SIGINT)
+    if callable(previous):
+        signal.signal(signal.SIGINT, previous)  # pyright: ignore[reportArgumentType]  # what asyncio.run had set
 
 
 async def chat(
@@ -193,16 +322,17 @@ async def chat(
         store.StoreError: The database cannot be opened, or the thread is not found.
     """
     terminal = sys.stdout if out is None else out
-    printer = _Printer(TerminalSink(terminal))
+    sink = TerminalSink(terminal)
+    printer = _Printer(sink)
     async with open_runtime(app, database_url, options=options, publish=printer.publish) as runtime:
         db = runtime.db
         if thread_id is None:
             user_id = user_id or DEFAULT_USER
-            thread = await db.threads.create(user_id=user_id, title=_TITLE)
+            thread = await db.threads.create(user_id=user_id)  # named after its first message
         else:
             thread = await db.threads.get(thread_id, user_id=user_id)
             user_id = thread.user_id
-        session = _Chat(db, runtime, thread, user_id, printer, terminal)
+        session = _Chat(db, runtime, thread, user_id, printer, sink, terminal)
         terminal.write(
             f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
             f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"

@@ -1,12 +1,15 @@
 """The terminal face of a chat: a sink that prints a run's events, and a stored conversation's lines.
 
-Text is printed as it streams, without a newline until its part is done; everything else is one
-line. Tool results are cut short: the reply that follows says what they mean.
+On a terminal (a TTY) it uses `rich`: colours, a spinner while the model thinks or a tool runs,
+replies streamed as they come then shown again as rendered markdown, and tool results wrapped at
+word boundaries. Anywhere else (a pipe, a file) it prints plain lines: text as it streams, one line
+per tool step, results cut short at a word.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -14,12 +17,18 @@ from typing import TextIO
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
+    ModelResponse,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
 from pydantic_core import to_jsonable_python
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.status import Status
+from rich.table import Table
+from rich.text import Text
 
 from stream import (
     ApprovalDecided,
@@ -37,11 +46,13 @@ from stream import (
     UserMessage,
 )
 
-__all__ = ("ASSISTANT", "USER", "TerminalSink", "call_text", "conversation_lines", "short")
+__all__ = ("ASSISTANT", "USER", "TerminalSink", "call_text", "conversation_lines", "refusal", "short")
 
 USER = "you> "
 ASSISTANT = "assistant> "
 _SHORT = 100
+_LONG = 600
+"""How much of a tool's result a terminal shows, wrapped over several lines."""
 
 
 def call_text(tool_name: str, args: Mapping[str, object]) -> str:
@@ -50,74 +61,199 @@ def call_text(tool_name: str, args: Mapping[str, object]) -> str:
 
 
 def short(content: object, limit: int = _SHORT) -> str:
-    """A JSON value on one line, cut to `limit` characters."""
+    """A JSON value on one line, cut to `limit` characters, at a word when there is one near the end."""
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 2 // 3:
+        cut = cut[:space]
+    return cut + "…"
+
+
+def refusal(content: object) -> str | None:
+    """Why a tool that ran says it did not do what was asked (its business rules refused), if it does."""
+    if not isinstance(content, dict):
+        return None
+    items: list[tuple[object, object]] = list(content.items())  # pyright: ignore[reportUnknownArgumentType]  # a JSON object
+    fields = {str(key): value for key, value in items}
+    error = fields.get("error")
+    if isinstance(error, str):
+        return error
+    if any(fields.get(key) is False for key in ("accepted", "cancelled", "ok", "success", "allowed")):
+        message = fields.get("message")
+        return message if isinstance(message, str) else "refused"
+    return None
 
 
 class TerminalSink:
     """Prints the events of a run to a terminal as they come (a `stream.Sink`)."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(
+        self, out: TextIO | None = None, *, terminal: bool | None = None, width: int | None = None
+    ) -> None:
+        """`terminal` forces the terminal's rendering on (or off); `width` fixes its width (for tests)."""
         self._out = sys.stdout if out is None else out
+        self._console = Console(
+            file=self._out, highlight=False, emoji=False, force_terminal=terminal, width=width
+        )
+        self.rich = self._console.is_terminal
+        """Colours, a spinner and markdown: the output is a terminal."""
         self._open_part: str | None = None
         """The text part being printed, whose line is not finished yet."""
+        self._streamed = ""
+        self._status: Status | None = None
+
+    # -- the spinner ------------------------------------------------------------------------------
+
+    def thinking(self, what: str = "Thinking…") -> None:
+        """Show a spinner until the next output (on a terminal)."""
+        if not self.rich:
+            return
+        self.stop_spinner()
+        self._status = self._console.status(Text(what, style="dim"), spinner="dots")
+        self._status.start()
+
+    def stop_spinner(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    # -- the sink ---------------------------------------------------------------------------------
 
     async def emit(self, event: StreamEvent) -> None:
         """Print the event."""
         match event:
             case TextDelta(part_id=part_id, delta=delta):
+                self.stop_spinner()
                 if self._open_part != part_id:
                     self._end_line()
-                    self._write(ASSISTANT)
+                    self._write(ASSISTANT, "bold cyan")
                     self._open_part = part_id
+                    self._streamed = ASSISTANT
                 self._write(delta)
+                self._streamed += delta
                 self._out.flush()
             case TextDone(part_id=part_id, text=text):
+                self.stop_spinner()
                 if self._open_part != part_id and text:
                     # Nothing of it streamed (an empty first delta): print it whole.
                     self._end_line()
-                    self._write(ASSISTANT + text)
+                    self._write(ASSISTANT, "bold cyan")
+                    self._write(text)
                     self._open_part = part_id
-                self._end_line()
+                    self._streamed = ASSISTANT + text
+                self._finish_reply(text)
             case TextWithdrawn(replacement=replacement):
                 self._end_line()
-                self._line("(the reply above was withdrawn)")
-                self._line(ASSISTANT + replacement)
+                self._line("(the reply above was withdrawn)", "yellow")
+                self._reply(replacement)
             case ToolCall(tool_name=tool_name, args=args):
-                self._line(f"→ {call_text(tool_name, args)}")
-            case ToolResult(tool_name=tool_name, outcome="success", content=content):
-                self._line(f"← {tool_name}: {short(content)}")
+                self._line(f"→ {call_text(tool_name, args)}", "cyan")
+                self.thinking("Working…")
             case ToolResult(tool_name=tool_name, outcome=outcome, content=content):
-                self._line(f"← {tool_name} {outcome}: {short(content)}")
+                self._tool_result(tool_name, outcome, content)
+                self.thinking()
+            case RunStarted(kind=kind):
+                if kind == "recover":
+                    self._line("(continuing an interrupted run)", "yellow")
+                self.thinking()
             case ToolOutcomeUnknown(tool_name=tool_name):
-                self._line(f"(! {tool_name} was started before and never finished: its outcome is unknown)")
-            case RunStarted(kind="recover"):
-                self._line("(continuing an interrupted run)")
+                self._line(
+                    f"(the outcome of {tool_name} is unknown: its process stopped; decide whether it runs again)",
+                    "yellow",
+                )
             case GuardrailTripped(guardrail=guardrail, stage=stage):
-                self._line(f"(guardrail {guardrail!r} stopped the {stage})")
-            case RunFinished(status="failed" | "blocked" | "cancelled" as status, error=error):
-                self._line(f"(the run {status}{f': {error}' if error else ''})")
-            case RunStarted() | UserMessage() | ApprovalRequired() | ApprovalDecided() | RunFinished():
-                pass  # the user typed the message; the chat asks for approvals itself
+                self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
+            case RunFinished(status="cancelled"):
+                self._line("(stopped: the reply above may be incomplete)", "yellow")
+            case RunFinished(status="failed" | "blocked" as status, error=error):
+                self._line(
+                    f"(the run {status}{f': {error}' if error else ''})",
+                    "red" if status == "failed" else "yellow",
+                )
+            case UserMessage() | ApprovalRequired() | ApprovalDecided() | RunFinished():
+                self.stop_spinner()  # the user typed the message; the chat asks for approvals itself
 
     async def flush(self) -> None:
         """Flush the terminal."""
         self._out.flush()
 
+    def say(self, text: str, style: str | None = None) -> None:
+        """A line of the chat's own (a notice, an error)."""
+        self._line(text, style)
+
+    # -- printing ---------------------------------------------------------------------------------
+
+    def _tool_result(self, tool_name: str, outcome: str, content: object) -> None:
+        refused = refusal(content) if outcome == "success" else None
+        shown = "refused" if refused is not None else outcome
+        label = tool_name if shown == "success" else f"{tool_name} {shown}"
+        style = {"success": "green", "refused": "yellow"}.get(shown, "red")
+        if not self.rich:
+            self._line(f"← {label}: {short(content)}")
+            return
+        self.stop_spinner()
+        self._end_line()
+        line = Text("← ", style=style)
+        line.append(label, style=f"bold {style}")
+        line.append(": ")
+        line.append(short(content, _LONG), style="dim")
+        # rich wraps it at word boundaries (a word longer than a line is folded).
+        self._console.print(line, overflow="fold")
+
+    def _finish_reply(self, text: str) -> None:
+        """The streamed part is complete: on a terminal, show it again as rendered markdown."""
+        if self._open_part is None:
+            return
+        if not self.rich:
+            self._end_line()
+            return
+        rows = _rows(self._streamed, self._console.width)
+        # Back to the reply's first row, clear what was streamed, and print it rendered.
+        self._out.write("\r" + (f"\x1b[{rows - 1}A" if rows > 1 else "") + "\x1b[J")
+        self._open_part = None
+        self._streamed = ""
+        self._reply(text)
+
+    def _reply(self, text: str) -> None:
+        if not self.rich:
+            self._line(ASSISTANT + text)
+            return
+        self.stop_spinner()
+        grid = Table.grid()
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        grid.add_row(Text(ASSISTANT, style="bold cyan"), Markdown(text))
+        self._console.print(grid)
+
     def _end_line(self) -> None:
         if self._open_part is not None:
-            self._write("\n")
+            self._out.write("\n")
             self._open_part = None
+            self._streamed = ""
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str, style: str | None = None) -> None:
+        self.stop_spinner()
         self._end_line()
-        self._write(text + "\n")
+        if self.rich:
+            self._console.print(Text(text, style=style or ""), overflow="fold")
+        else:
+            self._out.write(text + "\n")
         self._out.flush()
 
-    def _write(self, text: str) -> None:
-        self._out.write(text)
+    def _write(self, text: str, style: str | None = None) -> None:
+        if self.rich and style:
+            self._console.print(Text(text, style=style), end="")
+        else:
+            self._out.write(text)
+
+
+def _rows(text: str, width: int) -> int:
+    """How many terminal rows `text` took as it was written, lines wrapping at `width` characters."""
+    return sum(max(1, math.ceil(len(line) / max(width, 1))) for line in text.split("\n"))
 
 
 def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
@@ -130,14 +266,20 @@ def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
                     content = part.content if isinstance(part.content, str) else short(part.content)
                     lines.append(USER + content)
                 elif isinstance(part, ToolReturnPart):
+                    content = to_jsonable_python(part.content, fallback=str)
+                    refused = refusal(content) if part.outcome == "success" else None
                     label = (
-                        part.tool_name if part.outcome == "success" else f"{part.tool_name} {part.outcome}"
+                        part.tool_name
+                        if part.outcome == "success" and refused is None
+                        else f"{part.tool_name} {'refused' if refused else part.outcome}"
                     )
-                    lines.append(f"← {label}: {short(to_jsonable_python(part.content, fallback=str))}")
+                    lines.append(f"← {label}: {short(content)}")
         else:
             for part in message.parts:
                 if isinstance(part, TextPart) and part.content:
                     lines.append(ASSISTANT + part.content)
                 elif isinstance(part, ToolCallPart):
                     lines.append(f"→ {call_text(part.tool_name, part.args_as_dict())}")
+        if isinstance(message, ModelResponse) and message.state == "interrupted":
+            lines.append("(stopped)")
     return lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+from .cancellations import cancel_run, newest_event_id
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
 from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
@@ -13,8 +14,10 @@ from .errors import (
     CorruptData,
     DatabaseUnavailable,
     LeaseLost,
+    NoActiveRun,
     NotFound,
     RunActive,
+    RunChanged,
     SchemaTooNew,
     StoreError,
     UnsupportedDatabase,
@@ -54,6 +57,7 @@ __all__ = (
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
+    "NoActiveRun",
     "NotFound",
     "PageCursor",
     "PendingCall",
@@ -62,6 +66,7 @@ __all__ = (
     "Records",
     "Run",
     "RunActive",
+    "RunChanged",
     "RunKind",
     "RunStatus",
     "Runs",
@@ -76,6 +81,7 @@ __all__ = (
     "UtcDateTime",
     "Worker",
     "append_events",
+    "cancel_run",
     "current_revision",
     "finish_run",
     "head_revision",
@@ -85,6 +91,7 @@ __all__ = (
     "insert_pending",
     "insert_records",
     "insert_run",
+    "newest_event_id",
     "normalize_url",
     "now_utc",
     "overwrite_events",

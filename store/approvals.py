@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 import sqlalchemy as sa
@@ -220,12 +220,13 @@ async def insert_pending(
             "tool_name": call.tool_name,
             "args": _dump(call.args),
             "status": "pending",
-            "created_at": now,
+            # A microsecond apart, so listing by time keeps the order the model made the calls in.
+            "created_at": now + timedelta(microseconds=index),
             "trace_id": trace_id,
             "args_schema": None if call.args_schema is None else _dump(call.args_schema),
             "outcome": call.outcome,
         }
-        for call in calls
+        for index, call in enumerate(calls)
     ]
     await connection.execute(insert_new(connection.dialect.name, _approvals), rows)
     for call in calls:

@@ -9,8 +9,10 @@ __all__ = (
     "CorruptData",
     "DatabaseUnavailable",
     "LeaseLost",
+    "NoActiveRun",
     "NotFound",
     "RunActive",
+    "RunChanged",
     "SchemaTooNew",
     "StoreError",
     "UnsupportedDatabase",
@@ -48,6 +50,18 @@ class AlreadyDecided(Conflict):
     """The tool call was given the opposite decision already."""
 
     code = "already_decided"
+
+
+class NoActiveRun(Conflict):
+    """The thread has no run queued or running to cancel."""
+
+    code = "no_active_run"
+
+
+class RunChanged(Conflict):
+    """The run ended, or stored more of itself, while it was being cancelled: read it again."""
+
+    code = "run_changed"
 
 
 class LeaseLost(StoreError):

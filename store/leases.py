@@ -213,14 +213,19 @@ class Leases:
                 return list(result.scalars())
 
     async def taken_over(self, run_ids: Sequence[str]) -> list[str]:
-        """Those of `run_ids` another worker holds now: this worker must stop driving them."""
+        """Those of `run_ids` another worker holds now, or that were cancelled: this worker must stop driving them."""
         if not run_ids:
             return []
         query = sa.select(_runs.c.run_id).where(
             _runs.c.run_id.in_(run_ids),
-            _runs.c.status.in_(ACTIVE_RUN_STATUSES),
-            _runs.c.lease_owner.is_not(None),
-            _runs.c.lease_owner != self.worker.worker_id,
+            sa.or_(
+                sa.and_(
+                    _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                    _runs.c.lease_owner.is_not(None),
+                    _runs.c.lease_owner != self.worker.worker_id,
+                ),
+                _runs.c.status == "cancelled",
+            ),
         )
         with translate_errors("checking leases"):
             async with self._reader.connect() as connection:

@@ -126,6 +126,22 @@ class Threads:
                 rows = (await connection.execute(query)).mappings().all()
         return [_thread(row) for row in rows]
 
+    async def rename(self, thread_id: str, title: str, *, user_id: str | None = None) -> Thread:
+        """Give the thread a new title; its activity time stays, so the list keeps its order.
+
+        Raises:
+            NotFound: No such thread (for that user).
+        """
+        query = _threads.update().where(_threads.c.thread_id == thread_id).values(title=title)
+        if user_id is not None:
+            query = query.where(_threads.c.user_id == user_id)
+        with translate_errors(f"renaming thread {thread_id!r}"):
+            async with self._engine.begin() as connection:
+                row = (await connection.execute(query.returning(*_threads.c))).mappings().one_or_none()
+        if row is None:
+            raise NotFound(f"no thread {thread_id!r}")
+        return _thread(row)
+
     async def delete(self, thread_id: str) -> bool:
         """Erase the thread and everything of it in one transaction; return whether it existed.
 

@@ -38,6 +38,7 @@ from agent.demo import shop_app
 from agent.tracing import RedactingSpanExporter
 from store import SqlConversationStore
 
+from .browser import browser, context, page  # noqa: F401  (the browser tests' fixtures)
 from .live_server import LiveServer, live_server, sqlite_url
 from .step_app import App, AppFactory
 from .store_conformance import StoreFactory

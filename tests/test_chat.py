@@ -30,25 +30,33 @@ DEADLINE_SECONDS = 90
 class Terminal:
     """`python -m cli ARGS` attached to a pseudo-terminal, driven like a person at a keyboard."""
 
-    def __init__(self, *args: str, cwd: Path) -> None:
-        env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None, columns: int = 300) -> None:
+        environment = {
+            name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")
+        }
+        environment["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+        )
+        environment["PYTHONUNBUFFERED"] = "1"
+        environment.update(TERM="xterm-256color", COLUMNS=str(columns), LINES="50", **(env or {}))
         self._master, slave = os.openpty()
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "cli", *args],
                 cwd=cwd,
-                env=env,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
                 start_new_session=True,
+                env=environment,
             )
         finally:
             os.close(slave)
+        self.raw = ""
+        """Every byte the program wrote, colours and cursor moves included."""
         self.output = ""
-        """Everything the terminal showed so far, with the terminal's `\\r\\n` as `\\n`."""
+        """The text the terminal showed so far: no escape codes, a bare `\\r` (a line written
+        again) as a new line, no spaces at the ends of lines."""
         self._seen = 0
 
     def expect(self, text: str) -> str:
@@ -96,8 +104,17 @@ class Terminal:
             return False
         if not chunk:
             return False
-        self.output += chunk.decode(errors="replace").replace("\r\n", "\n")
+        self.raw += chunk.decode(errors="replace")
+        self.output = _visible(self.raw)
         return True
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _visible(raw: str) -> str:
+    text = _ESCAPES.sub("", raw).replace("\r\n", "\n").replace("\r", "\n")
+    return re.sub(r"[ \t]+\n", "\n", text)
 
 
 @pytest.fixture
@@ -108,8 +125,10 @@ def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
         terminal.close()
 
 
-def start(terminals: list[Terminal], cwd: Path, *args: str) -> Terminal:
-    terminal = Terminal(*args, cwd=cwd)
+def start(
+    terminals: list[Terminal], cwd: Path, *args: str, env: dict[str, str] | None = None, columns: int = 300
+) -> Terminal:
+    terminal = Terminal(*args, cwd=cwd, env=env, columns=columns)
     terminals.append(terminal)
     return terminal
 
@@ -130,7 +149,7 @@ def test_refund_approved_in_the_terminal_then_the_thread_continues(
     first.expect("→ lookup_order(order_id='ORD-5678')")
     first.expect("← lookup_order: ")
     first.expect(
-        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n] "
+        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n/e] "
     )
     first.type("y")
     first.expect("← issue_refund: ")
@@ -172,10 +191,10 @@ def test_a_chat_left_at_the_question_asks_again_and_a_rejection_quotes_the_reaso
     second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id, "--user", "alice")
     second.expect("you> Please refund ORD-5678\n")
     second.expect(
-        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n] "
+        "Approve issue_refund(order_id='ORD-5678', amount=99.98, reason='Please refund ORD-5678')? [y/n/e] "
     )
     second.type("maybe")  # neither y nor n: asked again
-    second.expect("[y/n] ")
+    second.expect("[y/n/e] ")
     second.type("n")
     second.expect("Reason: ")
     second.type("over the limit")

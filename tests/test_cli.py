@@ -118,7 +118,10 @@ def test_threads_lists_a_thread_made_by_a_chat_newest_first(tmp_path: Path) -> N
     header, *rows = listed.stdout.splitlines()
     assert header.split() == ["THREAD", "TITLE", "STATUS", "UPDATED", "(UTC)"]
     assert [row.split()[0] for row in rows] == [newer_id, older_id]
-    assert all("Terminal chat" in row and " idle " in row for row in rows)
+    # Each is named after its first message.
+    assert "  hello  " in rows[0]
+    assert "  Where is ORD-5678?  " in rows[1]
+    assert all(" idle " in row for row in rows)
 
     demo = run_cli("threads", cwd=tmp_path, env=env)
     assert [row.split()[0] for row in demo.stdout.splitlines()[1:]] == [demo_id]

@@ -248,6 +248,44 @@ async def test_a_worker_shut_down_mid_run_hands_it_over(workers: list[LiveServer
     assert (await db.runs.get(run_id)).checkpoints >= 1
 
 
+async def test_a_run_cancelled_at_another_worker_ends_at_once_and_its_driver_stores_nothing_more(
+    workers: list[LiveServer], db: Database
+) -> None:
+    token = workers[0].token("alice")
+    async with httpx.AsyncClient(base_url=workers[0].base_url, timeout=30) as client:
+        thread_id = await new_thread(client, token)
+        run_id = await send(client, token, thread_id, "loop forever ORD-5678")
+    # A lookup is done and the model thinks about the next one: cancel at a worker not driving it.
+    await _eventually(lambda: _logged(db, run_id, "tool_result", "lookup_order"))
+    owner = _owner(await db.runs.get(run_id), workers)
+    canceller, other = [w for w in workers if w is not owner][:2]
+    async with httpx.AsyncClient(base_url=canceller.base_url, timeout=30) as client:
+        response = await client.post(f"/api/threads/{thread_id}/cancel", headers=auth(token))
+        assert response.status_code == 200, response.text
+        assert response.json() == {"run_id": run_id, "status": "cancelled"}
+        # Ended at once: the answer came after the run's end was stored.
+        assert (await db.runs.get(run_id)).status == "cancelled"
+        detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
+    assert detail["status"] == "idle"
+    cancelled_at = detail["last_event_id"]
+    # A follower of the driving worker hears of it too (relayed by notification).
+    async with httpx.AsyncClient(base_url=owner.base_url, timeout=30) as client:
+        seen = await read_events(client, thread_id, token, until=finished(run_id))
+    assert (seen[-1].event_id, seen[-1].data["status"]) == (cancelled_at, "cancelled")
+
+    # The thread takes a new message at once, at a third worker. By the time it is answered the
+    # stale driver has woken from its thinking (the new run thinks as long), and was fenced off.
+    async with httpx.AsyncClient(base_url=other.base_url, timeout=30) as client:
+        next_id = await send(client, token, thread_id, "Where is my order ORD-9012?")
+        await read_events(client, thread_id, token, after=cancelled_at, until=finished(next_id))
+    logged = await db.events.read(thread_id)
+    assert {e.run_id for e in logged if e.event_id > cancelled_at} == {next_id}
+    assert [e.type for e in logged if e.run_id == run_id][-1] == "run_finished"
+    assert (await db.runs.get(run_id)).status == "cancelled"
+    messages = ModelMessagesTypeAdapter.validate_python(detail["messages"])
+    assert messages[-1].state == "interrupted"
+
+
 # -- helpers ----------------------------------------------------------------------------------------
 
 

@@ -20,11 +20,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent import ApprovalReview, InvalidArguments, decide
-from store import AlreadyDecided, Approval, ApprovalPending, NotFound, Record, RunActive, Thread, ThreadCursor
+from agent import ApprovalReview, InvalidArguments, cancel, decide
+from store import (
+    AlreadyDecided,
+    Approval,
+    ApprovalPending,
+    NoActiveRun,
+    NotFound,
+    Record,
+    RunActive,
+    RunChanged,
+    Thread,
+    ThreadCursor,
+)
 
 from .auth import authenticate
-from .bodies import ApproveBody, MessageBody, NewThreadBody, RejectBody, read_body, validation_details
+from .bodies import (
+    ApproveBody,
+    MessageBody,
+    NewThreadBody,
+    RejectBody,
+    RenameBody,
+    read_body,
+    validation_details,
+)
 from .errors import ApiError
 from .services import Services, services
 
@@ -41,6 +60,8 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/threads", list_threads, methods=["GET"]),
         Route("/api/threads/{thread_id}", get_thread, methods=["GET"]),
         Route("/api/threads/{thread_id}", delete_thread, methods=["DELETE"]),
+        Route("/api/threads/{thread_id}", rename_thread, methods=["PATCH"]),
+        Route("/api/threads/{thread_id}/cancel", cancel_run, methods=["POST"]),
         Route("/api/threads/{thread_id}/messages", post_message, methods=["POST"]),
         Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/approve", approve, methods=["POST"]),
         Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/reject", reject, methods=["POST"]),
@@ -88,17 +109,31 @@ async def get_thread(request: Request) -> Response:
     messages: object = (
         [] if conversation is None else json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
     )
-    pending = await s.db.approvals.list(thread_id=thread.thread_id, status="pending")
+    trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
     last_event_id = await s.db.events.newest(thread.thread_id)
     return JSONResponse(
         {
             **thread_json(thread),
             "messages": messages,
-            "pending_approvals": await approvals_json(s, thread.user_id, pending),
+            "pending_approvals": [a for a in trail if a["status"] == "pending"],
+            # Every approval, decided or not, in the order the calls were made: the decision trail.
+            "approvals": trail,
             "last_event_id": last_event_id,
             "messages_event_id": thread.checkpoint_event_id,
         }
     )
+
+
+async def rename_thread(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s, write=True)
+    thread = await owned_thread(request, s, user_id)
+    body = await read_body(request, RenameBody, max_bytes=s.settings.max_body_bytes)
+    try:
+        renamed = await s.db.threads.rename(thread.thread_id, body.title, user_id=user_id)
+    except NotFound as error:  # deleted meanwhile
+        raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
+    return JSONResponse(thread_json(renamed))
 
 
 async def delete_thread(request: Request) -> Response:
@@ -137,6 +172,21 @@ async def post_message(request: Request) -> Response:
     if created:
         s.runner.submit(run.run_id)
     return JSONResponse({"run_id": run.run_id, "thread_id": thread.thread_id}, status_code=202)
+
+
+async def cancel_run(request: Request) -> Response:
+    """Stop the thread's run: it ends `cancelled` at once, whichever worker drives it."""
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s, write=True))
+    try:
+        cancelled = await cancel(s.db, thread.thread_id, publish=s.broker.publish)
+    except (NoActiveRun, RunChanged) as error:
+        raise ApiError(409, error.code, str(error)) from error
+    except NotFound as error:  # deleted meanwhile
+        raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
+    # Driven here: stop it now rather than at its next (fenced) write.
+    s.runner.stop(cancelled.run_id)
+    return JSONResponse({"run_id": cancelled.run_id, "status": "cancelled"})
 
 
 async def approve(request: Request) -> Response:

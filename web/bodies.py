@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from starlette.requests import Request
 
@@ -24,6 +24,7 @@ __all__ = (
     "MessageBody",
     "NewThreadBody",
     "RejectBody",
+    "RenameBody",
     "read_body",
     "validation_details",
 )
@@ -37,6 +38,18 @@ class _Strict(BaseModel):
 
 class NewThreadBody(_Strict):
     title: str = Field(default="", max_length=200)
+
+
+class RenameBody(_Strict):
+    title: str = Field(min_length=1, max_length=200)
+
+    @field_validator("title")
+    @classmethod
+    def _not_blank(cls, title: str) -> str:
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("the title must not be blank")
+        return title
 
 
 class MessageBody(_Strict):

@@ -78,6 +78,14 @@ class Runner:
         self._tasks[run_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(run_id, None))
 
+    def stop(self, run_id: str) -> bool:
+        """Stop driving `run_id` here, if this worker drives it (a user cancelled it); whether it did."""
+        task = self._tasks.get(run_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
     async def start(self) -> int:
         """Take over the runs nobody drives, then keep the heartbeat and the sweep going; return how many it took."""
         taken = await self.recover()

@@ -1,0 +1,304 @@
+"""Cancelling a run, in process, on SQLite and PostgreSQL: what is kept, and the fenced driver.
+
+A scripted model streams a few words, then waits for the test: the run is cancelled there, from
+another `Database` (another process's view, as a cancel arriving at another worker). Then the
+test lets the driver go on: it must store nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+import pytest
+from inline_snapshot import snapshot
+from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from agent import Runtime, RuntimeOptions, cancel, interrupted_messages, run_step
+from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
+from store import LeaseLost, NewEvent, NoActiveRun, Run, Thread
+from stream import RunFinished, RunStarted, TextDelta, ToolResult, event_from_data
+
+from .step_app import App, AppFactory, shapes
+
+pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
+DEADLINE = 30.0
+
+
+class Held:
+    """A model that streams `words`, optionally calls tools, then waits until `release` before finishing."""
+
+    def __init__(self, words: list[str], *, calls: list[tuple[str, dict[str, object]]] | None = None) -> None:
+        self.words = words
+        self.calls = calls
+        self.streamed = asyncio.Event()
+        self.released = asyncio.Event()
+        self.requests: list[list[ModelMessage]] = []
+
+    def model(self) -> FunctionModel:
+        return FunctionModel(stream_function=self._stream, model_name="held")
+
+    async def _stream(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        self.requests.append(list(messages))
+        if len(self.requests) > 1 and self.calls is not None:
+            yield "Done."  # after the tools: a short reply
+            return
+        for word in self.words:
+            yield word
+        if self.calls is not None:
+            for number, (name, args) in enumerate(self.calls):
+                yield {
+                    number: DeltaToolCall(name=name, json_args=json.dumps(args), tool_call_id=f"c{number}")
+                }
+            return
+        self.streamed.set()
+        await self.released.wait()
+        yield " and the rest."
+
+
+def _runtime(app: App, model: FunctionModel, *tools: Tool[ShopDeps]) -> Runtime:
+    """`app`'s runtime serving the shop with `model` (and `tools` besides the shop's)."""
+    return Runtime.of(replace(app.runtime.app, agent=_agent(model, *tools)), app.db, options=RuntimeOptions())
+
+
+def _agent(model: FunctionModel, *tools: Tool[ShopDeps]) -> Agent[ShopDeps, str | DeferredToolRequests]:
+    return Agent(
+        model,
+        deps_type=ShopDeps,
+        output_type=[str, DeferredToolRequests],
+        instructions=INSTRUCTIONS,
+        tools=[*TOOLS, *tools],
+        name="support",
+    )
+
+
+async def _eventually(check: Callable[[], Awaitable[T | None]]) -> T:
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            value = await check()
+            if value is not None:
+                return value
+            await asyncio.sleep(0.02)
+
+
+async def _stored(app: App, thread: Thread, predicate: Callable[[object], bool]) -> bool | None:
+    events = [event_from_data(e.type, e.data) for e in await app.db.events.read(thread.thread_id)]
+    return True if any(predicate(event) for event in events) else None
+
+
+@pytest.fixture
+async def two(app_factory: AppFactory) -> tuple[App, App]:
+    """Two processes' views of one database: the first drives runs, the second cancels them."""
+    return await app_factory(), await app_factory()
+
+
+async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_stores_nothing_more(
+    two: tuple[App, App],
+) -> None:
+    driver, canceller = two
+    held = Held(["Let ", "me ", "think ", "about ", "that"])
+    runtime = _runtime(driver, held.model())
+    thread = await driver.thread()
+    run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Tell me a story")
+    task = asyncio.create_task(run_step(runtime, run.run_id))
+    await asyncio.wait_for(held.streamed.wait(), DEADLINE)
+    # The streamed words reach the log (a background write, a quarter of a second later).
+    await _eventually(
+        lambda: _stored(driver, thread, lambda e: isinstance(e, TextDelta) and e.delta == "that")
+    )
+
+    cancelled = await cancel(canceller.db, thread.thread_id)
+
+    assert cancelled.run_id == run.run_id
+    assert cancelled.kept_text == "Let me think about that"
+    finished = cancelled.event.event
+    assert isinstance(finished, RunFinished)
+    assert (finished.status, finished.output) == ("cancelled", "Let me think about that")
+    assert (await canceller.db.runs.get(run.run_id)).status == "cancelled"
+    after = await canceller.db.threads.get(thread.thread_id)
+    assert after.status == "idle"
+    assert after.checkpoint_event_id == cancelled.event.event_id
+    messages = await canceller.messages(thread)
+    assert shapes(messages) == snapshot(["request: user-prompt", "response: text"])
+    [request, response] = messages
+    assert isinstance(request, ModelRequest)
+    assert isinstance(response, ModelResponse)
+    assert response.state == "interrupted"
+    assert response.parts == [TextPart("Let me think about that")]
+
+    # The driver goes on and tries to store the rest: fenced, it stops and writes nothing.
+    log = await canceller.db.events.read(thread.thread_id)
+    held.released.set()
+    assert await asyncio.wait_for(task, DEADLINE) == "cancelled"
+    assert await canceller.db.events.read(thread.thread_id) == log
+    assert log[-1].event_id == cancelled.event.event_id
+    # Its event writes are fenced too, not only its checkpoints.
+    owner = driver.db.runs.worker.worker_id
+    late = [
+        (
+            log[-2].event_id + 1,  # the next id of the driver's reserved block
+            NewEvent(run.run_id, "text_delta", b'{"run_id":"x","part_id":"p","delta":"late"}'),
+        )
+    ]
+    with pytest.raises(LeaseLost):
+        await driver.db.events.insert(thread.thread_id, late, run_id=run.run_id, worker_id=owner)
+    assert await canceller.db.events.read(thread.thread_id) == log
+    assert (await canceller.db.runs.get(run.run_id)).status == "cancelled"
+    assert await canceller.messages(thread) == messages
+
+    # The thread is usable at once, and the next turn sees the interrupted reply.
+    followup = _runtime(canceller, FunctionModel(stream_function=_echo_history))
+    next_run, _ = await canceller.db.runs.create_message_run(thread.thread_id, content="Go on")
+    assert await run_step(followup, next_run.run_id) == "completed"
+    assert shapes(await canceller.messages(thread)) == snapshot(
+        ["request: user-prompt", "response: text", "request: user-prompt", "response: text"]
+    )
+    last = (await canceller.messages(thread))[-1]
+    assert isinstance(last, ModelResponse)
+    assert last.text == "I saw: Tell me a story | Let me think about that | Go on"
+
+
+async def _echo_history(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    seen: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            content = getattr(part, "content", None)
+            if part.part_kind in ("user-prompt", "text") and isinstance(content, str):
+                seen.append(content)
+    yield "I saw: " + " | ".join(seen)
+
+
+async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two: tuple[App, App]) -> None:
+    driver, canceller = two
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_report(ctx: RunContext[ShopDeps], topic: str) -> str:
+        """Write a report on a topic (slowly)."""
+        started.set()
+        await release.wait()
+        return f"report on {topic}"
+
+    held = Held([], calls=[("lookup_order", {"order_id": "ORD-5678"}), ("slow_report", {"topic": "x"})])
+    runtime = _runtime(driver, held.model(), Tool(slow_report))
+    thread = await driver.thread()
+    run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Look it up")
+    task = asyncio.create_task(run_step(runtime, run.run_id))
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    await _eventually(lambda: _stored(driver, thread, lambda e: isinstance(e, ToolResult)))
+
+    cancelled = await cancel(canceller.db, thread.thread_id)
+
+    assert cancelled.kept_text is None
+    messages = await canceller.messages(thread)
+    assert shapes(messages) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(lookup_order), tool-call(slow_report)",
+            "request: tool-return(lookup_order), tool-return(slow_report)",
+            "response: ",
+        ]
+    )
+    returns, stopped = messages[-2:]
+    assert isinstance(stopped, ModelResponse)
+    assert (stopped.parts, stopped.state) == ([], "interrupted")
+    assert isinstance(returns, ModelRequest)
+    assert returns.state == "interrupted"
+    lookup, report = returns.parts
+    assert isinstance(lookup, ToolReturnPart)
+    assert isinstance(report, ToolReturnPart)
+    assert (lookup.outcome, report.outcome) == ("success", "interrupted")
+    assert isinstance(lookup.content, dict)
+    assert lookup.content["order_id"] == "ORD-5678"
+
+    log = await canceller.db.events.read(thread.thread_id)
+    release.set()
+    await asyncio.wait_for(task, DEADLINE)
+    assert await canceller.db.events.read(thread.thread_id) == log
+
+
+async def test_a_queued_run_is_cancelled_and_its_message_kept(app: App) -> None:
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Hello?")
+
+    cancelled = await cancel(app.db, thread.thread_id)
+
+    assert cancelled.run_id == run.run_id
+    messages = await app.messages(thread)
+    assert shapes(messages) == snapshot(["request: user-prompt", "response: "])
+    # A response closes the turn even with no words, so the next prompt is a request of its own.
+    assert isinstance(messages[1], ModelResponse)
+    assert (messages[1].parts, messages[1].state) == ([], "interrupted")
+    # Nobody drives it any more: a worker that tries finds it ended.
+    assert await run_step(app.runtime, run.run_id) == "cancelled"
+    with pytest.raises(NoActiveRun):
+        await cancel(app.db, thread.thread_id)
+    # The next turn starts its own request: the stopped one stays as stored (no history rewritten).
+    await app.send(thread, "Where is my order ORD-9012?")
+    after = await app.messages(thread)
+    assert after[:2] == messages
+    assert shapes(after) == snapshot(
+        [
+            "request: user-prompt",
+            "response: ",
+            "request: user-prompt",
+            "response: tool-call(lookup_order)",
+            "request: tool-return(lookup_order)",
+            "response: text",
+        ]
+    )
+
+
+async def test_no_active_run_and_a_paused_thread_have_nothing_to_cancel(app: App) -> None:
+    thread = await app.thread()
+    with pytest.raises(NoActiveRun) as raised:
+        await cancel(app.db, thread.thread_id)
+    assert raised.value.code == "no_active_run"
+    await app.send(thread, "Please refund ORD-5678")
+    assert (await app.db.threads.get(thread.thread_id)).status == "awaiting_approval"
+    with pytest.raises(NoActiveRun):
+        await cancel(app.db, thread.thread_id)
+
+
+def _run(**changes: object) -> Run:
+    base = Run(
+        run_id="r" * 8,
+        thread_id="t",
+        kind="message",
+        status="running",
+        content="Hi",
+        idempotency_key=None,
+        error=None,
+        attempt=1,
+        checkpoints=0,
+        created_at=None,  # pyright: ignore[reportArgumentType]
+        started_at=None,
+        finished_at=None,
+    )
+    return replace(base, **changes)  # pyright: ignore[reportArgumentType]
+
+
+def test_only_the_latest_attempts_text_is_kept_and_a_withdrawn_part_keeps_its_replacement() -> None:
+    from stream import TextDone, TextWithdrawn
+
+    events = [
+        RunStarted(run_id="r", kind="message"),
+        TextDelta(run_id="r", part_id="a", delta="first attempt"),
+        RunStarted(run_id="r", kind="recover"),
+        TextDelta(run_id="r", part_id="b", delta="Hel"),
+        TextDelta(run_id="r", part_id="b", delta="lo"),
+        TextDone(run_id="r", part_id="b", text="Hello"),
+        TextDelta(run_id="r", part_id="c", delta="api_secret=1"),
+        TextWithdrawn(run_id="r", part_id="c", replacement="[withdrawn]"),
+    ]
+    messages, kept = interrupted_messages([], _run(attempt=2), events)
+    assert kept == "Hello\n\n[withdrawn]"
+    assert shapes(messages) == ["request: user-prompt", "response: text, text"]

@@ -1,0 +1,306 @@
+// The conversation as the page shows it: messages, replies in markdown, tool steps, notices.
+//
+// Everything a user or a model wrote goes in as text, except replies, which go through the
+// sanitising markdown renderer (markdown.js).
+
+import { button, compactJson, copyText, element, timeElement } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+
+const STATUS_TEXT = {
+  calling: "running…",
+  waiting: "waiting for approval",
+  success: "done",
+  refused: "refused",
+  denied: "rejected",
+  failed: "failed",
+  interrupted: "stopped",
+};
+
+/** Why a tool that ran says it did not do what was asked (its business rules refused), if it does. */
+export function refusal(content) {
+  if (content === null || typeof content !== "object" || Array.isArray(content)) return null;
+  if (typeof content.error === "string") return content.error;
+  for (const key of ["accepted", "cancelled", "ok", "success", "allowed"]) {
+    if (content[key] === false) return typeof content.message === "string" ? content.message : "refused";
+  }
+  return null;
+}
+
+/** `lookup_order` → "Lookup order", with its first short arguments: "Lookup order · ORD-5678". */
+export function toolLabel(toolName, args) {
+  const name = String(toolName ?? "tool").replace(/[_-]+/g, " ").trim();
+  const title = name.charAt(0).toUpperCase() + name.slice(1);
+  const values = [];
+  if (args && typeof args === "object") {
+    for (const value of Object.values(args)) {
+      if (typeof value === "string" || typeof value === "number") values.push(String(value));
+      if (values.join(", ").length > 40) break;
+    }
+  }
+  let detail = values.join(", ");
+  if (detail.length > 48) detail = `${detail.slice(0, 47)}…`;
+  return detail ? `${title} · ${detail}` : title;
+}
+
+const runOf = (taggedRunId) => (taggedRunId ? String(taggedRunId).replace(/\.\d+$/, "") : null);
+
+export class Transcript {
+  constructor(container, hooks) {
+    this.container = container;
+    this.hooks = hooks; // { onRunId(runId) }
+    this.clear();
+  }
+
+  clear() {
+    this.container.replaceChildren();
+    this.parts = new Map(); // part_id → { node, raw, turn }
+    this.steps = new Map(); // tool_call_id → step element
+    this.pending = null; // a frame is scheduled to render streamed markdown
+  }
+
+  // -- stored messages ----------------------------------------------------------------------
+
+  /** Render a stored conversation; `edited` maps tool_call_id → the arguments a reviewer put in their place. */
+  renderStored(messages, edited) {
+    let lastRun = null;
+    for (const message of messages ?? []) {
+      // A reply the server wrote itself (a run's turn limit) names no run: it is the previous one's.
+      const runId = runOf(message.run_id) ?? lastRun;
+      lastRun = runId;
+      if (message.kind === "request") {
+        for (const part of message.parts ?? []) {
+          if (part.part_kind === "user-prompt") this.userMessage(promptText(part.content), part.timestamp);
+          else if (part.part_kind === "tool-return") {
+            this.toolResult(part.tool_call_id, part.tool_name, part.outcome ?? "success", part.content);
+          }
+        }
+      } else {
+        const metadata = message.metadata ?? {};
+        if (metadata.blocked_by) this.notice("guardrail", `Guardrail “${metadata.blocked_by}” stopped this message.`);
+        (message.parts ?? []).forEach((part, index) => {
+          if (part.part_kind === "text" && part.content) {
+            const node = this.text(`stored-${this.container.childElementCount}-${index}`, part.content, runId, message.timestamp);
+            if (metadata.withdrawn) this.markWithdrawn(node);
+          } else if (part.part_kind === "tool-call") {
+            const args = parseArgs(part.args);
+            this.toolCall(part.tool_call_id, part.tool_name, args, runId);
+            if (edited.has(part.tool_call_id)) this.markEdited(part.tool_call_id, edited.get(part.tool_call_id), args);
+          }
+        });
+      }
+      // A cancelled turn ends with an interrupted response (a request may be interrupted too: its steps say so).
+      if (message.state === "interrupted" && message.kind === "response") this.stopped(runId);
+    }
+  }
+
+  // -- messages and replies ------------------------------------------------------------------
+
+  userMessage(content, when) {
+    const turn = element("div", "turn user", "user-turn");
+    turn.append(element("div", "msg user", "user-message", content ?? ""), this.meta(when));
+    this.container.append(turn);
+  }
+
+  /** The reply part `partId`, created when new, its whole text set to `text`. */
+  text(partId, text, runId, when) {
+    const part = this.part(partId, runId, when);
+    part.raw = text ?? "";
+    part.node.classList.remove("streaming");
+    renderMarkdown(part.node, part.raw);
+    return part.node;
+  }
+
+  appendText(partId, delta, runId) {
+    const part = this.part(partId, runId);
+    part.raw += delta ?? "";
+    part.node.classList.add("streaming");
+    // Markdown is rendered once per frame, not once per word.
+    if (!this.pending) {
+      this.pending = requestAnimationFrame(() => {
+        this.pending = null;
+        for (const each of this.parts.values()) {
+          if (each.node.classList.contains("streaming")) renderMarkdown(each.node, each.raw);
+        }
+      });
+    }
+  }
+
+  withdrawn(partId, replacement, runId) {
+    this.markWithdrawn(this.text(partId, replacement, runId));
+  }
+
+  markWithdrawn(node) {
+    node.classList.add("withdrawn");
+    node.dataset.withdrawn = "true";
+    node.title = "The original reply was withdrawn by a guardrail.";
+  }
+
+  finish() {
+    for (const part of this.parts.values()) {
+      if (part.node.classList.contains("streaming")) {
+        part.node.classList.remove("streaming");
+        renderMarkdown(part.node, part.raw);
+      }
+    }
+  }
+
+  part(partId, runId, when) {
+    let part = this.parts.get(partId);
+    if (part) return part;
+    const turn = element("div", "turn assistant", "assistant-turn");
+    if (runId) turn.dataset.runId = runId;
+    const node = element("div", "msg assistant markdown", "assistant-text");
+    node.dataset.partId = partId;
+    part = { node, raw: "", turn };
+    const meta = this.meta(when ?? new Date());
+    const copy = button("Copy", "link", "copy-reply");
+    copy.setAttribute("aria-label", "Copy this reply");
+    copy.addEventListener("click", () => copyText(part.raw, copy));
+    meta.append(copy);
+    if (runId) {
+      const run = button(`run ${runId.slice(0, 8)}`, "link run-id", "reply-run-id");
+      run.title = `durable-chat trace ${runId}`;
+      run.setAttribute("aria-label", `Copy the trace command of run ${runId}`);
+      run.addEventListener("click", () => copyText(`durable-chat trace ${runId}`, run));
+      meta.append(run);
+    }
+    turn.append(node, meta);
+    this.container.append(turn);
+    this.parts.set(partId, part);
+    return part;
+  }
+
+  meta(when) {
+    const meta = element("div", "msg-meta");
+    meta.append(timeElement(when ?? new Date()));
+    return meta;
+  }
+
+  /** A regenerated reply replaces everything after the last user message. */
+  trimAfterLastUser() {
+    const users = this.container.querySelectorAll('[data-testid="user-turn"]');
+    const last = users.length ? users[users.length - 1] : null;
+    if (!last) return;
+    while (last.nextElementSibling) last.nextElementSibling.remove();
+    for (const [key, part] of this.parts) if (!part.turn.isConnected) this.parts.delete(key);
+    for (const [key, step] of this.steps) if (!step.isConnected) this.steps.delete(key);
+  }
+
+  lastAssistantTurn() {
+    const turns = this.container.querySelectorAll('[data-testid="assistant-turn"]');
+    return turns.length ? turns[turns.length - 1] : null;
+  }
+
+  // -- tool steps ----------------------------------------------------------------------------
+
+  toolCall(toolCallId, toolName, args, runId) {
+    if (toolCallId && this.steps.has(toolCallId)) return this.steps.get(toolCallId);
+    const step = element("details", "tool-step", "tool-step");
+    step.dataset.status = "calling";
+    if (toolCallId) step.dataset.toolCallId = toolCallId;
+    if (runId) step.dataset.runId = runId;
+    const summary = element("summary", "tool-summary");
+    summary.append(
+      element("span", "tool-label", "tool-label", toolLabel(toolName, args)),
+      element("span", "badge", "tool-status", STATUS_TEXT.calling),
+    );
+    const call = element("div", "tool tool-call", "tool-call");
+    call.append(
+      element("span", "tool-kind", null, "call"),
+      element("code", "tool-name", "tool-name", toolName),
+      element("code", "tool-args", "tool-args", compactJson(args)),
+    );
+    step.append(summary, call);
+    this.container.append(step);
+    if (toolCallId) this.steps.set(toolCallId, step);
+    return step;
+  }
+
+  toolResult(toolCallId, toolName, outcome, content) {
+    let step = toolCallId ? this.steps.get(toolCallId) : undefined;
+    if (!step) step = this.toolCall(toolCallId, toolName, {}, null);
+    if (step.querySelector('[data-testid="tool-result"]')) return;
+    const refused = outcome === "success" ? refusal(content) : null;
+    const status = refused !== null ? "refused" : outcome;
+    const result = element("div", `tool tool-result outcome-${outcome}`, "tool-result");
+    result.dataset.outcome = outcome;
+    result.append(
+      element("span", "tool-kind", null, "result"),
+      element("code", "tool-name", "tool-name", toolName),
+      element("span", "badge", "tool-outcome", outcome),
+      element("code", "tool-content", "tool-content", compactJson(content)),
+    );
+    if (refused !== null) result.append(element("p", "tool-refusal", "tool-refusal", refused));
+    step.append(result);
+    this.setStatus(step, status);
+  }
+
+  setStatus(step, status) {
+    step.dataset.status = status;
+    step.querySelector('[data-testid="tool-status"]').textContent = STATUS_TEXT[status] ?? status;
+  }
+
+  /** The step of a call a human must decide on: waiting, or decided. */
+  waiting(toolCallId) {
+    const step = this.steps.get(toolCallId);
+    if (step && step.dataset.status === "calling") this.setStatus(step, "waiting");
+  }
+
+  /** The call ran with a reviewer's arguments: its line shows those, and says so. */
+  markEdited(toolCallId, overrideArgs, originalArgs) {
+    const step = this.steps.get(toolCallId);
+    if (!step || !overrideArgs || step.querySelector('[data-testid="edited-marker"]')) return;
+    const call = step.querySelector('[data-testid="tool-call"]');
+    const argsNode = call.querySelector('[data-testid="tool-args"]');
+    const original = originalArgs ?? argsNode.textContent;
+    argsNode.textContent = compactJson(overrideArgs);
+    const marker = element("span", "edited", "edited-marker", "edited by the reviewer");
+    marker.title = `The model asked for ${compactJson(original)}`;
+    call.append(marker);
+    step.querySelector('[data-testid="tool-label"]').textContent = toolLabel(
+      call.querySelector('[data-testid="tool-name"]').textContent,
+      overrideArgs,
+    );
+  }
+
+  stepOf(toolCallId) {
+    return this.steps.get(toolCallId) ?? null;
+  }
+
+  // -- notices -------------------------------------------------------------------------------
+
+  notice(testId, text) {
+    const node = element("div", `notice ${testId}`, testId, text);
+    this.container.append(node);
+    return node;
+  }
+
+  /** The run stopped here on a user's request: the reply above it (if any) is partial. */
+  stopped(runId) {
+    for (const part of this.parts.values()) {
+      if (runId && part.turn.dataset.runId === runId) part.node.classList.add("partial");
+    }
+    for (const step of this.steps.values()) {
+      if (step.dataset.status === "calling" || step.dataset.status === "waiting") this.setStatus(step, "interrupted");
+    }
+    const node = this.notice("stopped", "Stopped: the reply above may be incomplete.");
+    node.setAttribute("role", "note");
+    return node;
+  }
+}
+
+function promptText(content) {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) return content.map((item) => (typeof item === "string" ? item : "[attachment]")).join("\n");
+  return String(content ?? "");
+}
+
+export function parseArgs(args) {
+  if (typeof args !== "string") return args ?? {};
+  try {
+    return JSON.parse(args);
+  } catch {
+    return args;
+  }
+}
+
