@@ -1,27 +1,27 @@
-"""Scripted model turns for the guardrail and error tests: a `FunctionModel` that plays a list of steps.
+"""Scripted model turns for the core tests: a `FunctionModel` that plays a list of steps.
 
 Each model request plays the next step (the last one, `then`, repeats): a text reply, streamed word
 by word; tool calls, optionally after some text, in one response; an exception raised before
 anything is streamed; or some text streamed, then an exception. Every request's messages are kept,
-so a test can assert what the model was (or was not) sent.
+so a test can assert what the model was (or was not) sent. The steps count requests, not turns: the
+processes of one test (runtimes opened on one database) that share a script share its position, as
+they would share a provider.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from pydantic_ai import Agent, DeferredToolRequests, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import Runtime, RuntimeOptions
-from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
 from stream import StreamEvent, transcript
 
-__all__ = ("Calls", "FailAfter", "Script", "agent_on", "lines", "runtime_with")
+__all__ = ("Calls", "FailAfter", "Script", "lines")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class Script:
 
     steps: list[Step]
     then: Step | None = None
+    delay: float = 0.0
+    """Seconds the model thinks before each response, as a slow provider would: holds a run between
+    two checkpoints (for tests of leases and workers)."""
     requests: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
     """The messages of every request made, in order."""
 
@@ -64,6 +67,8 @@ class Script:
         return self.then
 
     async def _request(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         step = self._next(messages)
         match step:
             case str():
@@ -77,6 +82,8 @@ class Script:
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls]:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         step = self._next(messages)
         match step:
             case str():
@@ -103,33 +110,13 @@ def _words(text: str) -> list[str]:
 
 
 def _call_id(messages: list[ModelMessage], number: int, tool_name: str) -> str:
-    # Stable per position in the conversation, as the demo model's are.
+    # Stable per position in the conversation: a replay of the same history gets the same ids.
     return f"call_{len(messages)}_{number}_{tool_name}"
 
 
 def _call(messages: list[ModelMessage], number: int, call: tuple[str, dict[str, object]]) -> ToolCallPart:
     tool_name, args = call
     return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(messages, number, tool_name))
-
-
-def agent_on(script: Script, *extra_tools: Tool[ShopDeps]) -> Agent[ShopDeps, str | DeferredToolRequests]:
-    """The support agent's configuration on the scripted model, with `extra_tools` besides its own."""
-    return Agent(
-        script.model(),
-        deps_type=ShopDeps,
-        output_type=[str, DeferredToolRequests],
-        instructions=INSTRUCTIONS,
-        tools=[*TOOLS, *extra_tools],
-        name="support",
-    )
-
-
-def runtime_with(
-    runtime: Runtime, script: Script, *extra_tools: Tool[ShopDeps], **changes: object
-) -> Runtime:
-    """`runtime` serving its app with the scripted agent, the app's other fields changed as given."""
-    app = replace(runtime.app, agent=agent_on(script, *extra_tools), **changes)  # pyright: ignore[reportArgumentType]
-    return Runtime.of(app, runtime.db, options=RuntimeOptions(), publish=runtime.publish)
 
 
 def lines(events: list[StreamEvent]) -> list[str]:
