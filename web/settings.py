@@ -8,10 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import RuntimeOptions
-from agent.loader import DEFAULT_APP
-from agent.redaction import secrets_from_environment
-from agent.tracing import TracingConfig
+from agent import DEFAULT_APP, RuntimeOptions, TracingConfig, secrets_from_environment
 from store import ConnectionOptions, Worker
 
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
