@@ -19,10 +19,13 @@ from starlette.staticfiles import StaticFiles
 from agent import ChatApp, load_app, open_runtime
 from store import Database, DatabaseUnavailable, EventListener, Worker, normalize_url
 
+from .ag_ui import ag_ui_routes
+from .ai_sdk import ai_sdk_routes
 from .api import api_routes
 from .broker import Broker
 from .errors import ApiError
 from .limits import RateLimiter
+from .regenerate import regenerate_routes
 from .relay import Relay
 from .runner import Runner
 from .services import Services
@@ -95,7 +98,10 @@ def create_app(settings: Settings, app: ChatApp[Any] | None = None) -> Starlette
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", page, methods=["GET"]),
             *api_routes(),
+            *regenerate_routes(),
             *sse_routes(),
+            *ai_sdk_routes(),
+            *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
         ],
         exception_handlers={
