@@ -5,7 +5,8 @@ by word; tool calls, optionally after some text, in one response; an exception r
 anything is streamed; or some text streamed, then an exception. Every request's messages are kept,
 so a test can assert what the model was (or was not) sent. The steps count requests, not turns: the
 processes of one test (runtimes opened on one database) that share a script share its position, as
-they would share a provider.
+they would share a provider. Tool call ids are `call_<request>_<n>_<tool>`, unique per request as a
+provider's are: a turn asked again (regenerated, or after a crash) gets ids of its own.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class Script:
                 return ModelResponse(parts=[TextPart(step)])
             case Calls(calls=calls, text=text):
                 head = [TextPart(text)] if text else []
-                return ModelResponse(parts=[*head, *(_call(messages, n, c) for n, c in enumerate(calls))])
+                request = len(self.requests)
+                return ModelResponse(parts=[*head, *(_call(request, n, c) for n, c in enumerate(calls))])
             case FailAfter(error=error) | (Exception() as error):
                 raise error
 
@@ -93,7 +95,7 @@ class Script:
                 for word in _words(text):
                     yield word
                 for number, (tool_name, args) in enumerate(calls):
-                    call_id = _call_id(messages, number, tool_name)
+                    call_id = _call_id(len(self.requests), number, tool_name)
                     yield {number: DeltaToolCall(name=tool_name, tool_call_id=call_id)}
                     yield {number: DeltaToolCall(json_args=json.dumps(args))}
             case FailAfter(text=text, error=error):
@@ -109,14 +111,13 @@ def _words(text: str) -> list[str]:
     return [f"{word} " for word in words[:-1]] + [words[-1]] if text else []
 
 
-def _call_id(messages: list[ModelMessage], number: int, tool_name: str) -> str:
-    # Stable per position in the conversation: a replay of the same history gets the same ids.
-    return f"call_{len(messages)}_{number}_{tool_name}"
+def _call_id(request: int, number: int, tool_name: str) -> str:
+    return f"call_{request}_{number}_{tool_name}"
 
 
-def _call(messages: list[ModelMessage], number: int, call: tuple[str, dict[str, object]]) -> ToolCallPart:
+def _call(request: int, number: int, call: tuple[str, dict[str, object]]) -> ToolCallPart:
     tool_name, args = call
-    return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(messages, number, tool_name))
+    return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(request, number, tool_name))
 
 
 def lines(events: list[StreamEvent]) -> list[str]:

@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserProm
 from agent import NothingToRegenerate, decide, last_prompt, run_step, without_last_turn
 from stream import CollectingSink, transcript
 
-from .core_app import CoreFactory
+from .core_app import CoreFactory, moved
 from .scripted import Calls, Script
 from .step_app import shapes
 
@@ -99,10 +99,14 @@ async def test_a_regenerated_turn_that_a_guardrail_blocked_is_blocked_again(
     assert shapes(await app.messages(thread)) == snapshot(["request: user-prompt", "response: text"])
 
 
-async def test_regenerating_a_turn_that_paused_pauses_again_for_its_own_call(app: App) -> None:
+async def test_regenerating_a_turn_that_paused_pauses_again_for_its_own_call(
+    core_factory: CoreFactory,
+) -> None:
     # The regenerated turn's calls have ids of their own: the first turn's decision is not theirs.
+    transfer = Calls([("transfer", {"to": "bob", "amount": 25.5})])
+    app = await core_factory(Script([transfer, "Not sent.", transfer, "Sent."]))
     thread = await app.thread()
-    await app.send(thread, "Please cancel ORD-9012")
+    await app.send(thread, "Send bob 25.50")
     [first] = await app.pending(thread)
     decision = await decide(
         app.db, thread.thread_id, first, decision="rejected", decided_by="bob", reason="no"
@@ -110,7 +114,7 @@ async def test_regenerating_a_turn_that_paused_pauses_again_for_its_own_call(app
     assert decision.resume_run_id is not None
     assert await run_step(app.runtime, decision.resume_run_id) == "completed"
 
-    run, _ = await app.db.runs.create_regenerate_run(thread.thread_id, content="Please cancel ORD-9012")
+    run, _ = await app.db.runs.create_regenerate_run(thread.thread_id, content="Send bob 25.50")
 
     assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
     [again] = await app.pending(thread)
@@ -118,6 +122,4 @@ async def test_regenerating_a_turn_that_paused_pauses_again_for_its_own_call(app
     decision = await decide(app.db, thread.thread_id, again, decision="approved", decided_by="bob")
     assert decision.resume_run_id is not None
     assert await run_step(app.runtime, decision.resume_run_id) == "completed"
-    order = await app.business.get_order("ORD-9012")
-    assert order is not None
-    assert order.status == "cancelled"
+    assert await moved(app) == [("bob", 2550)]

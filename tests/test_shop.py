@@ -294,6 +294,30 @@ async def test_the_same_decision_at_once_from_four_processes_refunds_once(
     assert sum(e.type == "run_started" for e in await apps[0].log(thread)) == 2
 
 
+async def test_regenerating_a_cancellation_that_paused_pauses_again_for_its_own_call(app: App) -> None:
+    # The demo model's call ids carry a digest of the asking run: the regenerated turn's are its own.
+    thread = await app.thread()
+    await app.send(thread, "Please cancel ORD-9012")
+    [first] = await app.pending(thread)
+    decision = await decide(
+        app.db, thread.thread_id, first, decision="rejected", decided_by="bob", reason="no"
+    )
+    assert decision.resume_run_id is not None
+    assert await run_step(app.runtime, decision.resume_run_id) == "completed"
+
+    run, _ = await app.db.runs.create_regenerate_run(thread.thread_id, content="Please cancel ORD-9012")
+
+    assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
+    [again] = await app.pending(thread)
+    assert again != first
+    decision = await decide(app.db, thread.thread_id, again, decision="approved", decided_by="bob")
+    assert decision.resume_run_id is not None
+    assert await run_step(app.runtime, decision.resume_run_id) == "completed"
+    order = await business(app).get_order("ORD-9012")
+    assert order is not None
+    assert order.status == "cancelled"
+
+
 def _normalized(events: list[StreamEvent]) -> list[str]:
     """The transcript with part ids (which embed the run id) replaced, for stable snapshots."""
     lines = transcript(events)
