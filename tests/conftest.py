@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from graphlib import TopologicalSorter
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import asyncpg
 import httpx
@@ -33,13 +33,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
 from sqlalchemy.engine import make_url
 
-from agent import open_runtime
+from agent import RuntimeOptions, open_runtime
 from agent.demo import shop_app
 from agent.tracing import RedactingSpanExporter
 from store import SqlConversationStore
 
 from .browser import browser, context, page  # noqa: F401  (the browser tests' fixtures)
+from .core_app import CoreFactory, core_app
 from .live_server import LiveServer, live_server, sqlite_url
+from .scripted import Script
 from .step_app import App, AppFactory
 from .store_conformance import StoreFactory
 
@@ -264,6 +266,24 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 # -- the agent core on a test database ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def core_factory(database_url: str) -> AsyncIterator[CoreFactory]:
+    """Opens the core tests' own app (`core_app`) on one database: `await core_factory(script, ...)`.
+
+    Each call is a fresh process's view (new engine, nothing cached); calls given the same script
+    share its model, as processes share a provider.
+    """
+    async with AsyncExitStack() as stack:
+
+        async def open_core(
+            script: Script, /, *, options: RuntimeOptions | None = None, **app_options: Any
+        ) -> App:
+            opened = open_runtime(core_app(script, **app_options), database_url, options=options)
+            return App(await stack.enter_async_context(opened))
+
+        yield open_core
 
 
 @pytest.fixture

@@ -10,25 +10,39 @@ Its tools cover every approval policy pydantic-ai has and both ledger patterns:
 - `book` calls an external API (`scope.ledger.external`), a fake that counts calls per idempotency
   key and can be made to fail or to hang;
 - `note` saves a structured record of the thread (`scope.records.save`).
+
+A test adds tools of its own with `tools=` (one that raises, one that hangs). `core_factory` (in
+`conftest.py`) opens it on the test's database through `open_runtime`, as the server does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ApprovalRequired, FunctionToolset, RunContext, Tool
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent import AppContext, ChatApp, RunScope
+from agent import AppContext, ChatApp, RunScope, RuntimeOptions
 
 from .scripted import Script
+from .step_app import App
 
-__all__ = ("TRANSFERS", "CoreDeps", "FakeApi", "Note", "balance", "core_app", "core_tables")
+__all__ = (
+    "TRANSFERS",
+    "CoreDeps",
+    "CoreFactory",
+    "FakeApi",
+    "Note",
+    "balance",
+    "core_app",
+    "core_tables",
+    "moved",
+)
 
 core_tables = sa.MetaData()
 TRANSFERS = sa.Table(
@@ -130,9 +144,11 @@ def core_app(
     tenant: str = "acme",
     output_type: Any = str,
     built: list[RunScope] | None = None,
+    tools: Sequence[Tool[CoreDeps]] = (),
     **options: Any,
 ) -> ChatApp[CoreDeps]:
-    """The core test app on `script`; `built` collects the scope of every deps the factory built."""
+    """The core test app on `script`, with `tools` besides its own; `built` collects the scope of
+    every deps the factory built, `options` set the `ChatApp`'s other fields."""
     fake = FakeApi() if api is None else api
 
     async def deps(scope: RunScope) -> CoreDeps:
@@ -145,7 +161,7 @@ def core_app(
         deps_type=CoreDeps,
         output_type=output_type,
         instructions="You are a test assistant.",
-        tools=[lookup, Tool(transfer, requires_approval=True), refund, book, note],
+        tools=[lookup, Tool(transfer, requires_approval=True), refund, book, note, *tools],
         toolsets=[FunctionToolset([purge]).approval_required()],
         name="core",
     )
@@ -157,3 +173,18 @@ async def balance(connection_source: Callable[[], Any], to: str) -> int:
     async with connection_source() as connection:
         query = sa.select(sa.func.coalesce(sa.func.sum(TRANSFERS.c.cents), 0)).where(TRANSFERS.c.to == to)
         return int((await connection.execute(query)).scalar_one())
+
+
+async def moved(app: App) -> list[tuple[str, int]]:
+    """Every transfer made, as `(to, cents)`, in order of recipient."""
+    async with app.db.engine.connect() as connection:
+        rows = await connection.execute(sa.select(TRANSFERS.c.to, TRANSFERS.c.cents).order_by(TRANSFERS.c.to))
+        return [(to, cents) for to, cents in rows]
+
+
+class CoreFactory(Protocol):
+    """Opens the core app on `script` on the test's database: each call is a fresh process's view."""
+
+    def __call__(
+        self, script: Script, /, *, options: RuntimeOptions | None = None, **app_options: Any
+    ) -> Awaitable[App]: ...

@@ -1,27 +1,28 @@
-"""Scripted model turns for the guardrail and error tests: a `FunctionModel` that plays a list of steps.
+"""Scripted model turns for the core tests: a `FunctionModel` that plays a list of steps.
 
 Each model request plays the next step (the last one, `then`, repeats): a text reply, streamed word
 by word; tool calls, optionally after some text, in one response; an exception raised before
 anything is streamed; or some text streamed, then an exception. Every request's messages are kept,
-so a test can assert what the model was (or was not) sent.
+so a test can assert what the model was (or was not) sent. The steps count requests, not turns: the
+processes of one test (runtimes opened on one database) that share a script share its position, as
+they would share a provider. Tool call ids are `call_<request>_<n>_<tool>`, unique per request as a
+provider's are: a turn asked again (regenerated, or after a crash) gets ids of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from pydantic_ai import Agent, DeferredToolRequests, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import Runtime, RuntimeOptions
-from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
 from stream import StreamEvent, transcript
 
-__all__ = ("Calls", "FailAfter", "Script", "agent_on", "lines", "runtime_with")
+__all__ = ("Calls", "FailAfter", "Script", "lines")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Script:
 
     steps: list[Step]
     then: Step | None = None
+    delay: float = 0.0
+    """Seconds the model thinks before each response, as a slow provider would: holds a run between
+    two checkpoints (for tests of leases and workers)."""
     requests: list[list[ModelMessage]] = field(default_factory=list[list[ModelMessage]])
     """The messages of every request made, in order."""
 
@@ -64,19 +68,24 @@ class Script:
         return self.then
 
     async def _request(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         step = self._next(messages)
         match step:
             case str():
                 return ModelResponse(parts=[TextPart(step)])
             case Calls(calls=calls, text=text):
                 head = [TextPart(text)] if text else []
-                return ModelResponse(parts=[*head, *(_call(messages, n, c) for n, c in enumerate(calls))])
+                request = len(self.requests)
+                return ModelResponse(parts=[*head, *(_call(request, n, c) for n, c in enumerate(calls))])
             case FailAfter(error=error) | (Exception() as error):
                 raise error
 
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls]:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         step = self._next(messages)
         match step:
             case str():
@@ -86,7 +95,7 @@ class Script:
                 for word in _words(text):
                     yield word
                 for number, (tool_name, args) in enumerate(calls):
-                    call_id = _call_id(messages, number, tool_name)
+                    call_id = _call_id(len(self.requests), number, tool_name)
                     yield {number: DeltaToolCall(name=tool_name, tool_call_id=call_id)}
                     yield {number: DeltaToolCall(json_args=json.dumps(args))}
             case FailAfter(text=text, error=error):
@@ -102,34 +111,13 @@ def _words(text: str) -> list[str]:
     return [f"{word} " for word in words[:-1]] + [words[-1]] if text else []
 
 
-def _call_id(messages: list[ModelMessage], number: int, tool_name: str) -> str:
-    # Stable per position in the conversation, as the demo model's are.
-    return f"call_{len(messages)}_{number}_{tool_name}"
+def _call_id(request: int, number: int, tool_name: str) -> str:
+    return f"call_{request}_{number}_{tool_name}"
 
 
-def _call(messages: list[ModelMessage], number: int, call: tuple[str, dict[str, object]]) -> ToolCallPart:
+def _call(request: int, number: int, call: tuple[str, dict[str, object]]) -> ToolCallPart:
     tool_name, args = call
-    return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(messages, number, tool_name))
-
-
-def agent_on(script: Script, *extra_tools: Tool[ShopDeps]) -> Agent[ShopDeps, str | DeferredToolRequests]:
-    """The support agent's configuration on the scripted model, with `extra_tools` besides its own."""
-    return Agent(
-        script.model(),
-        deps_type=ShopDeps,
-        output_type=[str, DeferredToolRequests],
-        instructions=INSTRUCTIONS,
-        tools=[*TOOLS, *extra_tools],
-        name="support",
-    )
-
-
-def runtime_with(
-    runtime: Runtime, script: Script, *extra_tools: Tool[ShopDeps], **changes: object
-) -> Runtime:
-    """`runtime` serving its app with the scripted agent, the app's other fields changed as given."""
-    app = replace(runtime.app, agent=agent_on(script, *extra_tools), **changes)  # pyright: ignore[reportArgumentType]
-    return Runtime.of(app, runtime.db, options=RuntimeOptions(), publish=runtime.publish)
+    return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(request, number, tool_name))
 
 
 def lines(events: list[StreamEvent]) -> list[str]:

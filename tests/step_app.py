@@ -1,4 +1,8 @@
-"""What the step tests share: a runtime on a test database, as one server process holds it."""
+"""What the step tests share: a runtime on a test database, as one server process holds it.
+
+It serves any app: the core tests' own (`core_app`, opened by the `core_factory` fixture) or the demo
+shop (`app_factory`, for the shop's tests).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,10 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from agent import Runtime, run_step
-from agent.demo import BusinessData
 from store import Database, Thread
 from stream import CollectingSink, StreamEvent, event_from_data
 
-__all__ = ("App", "AppFactory", "refunded_cents", "shapes")
+__all__ = ("App", "AppFactory", "shapes")
 
 
 @dataclass
@@ -24,11 +27,6 @@ class App:
     @property
     def db(self) -> Database:
         return self.runtime.db
-
-    @property
-    def business(self) -> BusinessData:
-        """The demo shop's data, when the runtime serves the shop."""
-        return BusinessData(self.runtime.db.engine)
 
     async def thread(self, user_id: str = "alice") -> Thread:
         return await self.db.threads.create(user_id=user_id, title="test")
@@ -66,9 +64,3 @@ def shapes(messages: list[ModelMessage]) -> list[str]:
         )
         lines.append(f"{'request' if isinstance(message, ModelRequest) else 'response'}: {kinds}")
     return lines
-
-
-async def refunded_cents(app: App, order_id: str) -> int:
-    order = await app.business.get_order(order_id)
-    assert order is not None
-    return order.refunded_cents

@@ -1,38 +1,50 @@
 """The AI SDK, AG-UI and regenerate endpoints in process: flows over the durable machinery, and every bad request.
 
 The app runs with its lifespan (database, runner, broker) under httpx's ASGI transport; a stream
-answer is read whole, since each one ends when its run does.
+answer is read whole, since each one ends when its run does. It serves the core tests' own app
+(`core_app`) on a scripted model, one script per test: `transfer` needs approval.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
-from agent.demo import shop_app
-from web.app import create_app
-from web.settings import Settings
-from web.tokens import issue_token
+from web import Settings, create_app, issue_token
+
+from .core_app import core_app
+from .scripted import Calls, Script
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "clients-api-secret"
 CHAT = "/api/ai-sdk/chat"
+LOOKUP = Calls([("lookup", {"key": "balance"})])
+TRANSFER = Calls([("transfer", {"to": "bob", "amount": 25.5})])
+
+OpenApi = Callable[[Script], Awaitable[httpx.AsyncClient]]
 
 
 @pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=database_url, model="demo", secret=SECRET, data_dir=tmp_path)
-    app = create_app(settings, app=shop_app(delay=0))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
-            yield client
+async def open_api(database_url: str, tmp_path: Path) -> AsyncIterator[OpenApi]:
+    """Serves `core_app(script)` in process: `api = await open_api(script)`."""
+    async with AsyncExitStack() as stack:
+
+        async def open_one(script: Script) -> httpx.AsyncClient:
+            settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
+            app = create_app(settings, app=core_app(script))
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx.ASGITransport(app=app)
+            client = httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30)
+            return await stack.enter_async_context(client)
+
+        yield open_one
 
 
 def auth(user: str = "alice") -> dict[str, str]:
@@ -92,7 +104,7 @@ def submit(chat_id: str, *messages: dict[str, object]) -> dict[str, object]:
     return {"id": chat_id, "trigger": "submit-message", "messages": list(messages), "messageId": None}
 
 
-async def paused_call(api: httpx.AsyncClient, chat_id: str, text: str = "Please refund ORD-5678") -> str:
+async def paused_call(api: httpx.AsyncClient, chat_id: str, text: str = "Send bob 25.50") -> str:
     response = await api.post(CHAT, json=submit(chat_id, user_message(text)), headers=auth())
     requests = [c for c in chunks(response) if isinstance(c, dict) and c["type"] == "tool-approval-request"]
     assert len(requests) == 1, response.text
@@ -108,7 +120,8 @@ async def only_thread(api: httpx.AsyncClient, user: str = "alice") -> dict[str, 
 # -- flows --------------------------------------------------------------------------------------------
 
 
-async def test_an_approval_from_the_ai_sdk_is_the_native_decision(api: httpx.AsyncClient) -> None:
+async def test_an_approval_from_the_ai_sdk_is_the_native_decision(open_api: OpenApi) -> None:
+    api = await open_api(Script([LOOKUP, TRANSFER, "Sent 25.50 to bob."]))
     call_id = await paused_call(api, "chat-a")
     thread = await only_thread(api)
     assert thread["status"] == "awaiting_approval"
@@ -144,10 +157,11 @@ async def test_an_approval_from_the_ai_sdk_is_the_native_decision(api: httpx.Asy
     assert error(opposite) == (409, "already_decided")
     after = (await api.get(f"/api/threads/{thread['thread_id']}", headers=auth())).json()
     assert after["messages"] == detail["messages"]  # nothing ran twice
-    assert [m["kind"] for m in after["messages"]].count("response") == 3  # lookup, refund, the reply
+    assert [m["kind"] for m in after["messages"]].count("response") == 3  # lookup, transfer, the reply
 
 
-async def test_a_message_id_is_the_idempotency_key_and_the_history_keeps_it(api: httpx.AsyncClient) -> None:
+async def test_a_message_id_is_the_idempotency_key_and_the_history_keeps_it(open_api: OpenApi) -> None:
+    api = await open_api(Script(["Hello!"]))
     body = submit("chat-b", user_message("Hello", message_id="client-1"))
     first = await api.post(CHAT, json=body, headers=auth())
     second = await api.post(CHAT, json=body, headers=auth())
@@ -161,7 +175,8 @@ async def test_a_message_id_is_the_idempotency_key_and_the_history_keeps_it(api:
     assert (await api.get(f"{CHAT}/chat-b/stream", headers=auth())).status_code == 204
 
 
-async def test_chat_ids_are_scoped_to_their_user(api: httpx.AsyncClient) -> None:
+async def test_chat_ids_are_scoped_to_their_user(open_api: OpenApi) -> None:
+    api = await open_api(Script([TRANSFER, "Hello, Bob."]))
     await paused_call(api, "shared-id")
     # Bob's chat of the same id is his own, empty thread: Alice's is out of reach.
     assert (await api.get(f"{CHAT}/shared-id", headers=auth("bob"))).json() == {
@@ -180,7 +195,8 @@ async def test_chat_ids_are_scoped_to_their_user(api: httpx.AsyncClient) -> None
     assert (await only_thread(api))["status"] == "awaiting_approval"
 
 
-async def test_a_native_thread_is_a_chat_by_its_own_id(api: httpx.AsyncClient) -> None:
+async def test_a_native_thread_is_a_chat_by_its_own_id(open_api: OpenApi) -> None:
+    api = await open_api(Script(["Hello!"]))
     created = await api.post("/api/threads", json={"title": "native"}, headers=auth())
     thread_id = created.json()["thread_id"]
     await api.post(CHAT, json=submit(thread_id, user_message("Hello")), headers=auth())
@@ -188,11 +204,12 @@ async def test_a_native_thread_is_a_chat_by_its_own_id(api: httpx.AsyncClient) -
     assert [m["kind"] for m in detail["messages"]] == ["request", "response"]
 
 
-async def test_ag_ui_runs_pauses_and_resumes_with_edited_arguments(api: httpx.AsyncClient) -> None:
+async def test_ag_ui_runs_pauses_and_resumes_with_edited_arguments(open_api: OpenApi) -> None:
+    api = await open_api(Script([TRANSFER, "Sent 10.00 to bob."]))
     body = {
         "threadId": "ag-1",
         "runId": "r1",
-        "messages": [{"id": "u1", "role": "user", "content": "Please refund ORD-9012"}],
+        "messages": [{"id": "u1", "role": "user", "content": "Send bob 25.50"}],
         "extraFieldOfANewerClient": True,
     }
     paused = chunks(await api.post("/api/ag-ui", json=body, headers=auth()))
@@ -208,10 +225,7 @@ async def test_ag_ui_runs_pauses_and_resumes_with_edited_arguments(api: httpx.As
             {
                 "interruptId": interrupt["id"],
                 "status": "resolved",
-                "payload": {
-                    "approved": True,
-                    "editedArgs": {"order_id": "ORD-9012", "amount": 10, "reason": "r"},
-                },
+                "payload": {"approved": True, "editedArgs": {"to": "bob", "amount": 10}},
             }
         ],
     }
@@ -220,20 +234,28 @@ async def test_ag_ui_runs_pauses_and_resumes_with_edited_arguments(api: httpx.As
         "type": "RUN_FINISHED",
         "threadId": "ag-1",
         "runId": "r2",
-        "result": "Refunded $10.00 for ORD-9012.",
+        "result": "Sent 10.00 to bob.",
         "outcome": {"type": "success"},
     }
     (approval,) = (await api.get("/api/approvals", headers=auth())).json()["approvals"]
-    assert approval["override_args"] == {"order_id": "ORD-9012", "amount": 10, "reason": "r"}
-    assert approval["args"]["amount"] == 149.99  # the model's arguments are kept beside the edit
+    assert approval["override_args"] == {"to": "bob", "amount": 10}
+    assert approval["args"]["amount"] == 25.5  # the model's arguments are kept beside the edit
+    # The edited call is the one that ran.
+    thread = await only_thread(api)
+    detail = (await api.get(f"/api/threads/{thread['thread_id']}", headers=auth())).json()
+    returned = [
+        p["content"] for m in detail["messages"] for p in m["parts"] if p["part_kind"] == "tool-return"
+    ]
+    assert returned == [{"sent": 10.0, "to": "bob"}]
 
 
-async def test_native_regenerate(api: httpx.AsyncClient) -> None:
+async def test_native_regenerate(open_api: OpenApi) -> None:
+    api = await open_api(Script([LOOKUP, "Found it.", LOOKUP, "Found it again.", TRANSFER]))
     thread_id = (await api.post("/api/threads", json={}, headers=auth())).json()["thread_id"]
     regenerate = f"/api/threads/{thread_id}/regenerate"
     assert error(await api.post(regenerate, headers=auth())) == (409, "nothing_to_regenerate")
     assert error(await api.post(regenerate, headers=auth("bob"))) == (404, "not_found")
-    await api.post(CHAT, json=submit(thread_id, user_message("Where is ORD-3456?")), headers=auth())
+    await api.post(CHAT, json=submit(thread_id, user_message("What is my balance?")), headers=auth())
     answer = await api.post(regenerate, headers=auth())
     assert answer.status_code == 202
     assert set(answer.json()) == {"run_id", "thread_id"}
@@ -244,16 +266,18 @@ async def test_native_regenerate(api: httpx.AsyncClient) -> None:
     assert [m["role"] for m in history] == ["user", "assistant"]
     assert history[1]["id"] == answer.json()["run_id"]
 
-    await paused_call(api, thread_id, "Please cancel ORD-3456")
+    await paused_call(api, thread_id)
     assert error(await api.post(regenerate, headers=auth())) == (409, "approval_pending")
 
 
 # -- bad requests -------------------------------------------------------------------------------------
 
 
-async def test_bad_ai_sdk_requests(api: httpx.AsyncClient) -> None:
+async def test_bad_ai_sdk_requests(open_api: OpenApi) -> None:
+    # The other chat's call is another tool's: tool call ids are only unique within a thread.
+    api = await open_api(Script([TRANSFER, Calls([("purge", {"what": "drafts"})])]))
     call_id = await paused_call(api, "bad")
-    await api.post(CHAT, json=submit("other", user_message("Please cancel ORD-9012")), headers=auth())
+    await api.post(CHAT, json=submit("other", user_message("Purge my drafts")), headers=auth())
     pending = (await api.get("/api/approvals?status=pending", headers=auth())).json()["approvals"]
     # A call of Alice's other chat: unknown in this one.
     (other_id,) = [a["tool_call_id"] for a in pending if a["tool_call_id"] != call_id]
@@ -303,11 +327,12 @@ async def test_bad_ai_sdk_requests(api: httpx.AsyncClient) -> None:
     assert call_id in [a["tool_call_id"] for a in pending]
 
 
-async def test_bad_ag_ui_requests(api: httpx.AsyncClient) -> None:
+async def test_bad_ag_ui_requests(open_api: OpenApi) -> None:
+    api = await open_api(Script([TRANSFER, "Not sent."]))
     start = {
         "threadId": "ag-bad",
         "runId": "r1",
-        "messages": [{"id": "u1", "role": "user", "content": "Please refund ORD-5678"}],
+        "messages": [{"id": "u1", "role": "user", "content": "Send bob 25.50"}],
     }
     paused = chunks(await api.post("/api/ag-ui", json=start, headers=auth()))
     interrupt_id = paused[-1]["outcome"]["interrupts"][0]["id"]  # pyright: ignore[reportIndexIssue, reportCallIssue, reportArgumentType]

@@ -1,4 +1,5 @@
-"""Errors in the step function: transient model errors retried, final failures, tools that raise or hang."""
+"""Errors in the step function, on the core tests' own app: transient model errors retried, final
+failures, tools that raise or hang, a turn over its usage limits."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.usage import UsageLimits
 
 from agent import ModelRetries, Texts, ToolFailures
-from agent.demo import ShopDeps
 from agent.retries import is_transient
 from stream import CollectingSink, transcript
 
-from .scripted import Calls, FailAfter, Script, lines, runtime_with
-from .step_app import App, shapes
+from .core_app import CoreDeps, CoreFactory
+from .scripted import Calls, FailAfter, Script, lines
+from .step_app import shapes
 
 pytestmark = pytest.mark.anyio
 
@@ -44,10 +45,10 @@ def _retries(delays: list[float], attempts: int = 4) -> ModelRetries:
 # -- model errors ------------------------------------------------------------------------------------
 
 
-async def test_a_model_that_fails_twice_then_succeeds_completes(app: App) -> None:
+async def test_a_model_that_fails_twice_then_succeeds_completes(core_factory: CoreFactory) -> None:
     script = Script([_overloaded(), ModelHTTPError(429, "scripted"), "Hello after two failures."])
     delays: list[float] = []
-    app.runtime = runtime_with(app.runtime, script, model_retries=_retries(delays))
+    app = await core_factory(script, model_retries=_retries(delays))
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
@@ -60,14 +61,16 @@ async def test_a_model_that_fails_twice_then_succeeds_completes(app: App) -> Non
     assert shapes(await app.messages(thread)) == ["request: user-prompt", "response: text"]
 
 
-async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpoint(app: App) -> None:
+async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpoint(
+    core_factory: CoreFactory,
+) -> None:
     # The first request succeeds (a lookup), every later one fails.
-    script = Script([Calls([("lookup_order", {"order_id": "ORD-9012"})])], then=_overloaded())
+    script = Script([Calls([("lookup", {"key": "plan"})])], then=_overloaded())
     delays: list[float] = []
-    app.runtime = runtime_with(app.runtime, script, model_retries=_retries(delays, attempts=3))
+    app = await core_factory(script, model_retries=_retries(delays, attempts=3))
     thread = await app.thread()
     sink = CollectingSink()
-    run_id = await app.send(thread, "Where is ORD-9012?", sink=sink)
+    run_id = await app.send(thread, "Which plan am I on?", sink=sink)
     assert transcript(sink.events)[-1] == snapshot(
         "run_finished failed error='The assistant is unavailable right now. Please try again in a moment.'"
     )
@@ -80,7 +83,7 @@ async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpo
     assert (await app.db.threads.get(thread.thread_id)).status == "failed"
     # The conversation is what the last checkpoint stored: whole steps, nothing of the failed request.
     assert shapes(await app.messages(thread)) == snapshot(
-        ["request: user-prompt", "response: tool-call(lookup_order)"]
+        ["request: user-prompt", "response: tool-call(lookup)"]
     )
     assert "10.0.0.5" not in str(await app.log(thread))
     # The thread stays usable: the next message closes the open call and is answered.
@@ -91,10 +94,10 @@ async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpo
     assert (await app.db.threads.get(thread.thread_id)).status == "idle"
 
 
-async def test_a_request_the_provider_rejects_is_not_retried(app: App) -> None:
+async def test_a_request_the_provider_rejects_is_not_retried(core_factory: CoreFactory) -> None:
     script = Script([ModelHTTPError(400, "scripted", body="bad request")], then="unused")
     delays: list[float] = []
-    app.runtime = runtime_with(app.runtime, script, model_retries=_retries(delays))
+    app = await core_factory(script, model_retries=_retries(delays))
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
@@ -104,11 +107,11 @@ async def test_a_request_the_provider_rejects_is_not_retried(app: App) -> None:
     assert (len(script.requests), delays) == (1, [])
 
 
-async def test_a_stream_that_fails_after_output_is_not_retried(app: App) -> None:
+async def test_a_stream_that_fails_after_output_is_not_retried(core_factory: CoreFactory) -> None:
     # Its text already reached the client: sending the request again would repeat it.
     script = Script([FailAfter("Half an ans", _overloaded())], then="unused")
     delays: list[float] = []
-    app.runtime = runtime_with(app.runtime, script, model_retries=_retries(delays))
+    app = await core_factory(script, model_retries=_retries(delays))
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
@@ -148,20 +151,22 @@ def test_backoff_is_bounded_and_honours_retry_after() -> None:
 # -- tools -------------------------------------------------------------------------------------------
 
 
-async def explode(ctx: RunContext[ShopDeps], order_id: str) -> str:
+async def explode(ctx: RunContext[CoreDeps], order_id: str) -> str:
     """Look up the order's warehouse."""
     raise RuntimeError(f"connection to warehouse failed, password=hunter2 ({order_id})")
 
 
-async def hang(ctx: RunContext[ShopDeps], order_id: str) -> str:
+async def hang(ctx: RunContext[CoreDeps], order_id: str) -> str:
     """Look up the order's courier."""
     await asyncio.sleep(3600)
     return "never"
 
 
-async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(app: App) -> None:
+async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(
+    core_factory: CoreFactory,
+) -> None:
     script = Script([Calls([("explode", {"order_id": "ORD-5678"})]), "The warehouse lookup is down."])
-    app.runtime = runtime_with(app.runtime, script, Tool(explode))
+    app = await core_factory(script, tools=[Tool(explode)])
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Which warehouse has ORD-5678?", sink=sink)
@@ -186,9 +191,9 @@ async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(ap
     )
 
 
-async def test_a_tool_that_hangs_is_cut_off_by_its_timeout(app: App) -> None:
+async def test_a_tool_that_hangs_is_cut_off_by_its_timeout(core_factory: CoreFactory) -> None:
     script = Script([Calls([("hang", {"order_id": "ORD-5678"})]), "The courier lookup is slow today."])
-    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_timeout=0.2)
+    app = await core_factory(script, tools=[Tool(hang)], tool_timeout=0.2)
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
@@ -203,11 +208,11 @@ async def test_a_tool_that_hangs_is_cut_off_by_its_timeout(app: App) -> None:
     )
 
 
-async def test_the_same_hanging_tool_twice_is_still_no_crash(app: App) -> None:
+async def test_the_same_hanging_tool_twice_is_still_no_crash(core_factory: CoreFactory) -> None:
     # pydantic-ai's own tool timeout is a retry the model can exhaust; a failed result is not.
     call = Calls([("hang", {"order_id": "ORD-5678"})])
     script = Script([call, call, call, "I could not reach the courier."])
-    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_timeout=0.05)
+    app = await core_factory(script, tools=[Tool(hang)], tool_timeout=0.05)
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
@@ -218,9 +223,9 @@ async def test_the_same_hanging_tool_twice_is_still_no_crash(app: App) -> None:
 def test_approved_calls_are_never_cut_off_by_default() -> None:
     # A human sanctioned the side effect; a timeout after it acted would misreport it.
     failures = ToolFailures(timeout=5.0, timeouts={"slow_report": 60.0, "never": None})
-    assert failures.timeout_of("issue_refund", approved=True) is None
-    assert failures.timeout_of("issue_refund") == 5.0
-    assert failures.timeout_of("lookup_order") == 5.0
+    assert failures.timeout_of("transfer", approved=True) is None
+    assert failures.timeout_of("transfer") == 5.0
+    assert failures.timeout_of("lookup") == 5.0
     assert failures.timeout_of("slow_report", approved=True) == 60.0
     assert failures.timeout_of("never") is None
 
@@ -228,12 +233,14 @@ def test_approved_calls_are_never_cut_off_by_default() -> None:
 # -- usage limits ------------------------------------------------------------------------------------
 
 
-async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usable(app: App) -> None:
-    script = Script([], then=Calls([("lookup_order", {"order_id": "ORD-5678"})]))
-    app.runtime = runtime_with(app.runtime, script, usage_limits=UsageLimits(request_limit=3))
+async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usable(
+    core_factory: CoreFactory,
+) -> None:
+    script = Script([], then=Calls([("lookup", {"key": "plan"})]))
+    app = await core_factory(script, usage_limits=UsageLimits(request_limit=3))
     thread = await app.thread()
     sink = CollectingSink()
-    await app.send(thread, "Where is ORD-5678?", sink=sink)
+    await app.send(thread, "Which plan am I on?", sink=sink)
     assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
     assert len(script.requests) == 3
     assert shapes(await app.messages(thread))[-1] == "response: text"
@@ -243,15 +250,15 @@ async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usabl
     assert transcript(second.events)[-1] == "run_finished completed output='Hello again.'"
 
 
-async def spend(ctx: RunContext[ShopDeps], order_id: str) -> str:
+async def spend(ctx: RunContext[CoreDeps], order_id: str) -> str:
     """Ask a sub-agent about the order."""
     raise UsageLimitExceeded("The next request would exceed the request_limit of 12")
 
 
-async def test_a_sub_agent_over_the_turns_limit_ends_the_turn_politely(app: App) -> None:
-    # A sub-agent (like the feedback tool's) shares the turn's usage: its limit is the turn's, not a tool failure.
+async def test_a_sub_agent_over_the_turns_limit_ends_the_turn_politely(core_factory: CoreFactory) -> None:
+    # A sub-agent that shares the turn's usage (`usage=ctx.usage`) hits the turn's limit, not a tool failure.
     script = Script([Calls([("spend", {"order_id": "ORD-5678"})])], then="unused")
-    app.runtime = runtime_with(app.runtime, script, Tool(spend))
+    app = await core_factory(script, tools=[Tool(spend)])
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Ask around about ORD-5678", sink=sink)

@@ -9,11 +9,13 @@ import pytest
 import sqlalchemy as sa
 from dirty_equals import IsStr
 from opentelemetry import trace
+from pydantic_ai.usage import UsageLimits
 
 from agent.logs import LOG_FORMAT, RedactingFilter, TraceIdFilter, current_trace_id, install_log_filters
 from store.schema import RunRow, metadata
 
-from .step_app import App
+from .core_app import CoreFactory
+from .scripted import Calls, Script
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -103,7 +105,12 @@ def test_installing_again_replaces_the_filters(collected: Collected) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_run_logs_with_its_trace_id(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_run_logs_with_its_trace_id(
+    core_factory: CoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model that calls a tool after every result, until the turn's limits end the run, which logs it at INFO.
+    looping = Script([], then=Calls([("lookup", {"key": "plan"})]))
+    app = await core_factory(looping, usage_limits=UsageLimits(request_limit=3))
     handler = Collected()
     handler.addFilter(TraceIdFilter())
     handler.addFilter(RedactingFilter())
@@ -112,8 +119,7 @@ async def test_a_run_logs_with_its_trace_id(app: App, monkeypatch: pytest.Monkey
     logger.addHandler(handler)
     try:
         thread = await app.thread()
-        # The demo model loops on this until the turn's limits end the run, which logs it at INFO.
-        run_id = await app.send(thread, "Please loop forever on ORD-5678")
+        run_id = await app.send(thread, "Look it up again and again")
     finally:
         logger.removeHandler(handler)
 

@@ -1,4 +1,8 @@
-"""Retention: deleting a thread erases every row of it, and a purge erases only the threads idle too long."""
+"""Retention: deleting a thread erases every row of it, and a purge erases only the threads idle too long.
+
+On the core tests' own app: its records, ledger rows and approvals are the thread's; the money its
+transfers moved (a table of the app's own) is not.
+"""
 
 from __future__ import annotations
 
@@ -16,13 +20,19 @@ from store import NotFound, Thread, record_checkpoint
 from store.schema import ThreadRow, metadata, now_utc
 from stream import CollectingSink, StreamEvent
 
-from .step_app import App, refunded_cents
+from .core_app import TRANSFERS, CoreFactory, moved
+from .scripted import Calls, Script
+from .step_app import App
 
 pytestmark = pytest.mark.anyio
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 
 Rows = dict[str, Counter[tuple[object, ...]]]
+
+APPS_OWN = frozenset({TRANSFERS.name})
+"""The app's own data, which its transfers change and a thread's deletion leaves alone."""
+LOOKUP = Calls([("lookup", {"key": "plan"})])
 
 
 async def every_row(engine: AsyncEngine, *, but: frozenset[str] = frozenset()) -> Rows:
@@ -41,8 +51,8 @@ async def every_row(engine: AsyncEngine, *, but: frozenset[str] = frozenset()) -
     return rows
 
 
-async def refund_approved(app: App, thread: Thread, order_id: str) -> None:
-    await app.send(thread, f"Please refund {order_id}, it broke")
+async def transfer_approved(app: App, thread: Thread) -> None:
+    await app.send(thread, "Send bob 25.50")
     [call_id] = await app.pending(thread)
     decision = await decide(app.db, thread.thread_id, call_id, decision="approved", decided_by="bob")
     assert decision.resume_run_id is not None
@@ -71,17 +81,21 @@ async def backdate(app: App, *threads: Thread, days: int) -> None:
 # -- delete ---------------------------------------------------------------------------------------
 
 
-async def test_deleting_a_thread_erases_every_row_of_it_and_nothing_else(app: App) -> None:
-    # Another user's thread with the same kinds of data, paused on a refund: it must stay as it is.
+async def test_deleting_a_thread_erases_every_row_of_it_and_nothing_else(core_factory: CoreFactory) -> None:
+    note = Calls([("note", {"title": "Feedback", "body": "the parcel was late"})])
+    transfer = Calls([("transfer", {"to": "bob", "amount": 25.5})])
+    two = Calls([("transfer", {"to": "carol", "amount": 1}), ("transfer", {"to": "dave", "amount": 2})])
+    app = await core_factory(Script([note, "Noted.", transfer, note, "Noted.", transfer, "Sent.", two]))
+    # Another user's thread with the same kinds of data, paused on a transfer: it must stay as it is.
     other = await app.thread("bob")
     await app.send(other, "Some feedback: the parcel was late")
-    await app.send(other, "refund ORD-9012 please")
-    before = await every_row(app.db.engine, but=frozenset({"shop_orders"}))
+    await app.send(other, "Send bob 25.50")
+    before = await every_row(app.db.engine, but=APPS_OWN)
 
     thread = await app.thread("alice")
     await app.send(thread, "Some feedback: support was great")  # a record
-    await refund_approved(app, thread, "ORD-5678")  # a ledger row and a decided approval
-    await app.send(thread, "Cancel ORD-3456 and ORD-5678 please")  # two pending approvals
+    await transfer_approved(app, thread)  # a ledger row and a decided approval
+    await app.send(thread, "Send carol 1 and dave 2")  # two pending approvals
     first, _ = await app.pending(thread)
     early = await decide(app.db, thread.thread_id, first, decision="rejected", decided_by="bob", reason="no")
     assert early.resume_run_id is None  # one decided, one still pending
@@ -106,27 +120,31 @@ async def test_deleting_a_thread_erases_every_row_of_it_and_nothing_else(app: Ap
 
     # Exactly the rows from before the thread existed: no entry, event, approval, record, ledger
     # row, run or conversation record of it is left, and the other thread's rows are all there.
-    assert await every_row(app.db.engine, but=frozenset({"shop_orders"})) == before
+    assert await every_row(app.db.engine, but=APPS_OWN) == before
     with pytest.raises(NotFound):
         await app.db.threads.get(thread.thread_id)
     assert await app.db.conversations.load(thread.thread_id) is None
-    # The refund was made and stays made: business data is not the thread's.
-    assert await refunded_cents(app, "ORD-5678") == 9998
+    # The transfer was made and stays made: the app's own data is not the thread's.
+    assert await moved(app) == [("bob", 2550)]
     assert await app.pending(other) != []
 
 
-async def test_deleting_a_thread_twice_or_one_that_never_existed_is_harmless(app: App) -> None:
+async def test_deleting_a_thread_twice_or_one_that_never_existed_is_harmless(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([]))
     thread = await app.thread()
     assert await app.db.threads.delete(thread.thread_id) is True
     assert await app.db.threads.delete(thread.thread_id) is False
     assert await app.db.threads.delete("no-such-thread") is False
 
 
-async def test_a_fork_of_a_deleted_thread_keeps_the_history_it_shares(app: App) -> None:
+async def test_a_fork_of_a_deleted_thread_keeps_the_history_it_shares(core_factory: CoreFactory) -> None:
+    app = await core_factory(Script(["Hello!", LOOKUP, "Found it."]))
     thread = await app.thread()
     await app.send(thread, "hello")
     fork = await app.db.conversations.fork(thread.thread_id, new_conversation_id="kept-fork")
-    await app.send(thread, "Where is ORD-5678?")  # entries only the thread has
+    await app.send(thread, "Which plan am I on?")  # entries only the thread has
 
     await app.db.delete_thread(thread.thread_id)
 
@@ -139,7 +157,8 @@ async def test_a_fork_of_a_deleted_thread_keeps_the_history_it_shares(app: App) 
     assert [row[0] for row in rows["conversation_records"]] == ["kept-fork"]
 
 
-async def test_a_checkpoint_after_the_thread_was_deleted_stores_nothing(app: App) -> None:
+async def test_a_checkpoint_after_the_thread_was_deleted_stores_nothing(core_factory: CoreFactory) -> None:
+    app = await core_factory(Script([]))
     thread = await app.thread()
     run, _ = await app.db.runs.create_message_run(thread.thread_id, content="hello")
     await app.db.delete_thread(thread.thread_id)
@@ -172,12 +191,15 @@ class DeletingSink(CollectingSink):
             await self.app.db.delete_thread(self.thread.thread_id)
 
 
-async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(app: App) -> None:
+async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([LOOKUP, "Found it."]))
     before = await every_row(app.db.engine)
     thread = await app.thread()
 
     with pytest.raises(NotFound):
-        await app.send(thread, "Where is ORD-5678?", sink=DeletingSink(app, thread))
+        await app.send(thread, "Which plan am I on?", sink=DeletingSink(app, thread))
 
     assert await every_row(app.db.engine) == before
 
@@ -185,7 +207,8 @@ async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(app:
 # -- purge ----------------------------------------------------------------------------------------
 
 
-async def test_purge_erases_only_the_threads_idle_long_enough(app: App) -> None:
+async def test_purge_erases_only_the_threads_idle_long_enough(core_factory: CoreFactory) -> None:
+    app = await core_factory(Script([], then="Hello!"))
     old = [await app.thread() for _ in range(3)]
     for thread in old:
         await app.send(thread, "hello")
@@ -224,7 +247,8 @@ async def test_purge_erases_only_the_threads_idle_long_enough(app: App) -> None:
     assert (again.removed, again.skipped_active) == (0, 1)
 
 
-async def test_a_thread_that_took_a_message_is_no_longer_idle(app: App) -> None:
+async def test_a_thread_that_took_a_message_is_no_longer_idle(core_factory: CoreFactory) -> None:
+    app = await core_factory(Script(["Hello!"]))
     thread = await app.thread()
     await backdate(app, thread, days=100)
     await app.send(thread, "hello")  # activity now
@@ -238,7 +262,10 @@ async def test_a_thread_that_took_a_message_is_no_longer_idle(app: App) -> None:
 @pytest.mark.parametrize(
     ("older_than", "batch"), [(timedelta(0), 10), (timedelta(days=-1), 10), (timedelta(1), 0)]
 )
-async def test_purge_refuses_a_non_positive_age_or_batch(app: App, older_than: timedelta, batch: int) -> None:
+async def test_purge_refuses_a_non_positive_age_or_batch(
+    core_factory: CoreFactory, older_than: timedelta, batch: int
+) -> None:
+    app = await core_factory(Script([]))
     thread = await app.thread()
     with pytest.raises(ValueError, match="purge needs a positive age and batch"):
         await app.db.threads.purge(older_than, batch=batch)

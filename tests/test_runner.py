@@ -1,7 +1,9 @@
 """The runner and the step under leases, in process, on SQLite and PostgreSQL.
 
-Two `Runtime`s on one database stand for two workers. A worker "stalls" by thinking long (the
-demo model's delay) with no heartbeat, so its lease lapses and the other one takes over.
+Two `Runtime`s of the core tests' own app on one database stand for two workers. A worker "stalls"
+by thinking long (its scripted model's delay) with no heartbeat, so its lease lapses and the other one
+takes over. Each worker has a model of its own; a run looks a balance up, then asks for a transfer,
+which pauses it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import TypeVar
 import pytest
 
 from agent import Runtime, RuntimeOptions, open_runtime, run_step
-from agent.demo import shop_app
 from store import Run, Worker
 from web import Runner
 
 from .conftest import MigratedDatabases
+from .core_app import core_app
+from .scripted import Calls, Script
 from .step_app import shapes
 
 pytestmark = pytest.mark.anyio
@@ -43,12 +46,18 @@ async def open_worker(
 
         async def open_one(worker_id: str, *, lease: timedelta = LONG, delay: float = 0.0) -> Runtime:
             options = RuntimeOptions(worker=Worker(worker_id=worker_id, lease=lease))
-            return await stack.enter_async_context(open_runtime(shop_app(delay=delay), url, options=options))
+            app = core_app(_pausing(delay))
+            return await stack.enter_async_context(open_runtime(app, url, options=options))
 
         yield open_one
 
 
-async def _queued(runtime: Runtime, content: str = "Please refund ORD-5678") -> Run:
+def _pausing(delay: float) -> Script:
+    lookup = Calls([("lookup", {"key": "balance"})])
+    return Script([lookup, Calls([("transfer", {"to": "bob", "amount": 25.5})])], delay=delay)
+
+
+async def _queued(runtime: Runtime, content: str = "Send bob 25.50") -> Run:
     thread = await runtime.db.threads.create(user_id="alice", title="t")
     run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
     return run
@@ -87,9 +96,9 @@ async def test_a_stalled_worker_is_fenced_out_and_stops_quietly(open_worker: Ope
     assert conversation is not None
     assert shapes(conversation.messages) == [
         "request: user-prompt",
-        "response: tool-call(lookup_order)",
-        "request: tool-return(lookup_order)",
-        "response: tool-call(issue_refund)",
+        "response: tool-call(lookup)",
+        "request: tool-return(lookup)",
+        "response: tool-call(transfer)",
     ]
     assert len(await heir.db.approvals.list(thread_id=run.thread_id, status="pending")) == 1
 

@@ -1,9 +1,13 @@
-"""The step function when a run dies, is cancelled or is stopped: it continues from its checkpoint."""
+"""The step function when a run dies, is cancelled or is stopped: it continues from its checkpoint.
+
+On the core tests' own app: a turn looks a balance up, then asks to transfer money (which needs
+approval); the transfer is exactly-once by the ledger.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -15,9 +19,24 @@ from store import Thread
 from store.schema import RunRow, now_utc
 from stream import CollectingSink, StreamEvent
 
-from .step_app import App, AppFactory, refunded_cents, shapes
+from .core_app import CoreFactory, moved
+from .scripted import Calls, Script
+from .step_app import App, shapes
 
 pytestmark = pytest.mark.anyio
+
+ASK = "Send bob 25.50"
+
+
+def paying() -> Script:
+    """Looks the balance up, asks to send bob 25.50, and answers once it is decided."""
+    return Script(
+        [
+            Calls([("lookup", {"key": "balance"})]),
+            Calls([("transfer", {"to": "bob", "amount": 25.5})]),
+            "Sent.",
+        ]
+    )
 
 
 class Crash(BaseException):
@@ -46,14 +65,14 @@ class CrashingSink(CollectingSink):
 
 
 async def _crash_then_recover(
-    app_factory: AppFactory, thread: Thread, run_id: str, sink: CrashingSink
+    open_app: Callable[[], Awaitable[App]], thread: Thread, run_id: str, sink: CrashingSink
 ) -> App:
-    crashed = await app_factory()
+    crashed = await open_app()
     with pytest.raises(Crash):
         await run_step(crashed.runtime, run_id, sink=sink)
     assert (await crashed.db.runs.get(run_id)).status == "running"
     # After the restart: once the dead process's lease lapses, the new one takes the run over.
-    recovered = await app_factory()
+    recovered = await open_app()
     assert await run_step(recovered.runtime, run_id) == "running"  # not while the lease holds
     async with recovered.db.engine.begin() as connection:
         await connection.execute(
@@ -65,36 +84,41 @@ async def _crash_then_recover(
 
 @pytest.mark.parametrize("at_flush", [1, 2])
 async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
-    app_factory: AppFactory, at_flush: int
+    core_factory: CoreFactory, at_flush: int
 ) -> None:
-    reference = await app_factory()
+    reference = await core_factory(paying())
     clean = await reference.thread()
-    await reference.send(clean, "Please refund ORD-5678")
-    app = await app_factory()
+    await reference.send(clean, ASK)
+    script = paying()
+    app = await core_factory(script)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
-    recovered = await _crash_then_recover(app_factory, thread, run.run_id, CrashingSink(at_flush=at_flush))
-    # No message lost, none repeated: the same history as a run that never crashed.
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
+    sink = CrashingSink(at_flush=at_flush)
+    recovered = await _crash_then_recover(lambda: core_factory(script), thread, run.run_id, sink)
+    # No message lost, none repeated: the same history as a run that never crashed, and the model
+    # asked each of its two questions once.
     assert shapes(await recovered.messages(thread)) == shapes(await reference.messages(clean))
+    assert len(script.requests) == 2
     assert len(await recovered.pending(thread)) == 1
     kinds = [e.type for e in await recovered.log(thread)]
     assert kinds.count("approval_required") == 1
     assert kinds.count("run_started") == 2
 
 
-async def test_a_resume_killed_after_the_refund_does_not_refund_twice(app_factory: AppFactory) -> None:
-    app = await app_factory()
+async def test_a_resume_killed_after_the_transfer_does_not_transfer_twice(core_factory: CoreFactory) -> None:
+    script = paying()
+    app = await core_factory(script)
     thread = await app.thread()
-    await app.send(thread, "Please refund ORD-5678")
+    await app.send(thread, ASK)
     [call_id] = await app.pending(thread)
     decision = await decide(app.db, thread.thread_id, call_id, decision="approved", decided_by="bob")
     assert decision.resume_run_id is not None
-    # Dies right after the refund committed, before any checkpoint recorded it in the conversation.
+    # Dies right after the transfer committed, before any checkpoint recorded it in the conversation.
     sink = CrashingSink(on=lambda e: e.type == "tool_result")
-    recovered = await _crash_then_recover(app_factory, thread, decision.resume_run_id, sink)
-    assert await refunded_cents(recovered, "ORD-5678") == 9998
+    recovered = await _crash_then_recover(lambda: core_factory(script), thread, decision.resume_run_id, sink)
+    assert await moved(recovered) == [("bob", 2550)]
     assert shapes(await recovered.messages(thread))[-2:] == [
-        "request: tool-return(issue_refund)",
+        "request: tool-return(transfer)",
         "response: text",
     ]
     async with recovered.db.engine.connect() as connection:
@@ -102,9 +126,10 @@ async def test_a_resume_killed_after_the_refund_does_not_refund_twice(app_factor
     assert ledger == 1
 
 
-async def test_a_cancelled_run_is_requeued_and_continues(app: App) -> None:
+async def test_a_cancelled_run_is_requeued_and_continues(core_factory: CoreFactory) -> None:
+    app = await core_factory(paying())
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
     tool_called = asyncio.Event()
 
     class SignallingSink(CollectingSink):
@@ -123,20 +148,21 @@ async def test_a_cancelled_run_is_requeued_and_continues(app: App) -> None:
     assert shapes(await app.messages(thread)) == snapshot(
         [
             "request: user-prompt",
-            "response: tool-call(lookup_order)",
-            "request: tool-return(lookup_order)",
-            "response: tool-call(issue_refund)",
+            "response: tool-call(lookup)",
+            "request: tool-return(lookup)",
+            "response: tool-call(transfer)",
         ]
     )
 
 
-async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(app_factory: AppFactory) -> None:
-    reference = await app_factory()
+async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_factory: CoreFactory) -> None:
+    reference = await core_factory(paying())
     clean = await reference.thread()
-    await reference.send(clean, "Please refund ORD-5678")
-    app = await app_factory()
+    await reference.send(clean, ASK)
+    script = paying()
+    app = await core_factory(script)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Please refund ORD-5678")
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
 
     class StopOnToolResult(CollectingSink):
         async def emit(self, event: StreamEvent) -> None:
@@ -148,6 +174,6 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(app_factor
     parked = await app.db.runs.get(run.run_id)
     assert (parked.status, parked.checkpoints) == ("queued", 1)
     # The next process continues it from that checkpoint.
-    restarted = await app_factory()
+    restarted = await core_factory(script)
     assert await run_step(restarted.runtime, run.run_id) == "awaiting_approval"
     assert shapes(await restarted.messages(thread)) == shapes(await reference.messages(clean))

@@ -1,4 +1,5 @@
-"""Tracing of runs over a real database: the span tree, trace ids everywhere, content and redaction.
+"""Tracing of runs over a real database, on the core tests' own app: the span tree, trace ids
+everywhere, content and redaction.
 
 The session's tracer provider (see `conftest.py`) exports every span, redacted as in production, to
 the in-memory exporter the `spans` fixture returns.
@@ -25,9 +26,12 @@ from agent import decide, run_step
 from store.schema import ApprovalRow, RunRow, metadata
 
 from .conftest import TRACE_SECRET
+from .core_app import CoreFactory
+from .scripted import Calls, Script
 from .step_app import App
 
 HEX32 = IsStr(regex=r"[0-9a-f]{32}")
+LOOKUP = Calls([("lookup", {"key": "plan"})])
 # Timing decides whether the event log's background writer stores some events between checkpoints.
 _TIMING_DEPENDENT = {"store.append_events"}
 
@@ -75,9 +79,12 @@ async def stored_trace_ids(app: App, table: str, key: str) -> dict[str, str | No
 
 
 @pytest.mark.anyio
-async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: InMemorySpanExporter) -> None:
+async def test_a_paused_and_resumed_run_is_traced_end_to_end(
+    core_factory: CoreFactory, spans: InMemorySpanExporter
+) -> None:
+    app = await core_factory(Script([LOOKUP, Calls([("transfer", {"to": "bob", "amount": 25.5})]), "Sent."]))
     thread = await app.thread()
-    paused_id = await app.send(thread, "Please refund ORD-5678, it arrived broken, sadly")
+    paused_id = await app.send(thread, "Please send bob 25.50")
     [tool_call_id] = await app.pending(thread)
     decision = await decide(app.db, thread.thread_id, tool_call_id, decision="approved", decided_by="alice")
     assert decision.resume_run_id is not None
@@ -109,11 +116,11 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: In
             "run",
             "  store.claim_run",
             "  store.load",
-            "  invoke_agent support",
-            "    chat demo",
+            "  invoke_agent core",
+            "    chat scripted",
             "    store.checkpoint",
-            "    execute_tool lookup_order",
-            "    chat demo",
+            "    execute_tool lookup",
+            "    chat scripted",
             "    store.checkpoint",
             "  store.list_approvals",
             "  store.checkpoint",
@@ -126,14 +133,14 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: In
         "durable_chat.thread_id": thread.thread_id,
         "durable_chat.run_id": paused_id,
         "durable_chat.tool_call_id": tool_call_id,
-        "durable_chat.tool_name": "issue_refund",
+        "durable_chat.tool_name": "transfer",
         "durable_chat.approval.decision": "approved",
         "durable_chat.approval.edited": False,
         "durable_chat.approval.repeated": False,
         "durable_chat.approval.resume_run_id": decision.resume_run_id,
     }
     in_resumed = [span for span in finished if trace_id_of(span) == resumed_trace]
-    assert "    execute_tool issue_refund" in tree(in_resumed)
+    assert "    execute_tool transfer" in tree(in_resumed)
 
     # The trace id is on the run rows, the approval row and every event of each run.
     assert paused_trace == HEX32
@@ -157,19 +164,24 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: In
 
 @pytest.mark.anyio
 async def test_prompts_and_completions_stay_out_of_spans_by_default(
-    app: App, spans: InMemorySpanExporter
+    core_factory: CoreFactory, spans: InMemorySpanExporter
 ) -> None:
+    app = await core_factory(Script([LOOKUP, "You are on Platinum."]), tenant="Globex")
     thread = await app.thread()
-    await app.send(thread, "Where is ORD-9012? My neighbour Quentin asked")
+    await app.send(thread, "Which plan am I on? My neighbour Quentin asked")
 
     text = every_text(spans.get_finished_spans())
-    assert "chat demo" in text  # the model request was traced...
+    assert "chat scripted" in text  # the model request was traced...
     assert "Quentin" not in text  # ...without the prompt
-    assert "Gadget Plus" not in text  # nor the tool's result or the completion
+    assert "Globex" not in text  # nor the tool's result
+    assert "Platinum" not in text  # nor the completion
 
 
 @pytest.mark.anyio
-async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMemorySpanExporter) -> None:
+async def test_content_is_traced_when_enabled_and_redacted(
+    core_factory: CoreFactory, spans: InMemorySpanExporter
+) -> None:
+    app = await core_factory(Script([LOOKUP, "You are on Platinum."]), tenant="Globex")
     traced = App(replace(app.runtime, trace_content=True))
     thread = await traced.thread()
     await traced.send(
@@ -179,7 +191,8 @@ async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMe
 
     text = every_text(spans.get_finished_spans())
     assert "Quentin asks" in text  # the prompt is in the spans...
-    assert "Alice Johnson" in text  # ...and the tool's result
+    assert "plan for Globex" in text  # ...and the tool's result
+    assert "You are on Platinum." in text  # ...and the completion
     assert all(mask in text for mask in ("[email]", "[card]", "[secret]"))
     assert "alice@example.com" not in text
     assert "4111" not in text
@@ -192,8 +205,10 @@ async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMe
 
 @pytest.mark.anyio
 async def test_a_failed_run_is_an_error_span_with_its_exception_redacted(
-    app: App, spans: InMemorySpanExporter
+    core_factory: CoreFactory, spans: InMemorySpanExporter
 ) -> None:
+    app = await core_factory(Script([]))
+
     async def broken(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         raise RuntimeError("the provider rejected bob@example.com")
         yield ""  # an async generator, as pydantic-ai streams the model
