@@ -9,7 +9,7 @@ from starlette.requests import Request
 from store import Database
 
 from .broker import Broker
-from .limits import RateLimiter
+from .limits import RateLimiter, StreamLimiter
 from .relay import Relay
 from .runner import Runner
 from .settings import Settings
@@ -24,6 +24,7 @@ class Services:
     broker: Broker
     runner: Runner
     limiter: RateLimiter
+    streams: StreamLimiter
     relay: Relay | None = None
     """Relays events other processes store (PostgreSQL only)."""
 
