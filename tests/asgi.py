@@ -70,10 +70,13 @@ async def call(
     headers: Sequence[tuple[bytes, bytes]] = (),
     body: Sequence[bytes] = (b"",),
     hang_up: bool = False,
+    started: anyio.Event | None = None,
+    until: anyio.Event | None = None,
 ) -> Answer:
     """Send a request as a server would, in chunks; `hang_up` disconnects after them, mid-body.
 
-    An event stream's answer is taken as soon as it starts, and the client then disconnects.
+    An event stream's answer is taken as soon as it starts (`started` is then set), and the client
+    disconnects at once, or once `until` is set.
     """
     parts = urlsplit(url)
     disconnected = anyio.Event()
@@ -96,7 +99,10 @@ async def call(
         if message["type"] == "http.response.start":
             start.update(message)
             if b"text/event-stream" in dict(_headers(message)).get(b"content-type", b""):
-                disconnected.set()
+                if started is not None:
+                    started.set()
+                if until is None:
+                    disconnected.set()
         elif message["type"] == "http.response.body":
             content.extend(message.get("body", b""))  # type: ignore[arg-type]
 
@@ -114,8 +120,18 @@ async def call(
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
-    with anyio.fail_after(20):
-        await app(scope, receive, send)  # pyright: ignore[reportArgumentType]
+
+    async def hang_up_when_told() -> None:
+        assert until is not None
+        await until.wait()
+        disconnected.set()
+
+    async with anyio.create_task_group() as tasks:
+        if until is not None:
+            tasks.start_soon(hang_up_when_told)
+        with anyio.fail_after(None if until is not None else 20):
+            await app(scope, receive, send)
+        tasks.cancel_scope.cancel()  # pyright: ignore[reportArgumentType]
     return Answer(
         int(start["status"]),  # type: ignore[call-overload]
         {name.decode("latin-1"): value.decode("latin-1") for name, value in _headers(start)},
