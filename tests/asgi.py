@@ -148,7 +148,9 @@ def _headers(message: Mapping[str, object]) -> list[tuple[bytes, bytes]]:
 def error_of(status: int, body: bytes | str | object) -> tuple[int, str]:
     """The status and code of an error answer, checking the body's shape `{"error": {"code", "message"}}`."""
     decoded = json.loads(body) if isinstance(body, (bytes, str)) else body
-    assert isinstance(decoded, dict) and set(decoded) == {"error"}, decoded
+    assert isinstance(decoded, dict), decoded
+    assert set(decoded) == {"error"}, decoded
     assert set(decoded["error"]) - {"details"} == {"code", "message"}, decoded
-    assert isinstance(decoded["error"]["code"], str) and isinstance(decoded["error"]["message"], str)
+    assert isinstance(decoded["error"]["code"], str)
+    assert isinstance(decoded["error"]["message"], str)
     return status, decoded["error"]["code"]
