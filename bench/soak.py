@@ -1,6 +1,6 @@
 """A soak: one real server under steady chat with approvals and reconnects, watched for leaks.
 
-    python -m bench.soak [--minutes 10] [--postgres URL] [--users 12] [--think 2] [--no-write]
+    python -m bench.soak [--minutes 10] [--postgres URL] [--users 16] [--think 3] [--no-write]
 
 Starts `durable-chat serve` (demo model) on a fresh SQLite file, or a scratch PostgreSQL database
 with `--postgres` (created and dropped), and runs `bench.soak_load`'s users against it for the
@@ -181,7 +181,7 @@ def _load_average() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--users", type=int, default=12)
+    parser.add_argument("--users", type=int, default=16)
     parser.add_argument(
         "--think", type=float, default=2.0, help="seconds a user waits between cycles (on average)"
     )

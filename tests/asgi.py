@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 from starlette.applications import Starlette
+from starlette.types import Message, Scope
 
 from web import Settings, create_app
 from web.auth import Authenticate
@@ -86,16 +87,16 @@ async def call(
         {"type": "http.request", "body": chunk, "more_body": hang_up or i < len(body) - 1}
         for i, chunk in enumerate(body)
     ]
-    start: dict[str, object] = {}
+    start: Message = {}
     content = bytearray()
 
-    async def receive() -> dict[str, object]:
+    async def receive() -> Message:
         if messages:
             return messages.pop(0)
         await disconnected.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, object]) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.start":
             start.update(message)
             if b"text/event-stream" in dict(_headers(message)).get(b"content-type", b""):
@@ -104,9 +105,9 @@ async def call(
                 if until is None:
                     disconnected.set()
         elif message["type"] == "http.response.body":
-            content.extend(message.get("body", b""))  # type: ignore[arg-type]
+            content.extend(message.get("body", b""))
 
-    scope = {
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -131,18 +132,16 @@ async def call(
             tasks.start_soon(hang_up_when_told)
         with anyio.fail_after(None if until is not None else 20):
             await app(scope, receive, send)
-        tasks.cancel_scope.cancel()  # pyright: ignore[reportArgumentType]
+        tasks.cancel_scope.cancel()
     return Answer(
-        int(start["status"]),  # type: ignore[call-overload]
+        int(start["status"]),
         {name.decode("latin-1"): value.decode("latin-1") for name, value in _headers(start)},
         bytes(content),
     )
 
 
-def _headers(message: Mapping[str, object]) -> list[tuple[bytes, bytes]]:
-    found = message.get("headers", [])
-    assert isinstance(found, list)
-    return [(bytes(name), bytes(value)) for name, value in found]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+def _headers(message: Message) -> list[tuple[bytes, bytes]]:
+    return [(bytes(name), bytes(value)) for name, value in message.get("headers", [])]
 
 
 def error_of(status: int, body: bytes | str | object) -> tuple[int, str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
+from web.auth import Authenticate
 from web.errors import ApiError
 
 from .asgi import call, error_of, open_api
@@ -34,8 +35,8 @@ def refusing(request: Request) -> str | None:
 
 
 @pytest.mark.parametrize("authenticate", [by_header, by_header_async], ids=["sync", "async"])
-async def test_your_callable_names_the_user(tmp_path: Path, authenticate: object) -> None:
-    async with open_api(sqlite_url(tmp_path), tmp_path, authenticate=authenticate) as api:  # type: ignore[arg-type]
+async def test_your_callable_names_the_user(tmp_path: Path, authenticate: Authenticate) -> None:
+    async with open_api(sqlite_url(tmp_path), tmp_path, authenticate=authenticate) as api:
         created = await api.client.post("/api/threads", json={}, headers={"X-User": "ada"})
         assert created.status_code == 201
         assert (await api.client.get("/api/threads", headers={"X-User": "grace"})).json()["threads"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .app import create_app, error_response
+from .auth import Authenticate
 from .broker import Broker, SubscriberDropped, Subscription
 from .errors import ApiError
 from .runner import Runner
@@ -10,6 +11,7 @@ from .settings import Settings, SettingsError
 
 __all__ = (
     "ApiError",
+    "Authenticate",
     "Broker",
     "Runner",
     "Settings",

@@ -86,7 +86,7 @@ def jwt_tokens(settings: JwtSettings, *, keys: KeySet | None = None) -> Verifier
         except jwt.ExpiredSignatureError as error:
             raise unauthorized("token_expired", "the token has expired; sign in again") from error
         except jwt.ImmatureSignatureError as error:
-            raise unauthorized("invalid_token", "the token is not valid yet (nbf)") from error
+            raise unauthorized("invalid_token", "the token is not valid yet (nbf or iat)") from error
         except jwt.InvalidAudienceError as error:
             raise unauthorized("invalid_token", "the token is meant for another audience") from error
         except jwt.InvalidIssuerError as error:
