@@ -183,7 +183,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument(
-        "--think", type=float, default=2.0, help="seconds a user waits between cycles (on average)"
+        "--think", type=float, default=3.0, help="seconds a user waits between cycles (on average)"
     )
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     parser.add_argument(
