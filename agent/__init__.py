@@ -1,12 +1,14 @@
-"""The agent core: the customer-service agent, its tools, the demo model and the step function."""
+"""The agent core: the `ChatApp` seam, the step function, approvals, guardrails, the ledger.
+
+The demo shop is an example app in `agent.demo`; nothing here imports it.
+"""
 
 from __future__ import annotations
 
+from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
 from .approvals import decide
-from .assistant import INSTRUCTIONS, SupportAgent, build_agent
-from .demo_model import demo_model, resolve_model
+from .arguments import InvalidArguments, ToolSchemas, validate_args
 from .eventlog import EventLogSink, Publisher, stored_events
-from .feedback import Feedback, feedback_agent, feedback_model
 from .guardrails import (
     Guardrail,
     GuardrailContext,
@@ -17,18 +19,22 @@ from .guardrails import (
     injection_guardrail,
     leak_guardrail,
 )
+from .ledger import ToolLedger
+from .loader import AppLoadError, load_app
+from .records import RunRecords
 from .retries import ModelRetries
-from .step import Runtime, run_step
+from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
+from .step import run_step
+from .texts import Texts
 from .tool_failures import ToolFailures
-from .tools import APPROVAL_TOOLS, TOOLS, Deps, InvalidArguments, RecordBuffer, validate_args
 
 __all__ = (
-    "APPROVAL_TOOLS",
-    "INSTRUCTIONS",
-    "TOOLS",
-    "Deps",
+    "AppContext",
+    "AppLoadError",
+    "ApprovalReview",
+    "ChatApp",
+    "DepsFactory",
     "EventLogSink",
-    "Feedback",
     "Guardrail",
     "GuardrailContext",
     "Guardrails",
@@ -37,18 +43,22 @@ __all__ = (
     "ModelRetries",
     "PatternGuardrail",
     "Publisher",
-    "RecordBuffer",
+    "RunRecords",
+    "RunScope",
     "Runtime",
-    "SupportAgent",
+    "RuntimeOptions",
+    "Texts",
     "ToolFailures",
-    "build_agent",
+    "ToolLedger",
+    "ToolSchemas",
+    "UnknownModel",
     "decide",
     "default_guardrails",
-    "demo_model",
-    "feedback_agent",
-    "feedback_model",
+    "default_limits",
     "injection_guardrail",
     "leak_guardrail",
+    "load_app",
+    "open_runtime",
     "resolve_model",
     "run_step",
     "stored_events",

@@ -11,8 +11,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from store import Approval, Database, Decision, NewEvent
 from stream import ApprovalDecided, event_data
 
+from .arguments import validate_args
 from .eventlog import Publisher, stored_events
-from .tools import validate_args
 
 __all__ = ("decide",)
 
@@ -39,7 +39,7 @@ async def decide(
     Raises:
         store.NotFound: No such call waits in the thread.
         store.AlreadyDecided: The call was given the opposite decision.
-        InvalidArguments: `override_args` do not fit the tool's schema.
+        InvalidArguments: `override_args` do not fit the tool's schema as the model saw it.
     """
     pending = await db.approvals.get(thread_id, tool_call_id)
     attributes = {
@@ -72,7 +72,7 @@ async def _decide(
     reason: str | None,
 ) -> Decision:
     if decision == "approved" and override_args is not None:
-        override_args = validate_args(pending.tool_name, override_args)
+        override_args = validate_args(pending.tool_name, override_args, pending.args_schema)
 
     def event(approval: Approval) -> NewEvent:
         decided = ApprovalDecided(

@@ -33,6 +33,8 @@ from pydantic_ai.models import ModelRequestContext
 from store import Database
 from store.schema import now_utc
 
+from .texts import Texts
+
 __all__ = (
     "HIDE_BLOCKED_TURNS",
     "INJECTION_PATTERNS",
@@ -105,16 +107,9 @@ LEAK_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 """What a reply must not show: internal failures and their details, connection strings, secrets."""
 
-INJECTION_REPLY = (
-    "I'm sorry, I can't help with that request. I'm the shop's support assistant: I can look up "
-    "orders and accounts, answer shipping, returns and warranty questions, and help with refunds "
-    "and cancellations."
-)
-RATE_REPLY = "You're sending messages faster than I can answer them. Please wait a minute, then try again."
-LEAK_REPLY = (
-    "I'm sorry, something went wrong on our side while answering. Please try again, or ask me "
-    "something else about your orders or account."
-)
+INJECTION_REPLY = Texts().blocked
+RATE_REPLY = Texts().rate_limited
+LEAK_REPLY = Texts().withheld
 
 
 @dataclass(frozen=True)
@@ -169,10 +164,18 @@ class Guardrails:
     output: Sequence[Guardrail] = field(default_factory=tuple[Guardrail, ...])
 
 
-def default_guardrails(*, messages_per_minute: int | None = 30) -> Guardrails:
-    """Prompt injection and a message rate on input (`None`: no rate limit), leaks on output."""
-    rate = () if messages_per_minute is None else (MessageRate(limit=messages_per_minute),)
-    return Guardrails(input=(injection_guardrail(), *rate), output=(leak_guardrail(),))
+def default_guardrails(*, messages_per_minute: int | None = 30, texts: Texts | None = None) -> Guardrails:
+    """Prompt injection and a message rate on input (`None`: no rate limit), leaks on output,
+    answering with `texts`."""
+    texts = Texts() if texts is None else texts
+    rate = (
+        ()
+        if messages_per_minute is None
+        else (MessageRate(limit=messages_per_minute, reply=texts.rate_limited),)
+    )
+    return Guardrails(
+        input=(injection_guardrail(texts.blocked), *rate), output=(leak_guardrail(texts.withheld),)
+    )
 
 
 async def first_tripped(

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
@@ -43,14 +43,12 @@ from pydantic_ai.messages import (
     ToolCallPart,
     repair_messages,
 )
-from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
-    Database,
     DatabaseUnavailable,
     LeaseLost,
     PendingCall,
@@ -60,7 +58,6 @@ from store import (
     insert_records,
     record_checkpoint,
 )
-from store.business import BusinessData
 from store.schema import RunStatus
 from stream import (
     ApprovalRequired,
@@ -72,67 +69,33 @@ from stream import (
     TextDelta,
     TextDone,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
 from stream import PendingCall as PendingCallEvent
 
-from .assistant import SupportAgent
-from .eventlog import EventLogSink, Publisher, TraceStampSink, new_events
-from .guardrails import (
-    HIDE_BLOCKED_TURNS,
-    Guardrail,
-    GuardrailContext,
-    Guardrails,
-    blocked_turn,
-    default_guardrails,
-    first_tripped,
-)
+from .app import RunScope
+from .arguments import ToolSchemas
+from .eventlog import EventLogSink, TraceStampSink, new_events
+from .guardrails import HIDE_BLOCKED_TURNS, Guardrail, GuardrailContext, blocked_turn, first_tripped
+from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
-from .retries import ModelRetries, is_transient
-from .tool_failures import ToolFailures
-from .tools import Deps, RecordBuffer
-from .tracing import run_attributes
+from .records import RunRecords
+from .retries import is_transient
+from .runtime import Runtime
+from .texts import Texts
+from .tracing import instrumentation, run_attributes
 from .withdrawals import OutputGuard
 
-__all__ = ("Runtime", "run_step")
+__all__ = ("run_step",)
 
 logger = logging.getLogger(__name__)
 tracer = trace.get_tracer("durable_chat.agent")
 
 
-def default_limits() -> UsageLimits:
-    """A turn that needs more is looping: it ends with a polite message instead."""
-    return UsageLimits(request_limit=12, tool_calls_limit=24)
-
-
 EVENT_BLOCK = 128
 """Event ids a run reserves at once; a typical turn uses a few dozen."""
-
-LIMIT_REPLY = (
-    "I'm sorry, I couldn't finish this request: it took more steps than I'm allowed. "
-    "Please rephrase it or ask for something more specific."
-)
-
-
-@dataclass
-class Runtime:
-    """What a step needs besides the run: the database, the agent and where events go live."""
-
-    db: Database
-    business: BusinessData
-    agent: SupportAgent
-    feedback_model: Model | str
-    publish: Publisher | None = None
-    usage_limits: UsageLimits = field(default_factory=default_limits)
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
-    guardrails: Guardrails = field(default_factory=default_guardrails)
-    """Checks on the user's message before the model is called, and on the model's text."""
-    model_retries: ModelRetries = field(default_factory=ModelRetries)
-    """Retries of transient model errors (429, 5xx, timeouts), with backoff."""
-    tool_failures: ToolFailures = field(default_factory=ToolFailures)
-    """Tools that raise or hang give a `failed` result instead of ending the run."""
 
 
 class _Stopped(Exception):
@@ -208,7 +171,9 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
             await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
         except LeaseLost:
             return await _lost(runtime, run)
-        await out.emit(RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error)))
+        await out.emit(
+            RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error, runtime.app.texts))
+        )
         await out.flush()
         return "failed"
 
@@ -242,15 +207,17 @@ class _Step:
         self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
         self.out = self.guard.track(out)
         self.log = log
-        self.records = RecordBuffer()
-        self.deps = Deps(
-            business=runtime.business,
+        self.records = RunRecords()
+        self.scope = RunScope(
             thread_id=run.thread_id,
             run_id=run.run_id,
             user_id=user_id,
-            feedback_model=runtime.feedback_model,
+            attempt=run.attempt,
             records=self.records,
+            ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id),
+            engine=runtime.db.engine,
         )
+        self.schemas = ToolSchemas()
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
@@ -274,15 +241,25 @@ class _Step:
             tripped = await first_tripped(self.runtime.guardrails.input, prompt, self.guard_context)
             if tripped is not None:
                 return await self._block(prompt, tripped)
+        app = self.runtime.app
+        deps = await app.build_deps(self.scope)
         try:
-            async with self.runtime.agent.iter(
+            async with app.agent.iter(
                 prompt,
+                output_type=app.output_type,
+                model=self.runtime.model,
                 conversation=self.conversation,
                 deferred_tool_results=deferred,
-                deps=self.deps,
-                usage_limits=_per_turn(self.runtime.usage_limits, self.conversation.usage),
+                deps=deps,
+                usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
-                capabilities=[HIDE_BLOCKED_TURNS, self.runtime.model_retries, self.runtime.tool_failures],
+                capabilities=[
+                    HIDE_BLOCKED_TURNS,
+                    app.model_retries,
+                    self.runtime.tool_failures,
+                    self.schemas,
+                    instrumentation(include_content=self.runtime.trace_content),
+                ],
             ) as agent_run:
                 self.history = agent_run.all_messages
                 async for node in agent_run:
@@ -293,12 +270,12 @@ class _Step:
                         await self._save(list(agent_run.all_messages()))
                     if self.runtime.stopping.is_set() and not isinstance(node, End):
                         raise _Stopped
-                    if self.runtime.agent.is_model_request_node(node):
+                    if app.agent.is_model_request_node(node):
                         self.response_count += 1
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 await self._on_model_event(event)
-                    elif self.runtime.agent.is_call_tools_node(node):
+                    elif app.agent.is_call_tools_node(node):
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 if isinstance(event, FunctionToolResultEvent):
@@ -363,9 +340,24 @@ class _Step:
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
         calls = [
-            PendingCall(call.tool_call_id, call.tool_name, _args(call))
+            PendingCall(
+                call.tool_call_id,
+                call.tool_name,
+                _args(call),
+                args_schema=self.schemas.schemas.get(call.tool_name),
+                outcome="unknown"
+                if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {})
+                else None,
+            )
             for call in [*requests.approvals, *requests.calls]
         ]
+        for call in calls:
+            if call.outcome == "unknown":
+                await self.out.emit(
+                    ToolOutcomeUnknown(
+                        run_id=self.run.run_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name
+                    )
+                )
         trace.get_current_span().add_event(
             "approval_required",
             {
@@ -377,7 +369,12 @@ class _Step:
             ApprovalRequired(
                 run_id=self.run.run_id,
                 approvals=[
-                    PendingCallEvent(tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args)
+                    PendingCallEvent(
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        args=call.args,
+                        outcome=call.outcome,
+                    )
                     for call in calls
                 ],
             )
@@ -387,22 +384,24 @@ class _Step:
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
 
-    async def _complete(self, messages: list[ModelMessage], output: str) -> RunStatus:
+    async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=output))
+        value = output if isinstance(output, str) else to_jsonable_python(output, fallback=str)
+        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=value))
         await self._save(messages, finish="completed")
         return "completed"
 
     async def _finish_over_limit(self) -> RunStatus:
         # The graceful end of a looping turn: close its open calls and answer in place of the model.
-        reply = ModelResponse(parts=[TextPart(LIMIT_REPLY)], model_name="durable-chat")
+        limit_reply = self.runtime.app.texts.turn_limit
+        reply = ModelResponse(parts=[TextPart(limit_reply)], model_name="durable-chat")
         # The run's own history, not the last checkpoint: results streamed since are kept as they
         # were, and only calls that truly got no result are closed.
         messages = [*repair_messages(self.history()), reply]
         part_id = self._part_id(0)
-        await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=LIMIT_REPLY))
-        await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=LIMIT_REPLY))
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=LIMIT_REPLY))
+        await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=limit_reply))
+        await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=limit_reply))
+        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=limit_reply))
         await self._save(messages, finish="completed")
         return "completed"
 
@@ -432,9 +431,7 @@ class _Step:
                 results.approvals[approval.tool_call_id] = ToolApproved(override_args=approval.override_args)
             elif approval.status == "rejected":
                 results.approvals[approval.tool_call_id] = ToolDenied(
-                    f"The reviewer rejected this call: {approval.reason}"
-                    if approval.reason
-                    else "The reviewer rejected this call."
+                    _denial(approval.reason, approval.outcome)
                 )
         return results
 
@@ -533,7 +530,16 @@ def _args(call: ToolCallPart) -> dict[str, object]:
         return {"_raw": call.args_as_json_str()}
 
 
-def _user_safe(error: Exception) -> str:
-    if is_transient(error):
-        return "The assistant is unavailable right now. Please try again in a moment."
-    return "The assistant hit an unexpected problem and stopped. Please try again."
+def _user_safe(error: Exception, texts: Texts) -> str:
+    return texts.unavailable if is_transient(error) else texts.failed
+
+
+def _denial(reason: str | None, outcome: str | None) -> str:
+    """What the model is told of a rejected call."""
+    said = f": {reason}" if reason else "."
+    if outcome == "unknown":
+        return (
+            "This call was started earlier and its outcome is unknown (the process running it stopped "
+            f"before it finished). The reviewer decided not to run it again{said}"
+        )
+    return f"The reviewer rejected this call{said}"

@@ -8,10 +8,10 @@ is a capability that turns both into `ToolFailed`:
 
 - an exception a tool raises becomes a `failed` result saying the tool is unavailable; its type
   is logged, never its message (it may quote the conversation) and never shown to the model;
-- a tool still running after its timeout is cancelled the same way. Approval tools
-  (`issue_refund`, `cancel_order`) have none by default: their work is one short database
-  transaction whose ledger makes it exactly-once, and cutting it off after its commit would tell
-  the model that a refund made had failed.
+- a tool still running after its timeout is cancelled the same way. A call a human approved has
+  none by default (`ChatApp.approved_tool_timeout`): it is a sanctioned side effect, made
+  exactly-once by the ledger, and cutting it off after it acted would tell the model that it
+  failed.
 
 `ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
 from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely.
@@ -32,15 +32,9 @@ from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 
-from .tools import APPROVAL_TOOLS
-
 __all__ = ("ToolFailures",)
 
 logger = logging.getLogger(__name__)
-
-
-def _no_timeout_for_approval_tools() -> dict[str, float | None]:
-    return dict.fromkeys(APPROVAL_TOOLS)
 
 
 @dataclass
@@ -49,15 +43,19 @@ class ToolFailures(AbstractCapability[Any]):
 
     timeout: float | None = 30.0
     """Seconds a tool may run; `None`: no limit."""
-    timeouts: Mapping[str, float | None] = field(default_factory=_no_timeout_for_approval_tools)
-    """Per-tool overrides of `timeout` (`None`: no limit for that tool)."""
+    approved_timeout: float | None = None
+    """Seconds a call a human approved may run; `None`: no limit."""
+    timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
+    """Per-tool overrides of both (`None`: no limit for that tool)."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # configured in code, not from an agent spec
 
-    def timeout_of(self, tool_name: str) -> float | None:
-        return self.timeouts.get(tool_name, self.timeout)
+    def timeout_of(self, tool_name: str, *, approved: bool = False) -> float | None:
+        if tool_name in self.timeouts:
+            return self.timeouts[tool_name]
+        return self.approved_timeout if approved else self.timeout
 
     async def wrap_tool_execute(
         self,
@@ -68,7 +66,7 @@ class ToolFailures(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        limit = self.timeout_of(call.tool_name)
+        limit = self.timeout_of(call.tool_name, approved=ctx.tool_call_approved)
         if limit is None:
             return await handler(args)
         try:
@@ -79,7 +77,7 @@ class ToolFailures(AbstractCapability[Any]):
             logger.warning("tool %s of run %s timed out after %ss", call.tool_name, ctx.run_id, limit)
             raise ToolFailed(
                 f"The tool {call.tool_name} did not answer within {limit:g} seconds and was stopped. "
-                "Tell the customer it is unavailable right now and offer to try again later."
+                "Tell the user it is unavailable right now and offer to try again later."
             ) from None
 
     async def on_tool_execute_error(
@@ -97,5 +95,5 @@ class ToolFailures(AbstractCapability[Any]):
         logger.debug("tool %s raised", call.tool_name, exc_info=error)
         raise ToolFailed(
             f"The tool {call.tool_name} failed unexpectedly. "
-            "Tell the customer it is unavailable right now and offer to try again later."
+            "Tell the user it is unavailable right now and offer to try again later."
         ) from error

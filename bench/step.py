@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +38,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from agent import Deps, Runtime, build_agent, default_guardrails, demo_model, feedback_model, run_step
+from agent import RunRecords, RunScope, Runtime, RuntimeOptions, ToolLedger, open_runtime, run_step
+from agent.demo import shop_app
 from bench.sections import write_section
 from bench.step_baseline import run_bare
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
 from store import Database
-from store.business import BusinessData
 
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -80,27 +80,25 @@ QUICK = Settings(warmup=1, repeats=3, breakdown_turns=2)
 
 @dataclass
 class Bench:
-    """One database with the demo's business data and a runtime on it, shared by both sides."""
+    """One database with the demo shop on it, shared by both sides."""
 
-    db: Database
     runtime: Runtime
+    closing: AsyncExitStack
     history: list[ModelMessage]
     """The conversation after `EARLIER_TURNS`, which a long case's thread starts from."""
 
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
     @classmethod
     async def open(cls, url: str) -> Bench:
-        db = await Database.connect(url)
-        business = BusinessData(db.engine)
-        await business.seed()
-        runtime = Runtime(
-            db=db,
-            business=business,
-            agent=build_agent(demo_model()),
-            feedback_model=feedback_model(),
-            # One user sends every benchmark message: the per-user message rate would block them.
-            guardrails=default_guardrails(messages_per_minute=None),
-        )
-        bench = cls(db, runtime, [])
+        closing = AsyncExitStack()
+        # One user sends every benchmark message: the per-user message rate would block them.
+        options = RuntimeOptions(messages_per_minute=None)
+        runtime = await closing.enter_async_context(open_runtime(shop_app(delay=0), url, options=options))
+        bench = cls(runtime, closing, [])
+        db = runtime.db
         # Played once through the step itself; every long case then starts from a copy of it.
         thread = await db.threads.create(user_id="bench", title="history")
         for content in EARLIER_TURNS:
@@ -130,16 +128,19 @@ class Bench:
         """The same turn with no persistence, ready to run on a copy of the same history."""
         conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
         runtime = self.runtime
-        deps = Deps(
-            business=runtime.business,
-            thread_id=str(uuid.uuid4()),
-            run_id=str(uuid.uuid4()),
+        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+        scope = RunScope(
+            thread_id=thread_id,
+            run_id=run_id,
             user_id="bench",
-            feedback_model=runtime.feedback_model,
+            attempt=1,
+            records=RunRecords(),
+            ledger=ToolLedger(runtime.db.ledger, thread_id, run_id),
+            engine=runtime.db.engine,
         )
 
         async def turn() -> None:
-            output = await run_bare(runtime, deps, PROMPT, conversation)
+            output = await run_bare(runtime, scope, PROMPT, conversation)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 
@@ -151,7 +152,7 @@ class Bench:
             raise RuntimeError(f"run {run_id!r} ended {status!r}, not 'completed'")
 
     async def aclose(self) -> None:
-        await self.db.aclose()
+        await self.closing.aclose()
 
 
 CASES: tuple[tuple[str, bool], ...] = (

@@ -23,8 +23,9 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import Deps, GuardrailContext, Runtime
+from agent import GuardrailContext, RunScope, Runtime
 from agent.guardrails import HIDE_BLOCKED_TURNS, first_tripped
+from agent.tracing import instrumentation
 from stream import (
     RunFinished,
     RunStarted,
@@ -39,24 +40,32 @@ from stream import (
 __all__ = ("run_bare",)
 
 
-async def run_bare(runtime: Runtime, deps: Deps, prompt: str, conversation: Conversation) -> str:
+async def run_bare(runtime: Runtime, scope: RunScope, prompt: str, conversation: Conversation) -> str:
     """Run one turn of `conversation` in memory and return its output; events are built and dropped."""
-    agent, guardrails = runtime.agent, runtime.guardrails
-    run_id = deps.run_id
+    app, guardrails = runtime.app, runtime.guardrails
+    agent = app.agent
+    run_id = scope.run_id
     events: list[StreamEvent] = [
         RunStarted(run_id=run_id, kind="message"),
         UserMessage(run_id=run_id, content=prompt),
     ]
-    context = GuardrailContext(runtime.db, deps.thread_id, run_id, deps.user_id)
+    context = GuardrailContext(runtime.db, scope.thread_id, run_id, scope.user_id)
     if await first_tripped(guardrails.input, prompt, context) is not None:
         raise RuntimeError(f"an input guardrail blocked the baseline turn: {prompt!r}")
     responses = 0
     async with agent.iter(
         prompt,
+        output_type=app.output_type,
+        model=runtime.model,
         conversation=conversation,
-        deps=deps,
-        usage_limits=runtime.usage_limits,
-        capabilities=[HIDE_BLOCKED_TURNS, runtime.model_retries, runtime.tool_failures],
+        deps=await app.build_deps(scope),
+        usage_limits=app.usage_limits,
+        capabilities=[
+            HIDE_BLOCKED_TURNS,
+            app.model_retries,
+            runtime.tool_failures,
+            instrumentation(include_content=runtime.trace_content),
+        ],
     ) as agent_run:
         async for node in agent_run:
             if agent.is_model_request_node(node):

@@ -15,11 +15,10 @@ import sys
 import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
-from agent import Runtime, build_agent, decide, feedback_model, resolve_model, run_step
+from agent import ChatApp, Runtime, RuntimeOptions, decide, open_runtime, run_step
 from store import Approval, Database, StoreError, Thread
-from store.business import BusinessData
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
 
@@ -143,37 +142,30 @@ class _Chat:
 
 
 async def chat(
+    app: ChatApp[Any],
     database_url: str,
-    model: str,
     *,
+    options: RuntimeOptions | None = None,
     user_id: str | None = None,
     thread_id: str | None = None,
     out: TextIO | None = None,
-    trace_content: bool = False,
 ) -> int:
-    """Chat in the terminal until `/quit` or end of input; return the exit status.
+    """Chat with `app` in the terminal until `/quit` or end of input; return the exit status.
 
     Args:
+        app: The app to chat with.
         database_url: The database to chat on.
-        model: `demo` or a pydantic-ai model string.
+        options: How the app runs (its model, tracing); the defaults otherwise.
         user_id: Who chats; by default the thread's owner, or `demo` for a new thread.
         thread_id: Continue this thread (its owner must be `user_id`, when given) instead of a new one.
         out: Where to print; standard output by default.
-        trace_content: Put prompts and completions in the agent's spans.
 
     Raises:
         store.StoreError: The database cannot be opened, or the thread is not found.
     """
     terminal = sys.stdout if out is None else out
-    async with await Database.connect(database_url) as db:
-        business = BusinessData(db.engine)
-        await business.seed()
-        runtime = Runtime(
-            db=db,
-            business=business,
-            agent=build_agent(resolve_model(model), trace_content=trace_content),
-            feedback_model=feedback_model(),
-        )
+    async with open_runtime(app, database_url, options=options) as runtime:
+        db = runtime.db
         if thread_id is None:
             user_id = user_id or DEFAULT_USER
             thread = await db.threads.create(user_id=user_id, title=_TITLE)

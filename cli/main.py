@@ -11,14 +11,16 @@ import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
+from agent import AppLoadError, ChatApp, UnknownModel, load_app, resolve_model
+from agent.loader import OWN_PACKAGES
 from agent.logs import LOG_FORMAT, install_log_filters
 from agent.tracing import TracingUnavailable, setup_tracing
 from store import Database, SqlConversationStore, StoreError, Thread, current_revision
-from web import Settings, SettingsError, create_app
-from web.tokens import issue_token
+from web import Settings, SettingsError, create_app, issue_token
 
 from .chat import DEFAULT_USER, chat
 from .output import detach_stdout, say
@@ -30,7 +32,6 @@ __all__ = ("build_parser", "main")
 _PROG = "durable-chat"
 _THREADS_SHOWN = 100
 _THREAD_COLUMNS = ("THREAD", "TITLE", "STATUS", "UPDATED (UTC)")
-_OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
 _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
@@ -46,12 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, help="port to listen on (default: 8000)")
     _add_db(serve)
     _add_model(serve)
+    _add_app(serve)
 
     chat = commands.add_parser("chat", help="chat in the terminal, approving tool calls with y/n")
     chat.add_argument("--thread", metavar="ID", help="continue this thread")
     chat.add_argument("--user", metavar="NAME", help="chat as this user")
     _add_db(chat)
     _add_model(chat)
+    _add_app(chat)
 
     token = commands.add_parser("token", help="print a bearer token for USER")
     token.add_argument("user", metavar="USER")
@@ -88,13 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         match command:
             case "serve":
-                return _serve(
-                    Settings.load(host=args.host, port=args.port, database_url=args.db, model=args.model)
+                settings = Settings.load(
+                    host=args.host, port=args.port, database_url=args.db, model=args.model, app=args.app
                 )
+                return _serve(settings, _app(settings))
             case "migrate":
                 return _migrate(Settings.resolve_database_url(args.db))
             case "chat":
-                return _chat(Settings.load(database_url=args.db, model=args.model), args.user, args.thread)
+                settings = Settings.load(database_url=args.db, model=args.model, app=args.app)
+                return _chat(settings, _app(settings), args.user, args.thread)
             case "token":
                 return _token(Settings.load(), args.user)
             case "threads":
@@ -105,7 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return purge(Settings.resolve_database_url(args.db), args.older_than, dry_run=args.dry_run)
             case _:
                 raise AssertionError(f"unknown command {command!r}")
-    except (StoreError, SettingsError, TracingUnavailable, TraceFileError) as error:
+    except (
+        StoreError,
+        SettingsError,
+        TracingUnavailable,
+        TraceFileError,
+        AppLoadError,
+        UnknownModel,
+    ) as error:
         # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 1
@@ -115,12 +127,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _serve(settings: Settings) -> int:
+def _app(settings: Settings) -> ChatApp[Any]:
+    """The app `settings` name, with its `--model` checked: both fail here in one line, not at start-up."""
+    app = load_app(settings.app)
+    resolve_model(app, settings.model)
+    return app
+
+
+def _serve(settings: Settings, app: ChatApp[Any]) -> int:
     # Migrating before uvicorn starts turns a bad database into one clear line; in the lifespan
     # it would be a traceback. The lifespan's own connect then finds the schema up to date.
     asyncio.run(_upgrade(settings.database_url))
     _configure_logging(settings.tracing.secrets)
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, lifespan="on")
+    config = uvicorn.Config(create_app(settings, app), host=settings.host, port=settings.port, lifespan="on")
     # Uvicorn has just configured its own loggers' handlers: they get the filters too.
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
@@ -162,7 +181,7 @@ def _migrate(database_url: str) -> int:
     return 0
 
 
-def _chat(settings: Settings, user_id: str | None, thread_id: str | None) -> int:
+def _chat(settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id: str | None) -> int:
     # Run logs (a refund, a failed run's traceback) would tear through the conversation; a schema
     # upgrade is still worth a line, and warnings stay.
     for name in ("agent", "store.business"):
@@ -172,11 +191,11 @@ def _chat(settings: Settings, user_id: str | None, thread_id: str | None) -> int
     try:
         return asyncio.run(
             chat(
+                app,
                 settings.database_url,
-                settings.model,
+                options=settings.runtime_options(),
                 user_id=user_id,
                 thread_id=thread_id,
-                trace_content=settings.tracing.include_content,
             )
         )
     except KeyboardInterrupt:
@@ -262,7 +281,7 @@ def _configure_logging(secrets: Iterable[str] = ()) -> None:
     # Every line is redacted and, inside a run, names its trace; called again once the secrets are known.
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     install_log_filters(secrets)
-    for package in _OWN_PACKAGES:
+    for package in OWN_PACKAGES:
         logging.getLogger(package).setLevel(logging.INFO)
 
 
@@ -299,5 +318,17 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
 
 def _add_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", metavar="NAME", help="'demo' or a pydantic-ai model string (env DURABLE_CHAT_MODEL)"
+        "--model",
+        metavar="NAME",
+        help="override the app agent's model: a pydantic-ai model string such as 'openai:gpt-4o', "
+        "or a name the app offers (the demo shop's 'demo') (env DURABLE_CHAT_MODEL)",
+    )
+
+
+def _add_app(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="the ChatApp to serve, or a function returning one, importable from the working directory "
+        "(env DURABLE_CHAT_APP; default: the demo shop)",
     )

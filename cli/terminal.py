@@ -32,6 +32,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -90,6 +91,8 @@ class TerminalSink:
                 self._line(f"← {tool_name}: {short(content)}")
             case ToolResult(tool_name=tool_name, outcome=outcome, content=content):
                 self._line(f"← {tool_name} {outcome}: {short(content)}")
+            case ToolOutcomeUnknown(tool_name=tool_name):
+                self._line(f"(! {tool_name} was started before and never finished: its outcome is unknown)")
             case RunStarted(kind="recover"):
                 self._line("(continuing an interrupted run)")
             case GuardrailTripped(guardrail=guardrail, stage=stage):

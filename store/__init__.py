@@ -5,7 +5,7 @@ from __future__ import annotations
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
-from .engine import ConnectionOptions
+from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
 from .errors import (
     AlreadyDecided,
     ApprovalPending,
@@ -21,10 +21,12 @@ from .errors import (
 )
 from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
 from .leases import Leases, Worker
-from .migrate import current_revision, head_revision, upgrade
+from .ledger import Execution, Ledger, idempotency_key
+from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
+from .schema import UtcDateTime
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 
 __all__ = (
@@ -43,8 +45,10 @@ __all__ = (
     "EventListener",
     "EventLog",
     "EventNotice",
+    "Execution",
     "LeaseLost",
     "Leases",
+    "Ledger",
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
@@ -64,17 +68,24 @@ __all__ = (
     "ThreadCursor",
     "Threads",
     "UnsupportedDatabase",
+    "UtcDateTime",
     "Worker",
     "append_events",
     "current_revision",
     "finish_run",
     "head_revision",
+    "idempotency_key",
     "insert_events",
+    "insert_new",
     "insert_pending",
     "insert_records",
     "insert_run",
+    "normalize_url",
     "overwrite_events",
+    "reader",
     "record_checkpoint",
+    "run_environment",
     "touch_thread",
+    "translate_errors",
     "upgrade",
 )

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .engine import insert_new, reader, translate_errors
 from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
+from .ledger import mark_retry
 from .runs import insert_run
 from .schema import ApprovalRow, ApprovalStatus, ThreadRow, metadata, now_utc
 from .threads import touch_thread
@@ -39,6 +40,11 @@ class PendingCall:
     tool_call_id: str
     tool_name: str
     args: JsonObject
+    args_schema: JsonObject | None = None
+    """The JSON schema of the tool's arguments as the model saw it."""
+    outcome: Literal["unknown"] | None = None
+    """`unknown`: the call ran before and its process died before it finished; holding it again
+    replaces its earlier decision (kept in `Approval.previous`)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,13 @@ class Approval:
     created_at: datetime
     trace_id: str | None = None
     """The trace of the run that paused for the call (32 hex digits), when it was traced."""
+    args_schema: JsonObject | None = None
+    """The JSON schema of the tool's arguments as the model saw it; `None` for calls held before it was kept."""
+    outcome: Literal["unknown"] | None = None
+    """`unknown`: an earlier attempt started the call and never finished; nobody knows whether it acted."""
+    previous: JsonObject | None = None
+    """The decision the call had before its outcome became unknown (`status`, `decided_by`, `decided_at`,
+    `override_args`, `reason`)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,9 @@ class Approvals:
                         decided_at=now_utc(),
                     )
                 )
+                if current.outcome == "unknown" and decision == "approved":
+                    # The reviewer decided to run the call again, under the same idempotency key.
+                    await mark_retry(connection, thread_id, tool_call_id)
                 decided = await _get(connection, thread_id, tool_call_id)
                 assert decided is not None
                 logged = await append_events(connection, thread_id, [event(decided)])
@@ -190,6 +206,7 @@ async def insert_pending(
 ) -> None:
     """Hold `calls` for decisions, inside the caller's unit of work; a call held already is kept.
 
+    A call whose outcome became unknown is held again: its earlier decision moves to `previous`.
     `trace_id` is the trace of the run that pauses, kept on each approval row.
     """
     if not calls:
@@ -205,10 +222,46 @@ async def insert_pending(
             "status": "pending",
             "created_at": now,
             "trace_id": trace_id,
+            "args_schema": None if call.args_schema is None else _dump(call.args_schema),
+            "outcome": call.outcome,
         }
         for call in calls
     ]
     await connection.execute(insert_new(connection.dialect.name, _approvals), rows)
+    for call in calls:
+        if call.outcome == "unknown":
+            await _hold_again(connection, thread_id, run_id, call, trace_id)
+
+
+async def _hold_again(
+    connection: AsyncConnection, thread_id: str, run_id: str, call: PendingCall, trace_id: str | None
+) -> None:
+    earlier = await _get(connection, thread_id, call.tool_call_id)
+    if earlier is None or earlier.status == "pending":
+        return
+    previous: JsonObject = {
+        "status": earlier.status,
+        "decided_by": earlier.decided_by,
+        "decided_at": None if earlier.decided_at is None else earlier.decided_at.isoformat(),
+        "override_args": earlier.override_args,
+        "reason": earlier.reason,
+    }
+    await connection.execute(
+        _approvals.update()
+        .where(_approvals.c.thread_id == thread_id, _approvals.c.tool_call_id == call.tool_call_id)
+        .values(
+            run_id=run_id,
+            status="pending",
+            outcome="unknown",
+            previous=_dump(previous),
+            override_args=None,
+            reason=None,
+            decided_by=None,
+            decided_at=None,
+            resume_run_id=None,
+            trace_id=trace_id,
+        )
+    )
 
 
 async def _get(connection: AsyncConnection, thread_id: str, tool_call_id: str) -> Approval | None:
@@ -245,4 +298,7 @@ def _approval(row: RowMapping) -> Approval:
         resume_run_id=row["resume_run_id"],
         created_at=row["created_at"],
         trace_id=row["trace_id"],
+        args_schema=None if row["args_schema"] is None else json.loads(row["args_schema"]),
+        outcome=row["outcome"],
+        previous=None if row["previous"] is None else json.loads(row["previous"]),
     )

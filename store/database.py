@@ -12,6 +12,7 @@ from .conversations import SqlConversationStore
 from .engine import ConnectionOptions
 from .events import EventLog
 from .leases import Leases, Worker
+from .ledger import Ledger
 from .records import Records
 from .runs import Runs
 from .threads import Threads
@@ -20,7 +21,7 @@ __all__ = ("Database",)
 
 
 class Database:
-    """The data layer of one database: conversations, threads, runs, events, approvals, records."""
+    """The data layer of one database: conversations, threads, runs, events, approvals, records, the ledger."""
 
     def __init__(self, conversations: SqlConversationStore, *, worker: Worker | None = None) -> None:
         """`worker`: this process's identity and lease length for claiming runs (a new identity by default)."""
@@ -33,6 +34,7 @@ class Database:
         self.events = EventLog(engine)
         self.approvals = Approvals(engine)
         self.records = Records(engine)
+        self.ledger = Ledger(engine)
 
     @classmethod
     async def connect(

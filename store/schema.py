@@ -22,7 +22,6 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = (
     "ACTIVE_RUN_STATUSES",
-    "AccountRow",
     "ApprovalRow",
     "ApprovalStatus",
     "Base",
@@ -30,8 +29,6 @@ __all__ = (
     "ConversationRecordRow",
     "EntryId",
     "EventRow",
-    "FaqRow",
-    "OrderRow",
     "RecordRow",
     "RunKind",
     "RunRow",
@@ -39,6 +36,7 @@ __all__ = (
     "ThreadRow",
     "ThreadStatus",
     "ToolExecutionRow",
+    "ToolExecutionStatus",
     "UtcDateTime",
     "metadata",
 )
@@ -268,12 +266,22 @@ class ApprovalRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     trace_id: Mapped[str | None] = mapped_column(sa.String(32))
     """The trace of the run that paused for this call."""
+    args_schema: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """The JSON schema of the tool's arguments as the model saw it; edited arguments must fit it."""
+    outcome: Mapped[str | None] = mapped_column(sa.String(16))
+    """`unknown`: the call was started before and its process died before it finished; a human
+    decides whether it runs again."""
+    previous: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """The earlier decision (JSON) of a call held again because its outcome became unknown."""
 
     __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
 
 
+ToolExecutionStatus = Literal["started", "succeeded", "failed", "retrying"]
+
+
 class ToolExecutionRow(Base):
-    """The ledger of side-effecting tool calls: one row per call, written with the side effect."""
+    """The exactly-once ledger of side-effecting tool calls: one row per call (`store.ledger`)."""
 
     __tablename__ = "tool_executions"
 
@@ -283,8 +291,17 @@ class ToolExecutionRow(Base):
     tool_call_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
     run_id: Mapped[str] = mapped_column(sa.String(64))
     tool_name: Mapped[str] = mapped_column(sa.String(255))
-    result: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    status: Mapped[str] = mapped_column(sa.String(16))
+    """`started` (an external effect is under way, or its process died), `succeeded`, `failed`, or
+    `retrying` (a reviewer decided to run a call whose outcome was unknown again)."""
+    result: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """The effect's result as JSON, once it succeeded."""
+    error: Mapped[str | None] = mapped_column(sa.Text())
+    """Why it failed, once it failed."""
+    attempts: Mapped[int] = mapped_column(sa.Integer())
+    """How many times the effect was started."""
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class RecordRow(Base):
@@ -300,38 +317,6 @@ class RecordRow(Base):
     kind: Mapped[str] = mapped_column(sa.String(64))
     data: Mapped[bytes] = mapped_column(sa.LargeBinary())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
-
-
-# -- the demo business data ------------------------------------------------------------------
-
-
-class OrderRow(Base):
-    __tablename__ = "orders"
-
-    order_id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
-    item: Mapped[str] = mapped_column(sa.String(255))
-    quantity: Mapped[int] = mapped_column(sa.Integer())
-    total_cents: Mapped[int] = mapped_column(sa.Integer())
-    status: Mapped[str] = mapped_column(sa.String(32))
-    tracking: Mapped[str | None] = mapped_column(sa.String(64))
-    refunded_cents: Mapped[int] = mapped_column(sa.Integer())
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
-
-
-class AccountRow(Base):
-    __tablename__ = "accounts"
-
-    email: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
-    name: Mapped[str] = mapped_column(sa.String(255))
-    plan: Mapped[str] = mapped_column(sa.String(32))
-    member_since: Mapped[int] = mapped_column(sa.Integer())
-
-
-class FaqRow(Base):
-    __tablename__ = "faqs"
-
-    topic: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    answer: Mapped[str] = mapped_column(sa.Text())
 
 
 def now_utc() -> datetime:

@@ -131,6 +131,20 @@ class PendingCall(BaseModel):
     tool_call_id: str
     tool_name: str
     args: JsonObject
+    outcome: Literal["unknown"] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """`unknown`: the call was started before and its process died before it finished; the reviewer
+    decides whether it runs again (left out when the call is simply waiting for its first decision)."""
+
+
+class ToolOutcomeUnknown(_Event):
+    """A call found started but never finished (its process died): it may or may not have acted.
+
+    It is not run again on its own; it waits for a human decision (an `approval_required` follows).
+    """
+
+    type: Literal["tool_outcome_unknown"] = "tool_outcome_unknown"
+    tool_call_id: str
+    tool_name: str
 
 
 class ApprovalRequired(_Event):
@@ -166,7 +180,8 @@ class RunFinished(_Event):
 
     type: Literal["run_finished"] = "run_finished"
     status: Literal["completed", "awaiting_approval", "blocked", "failed", "cancelled"]
-    output: str | None = None
+    output: Json | None = None
+    """The run's output: its text, or a structured output as JSON."""
     error: str | None = None
     """A message fit for the user; never a traceback."""
 
@@ -179,6 +194,7 @@ _AnyEvent = (
     | TextWithdrawn
     | ToolCall
     | ToolResult
+    | ToolOutcomeUnknown
     | ApprovalRequired
     | ApprovalDecided
     | GuardrailTripped
@@ -195,6 +211,7 @@ EventType = Literal[
     "text_withdrawn",
     "tool_call",
     "tool_result",
+    "tool_outcome_unknown",
     "approval_required",
     "approval_decided",
     "guardrail_tripped",
@@ -210,6 +227,7 @@ _EVENT_CLASSES: tuple[type[_AnyEvent], ...] = (
     TextWithdrawn,
     ToolCall,
     ToolResult,
+    ToolOutcomeUnknown,
     ApprovalRequired,
     ApprovalDecided,
     GuardrailTripped,

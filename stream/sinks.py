@@ -22,6 +22,7 @@ from .events import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
 )
@@ -141,8 +142,13 @@ def _line(event: StreamEvent) -> str:
             return f"tool_call {tool_name} {args!r}"
         case ToolResult(tool_name=tool_name, outcome=outcome, content=content):
             return f"tool_result {tool_name} {outcome} {content!r}"
+        case ToolOutcomeUnknown(tool_name=tool_name, tool_call_id=tool_call_id):
+            return f"tool_outcome_unknown {tool_name} {tool_call_id}"
         case ApprovalRequired(approvals=approvals):
-            calls = ", ".join(f"{call.tool_name} {call.args!r}" for call in approvals)
+            calls = ", ".join(
+                f"{call.tool_name} {call.args!r}" + (f" outcome={call.outcome}" if call.outcome else "")
+                for call in approvals
+            )
             return f"approval_required [{calls}]"
         case ApprovalDecided(
             decision=decision, decided_by=decided_by, override_args=override_args, reason=reason

@@ -17,7 +17,7 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from graphlib import TopologicalSorter
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -33,10 +33,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
 from sqlalchemy.engine import make_url
 
-from agent import Runtime, build_agent, demo_model, feedback_model
+from agent import open_runtime
+from agent.demo import shop_app
 from agent.tracing import RedactingSpanExporter
-from store import Database, SqlConversationStore
-from store.business import BusinessData
+from store import SqlConversationStore
 
 from .live_server import LiveServer, live_server, sqlite_url
 from .step_app import App, AppFactory
@@ -216,7 +216,7 @@ async def _deleting_every_row(connection: asyncpg.Connection) -> str:
         LEFT JOIN pg_constraint fk ON fk.conrelid = child.oid AND fk.contype = 'f' AND fk.confrelid <> child.oid
         LEFT JOIN pg_class parent ON parent.oid = fk.confrelid
         WHERE pg_namespace.nspname = current_schema() AND child.relkind IN ('r', 'p')
-            AND child.relname <> 'alembic_version'
+            AND child.relname NOT LIKE '%alembic_version'
         """
     )
     referenced: dict[str, set[str]] = {}
@@ -267,24 +267,13 @@ def _unavailable(reason: str) -> NoReturn:
 
 @pytest.fixture
 async def app_factory(database_url: str) -> AsyncIterator[AppFactory]:
-    """Opens apps on one database: each call is a fresh process's view (new engine, nothing cached)."""
-    opened: list[Database] = []
+    """Opens the demo shop on one database: each call is a fresh process's view (new engine, nothing cached)."""
+    async with AsyncExitStack() as stack:
 
-    async def open_app() -> App:
-        db = await Database.connect(database_url)
-        opened.append(db)
-        business = BusinessData(db.engine)
-        await business.seed()
-        runtime = Runtime(
-            db=db, business=business, agent=build_agent(demo_model()), feedback_model=feedback_model()
-        )
-        return App(db, business, runtime)
+        async def open_app() -> App:
+            return App(await stack.enter_async_context(open_runtime(shop_app(delay=0), database_url)))
 
-    try:
         yield open_app
-    finally:
-        for db in opened:
-            await db.aclose()
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from pydantic_ai import Agent, DeferredToolRequests, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import INSTRUCTIONS, TOOLS, Deps, Runtime, SupportAgent
+from agent import Runtime, RuntimeOptions
+from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
 from stream import StreamEvent, transcript
 
 __all__ = ("Calls", "FailAfter", "Script", "agent_on", "lines", "runtime_with")
@@ -111,11 +112,11 @@ def _call(messages: list[ModelMessage], number: int, call: tuple[str, dict[str, 
     return ToolCallPart(tool_name, json.dumps(args), tool_call_id=_call_id(messages, number, tool_name))
 
 
-def agent_on(script: Script, *extra_tools: Tool[Deps]) -> SupportAgent:
+def agent_on(script: Script, *extra_tools: Tool[ShopDeps]) -> Agent[ShopDeps, str | DeferredToolRequests]:
     """The support agent's configuration on the scripted model, with `extra_tools` besides its own."""
     return Agent(
         script.model(),
-        deps_type=Deps,
+        deps_type=ShopDeps,
         output_type=[str, DeferredToolRequests],
         instructions=INSTRUCTIONS,
         tools=[*TOOLS, *extra_tools],
@@ -123,9 +124,12 @@ def agent_on(script: Script, *extra_tools: Tool[Deps]) -> SupportAgent:
     )
 
 
-def runtime_with(runtime: Runtime, script: Script, *extra_tools: Tool[Deps], **changes: object) -> Runtime:
-    """`runtime` driving the scripted agent, with other fields changed as given."""
-    return replace(runtime, agent=agent_on(script, *extra_tools), **changes)  # pyright: ignore[reportArgumentType]
+def runtime_with(
+    runtime: Runtime, script: Script, *extra_tools: Tool[ShopDeps], **changes: object
+) -> Runtime:
+    """`runtime` serving its app with the scripted agent, the app's other fields changed as given."""
+    app = replace(runtime.app, agent=agent_on(script, *extra_tools), **changes)  # pyright: ignore[reportArgumentType]
+    return Runtime.of(app, runtime.db, options=RuntimeOptions(), publish=runtime.publish)
 
 
 def lines(events: list[StreamEvent]) -> list[str]:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from agent import Runtime, run_step
+from agent.demo import BusinessData
 from store import Database, Thread
-from store.business import BusinessData
 from stream import CollectingSink, StreamEvent, event_from_data
 
 __all__ = ("App", "AppFactory", "refunded_cents", "shapes")
@@ -19,9 +19,16 @@ __all__ = ("App", "AppFactory", "refunded_cents", "shapes")
 class App:
     """A runtime on the test's database, as one server process would hold it."""
 
-    db: Database
-    business: BusinessData
     runtime: Runtime
+
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
+    @property
+    def business(self) -> BusinessData:
+        """The demo shop's data, when the runtime serves the shop."""
+        return BusinessData(self.runtime.db.engine)
 
     async def thread(self, user_id: str = "alice") -> Thread:
         return await self.db.threads.create(user_id=user_id, title="test")

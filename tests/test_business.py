@@ -1,4 +1,5 @@
-"""The demo business data: seeding, lookups, and refunds and cancellations that happen once per tool call."""
+"""The demo shop's business data: seeding, lookups, and refunds and cancellations that happen once per
+tool call, through the generic ledger (`store.Ledger.once`) as the shop's tools run them."""
 
 from __future__ import annotations
 
@@ -13,28 +14,36 @@ import sqlalchemy as sa
 from dirty_equals import IsDatetime
 from inline_snapshot import snapshot
 
-from store import Conflict, NotFound, SqlConversationStore
-from store.business import BusinessData, CancelOutcome, RefundOutcome
+from agent import AppContext
+from agent.demo import BusinessData, CancelOutcome, RefundOutcome
+from agent.demo.app import MIGRATIONS, VERSION_TABLE
+from agent.demo.business import cancel_in, refund_in
+from agent.demo.tables import accounts as _accounts
+from agent.demo.tables import faqs as _faqs
+from agent.demo.tables import orders as _orders
+from store import Conflict, Ledger, NotFound, SqlConversationStore
 from store.schema import metadata
 
 pytestmark = pytest.mark.anyio
 
 _ledger = metadata.tables["tool_executions"]
 _threads = metadata.tables["threads"]
-_orders = metadata.tables["orders"]
 
 
 async def prepare(database_url: str) -> None:
     """Create the schema, seed the demo data and create the thread `t1` the ledger rows belong to."""
+    async with opened(database_url) as business:
+        assert await business.seed() is True
     async with await SqlConversationStore.connect(database_url) as store:
-        assert await BusinessData(store.engine).seed() is True
         await add_thread(store, "t1")
 
 
 @asynccontextmanager
 async def opened(database_url: str) -> AsyncGenerator[BusinessData]:
-    """Business data on a store of its own (its own engine and pool), as another process would have."""
+    """Business data on a store of its own (its own engine and pool), as another process would have;
+    the shop's tables are created (its migrations) on first use."""
     async with await SqlConversationStore.connect(database_url) as store:
+        await AppContext(store.engine).migrate(MIGRATIONS, version_table=VERSION_TABLE)
         yield BusinessData(store.engine)
 
 
@@ -70,7 +79,10 @@ async def ledger(database_url: str) -> list[dict[str, object]]:
         rows = await connection.execute(
             sa.select(_ledger).order_by(_ledger.c.thread_id, _ledger.c.tool_call_id)
         )
-        return [{**row, "result": json.loads(row["result"])} for row in rows.mappings()]
+        return [
+            {**row, "result": None if row["result"] is None else json.loads(row["result"])}
+            for row in rows.mappings()
+        ]
 
 
 async def refunded_cents(business: BusinessData, order_id: str = "ORD-5678") -> int:
@@ -80,22 +92,48 @@ async def refunded_cents(business: BusinessData, order_id: str = "ORD-5678") -> 
 
 
 async def refund(
-    business: BusinessData, order_id: str, amount_cents: int, tool_call_id: str = "call-1"
+    business: BusinessData,
+    order_id: str,
+    amount_cents: int,
+    tool_call_id: str = "call-1",
+    *,
+    thread_id: str = "t1",
 ) -> RefundOutcome:
-    return await business.refund(
-        thread_id="t1",
+    """A refund as `issue_refund` makes it: once per tool call, the stored outcome answered again."""
+    done, earlier = await Ledger(business.engine).once(
+        thread_id,
+        tool_call_id,
         run_id="run-1",
-        tool_call_id=tool_call_id,
-        order_id=order_id,
-        amount_cents=amount_cents,
-        reason="arrived broken",
+        tool_name="issue_refund",
+        effect=lambda connection: refund_in(
+            connection, order_id=order_id, amount_cents=amount_cents, tool_call_id=tool_call_id
+        ),
+        encode=RefundOutcome.as_content,
+    )
+    if done is not None:
+        return done
+    assert earlier is not None
+    stored = dict(earlier.result)  # pyright: ignore[reportArgumentType, reportCallIssue]
+    return RefundOutcome(
+        stored["order_id"], round(stored["refunded"] * 100), stored["accepted"], stored["message"]
     )
 
 
 async def cancel(business: BusinessData, order_id: str, tool_call_id: str = "call-1") -> CancelOutcome:
-    return await business.cancel(
-        thread_id="t1", run_id="run-1", tool_call_id=tool_call_id, order_id=order_id, reason="changed my mind"
+    """A cancellation as `cancel_order` makes it: once per tool call."""
+    done, earlier = await Ledger(business.engine).once(
+        "t1",
+        tool_call_id,
+        run_id="run-1",
+        tool_name="cancel_order",
+        effect=lambda connection: cancel_in(connection, order_id=order_id, tool_call_id=tool_call_id),
+        encode=CancelOutcome.as_content,
     )
+    if done is not None:
+        return done
+    assert earlier is not None
+    stored = dict(earlier.result)  # pyright: ignore[reportArgumentType, reportCallIssue]
+    return CancelOutcome(stored["order_id"], stored["cancelled"], stored["message"])
 
 
 # -- seeding and lookups -------------------------------------------------------------------------
@@ -122,18 +160,13 @@ async def test_seed_leaves_changed_data_alone(database_url: str) -> None:
 
 async def test_concurrent_seeds_insert_once(database_url: str) -> None:
     async with AsyncExitStack() as stack:
-        stores = [
-            await stack.enter_async_context(await SqlConversationStore.connect(database_url))
-            for _ in range(5)
-        ]
-        results = await asyncio.gather(*(BusinessData(store.engine).seed() for store in stores))
+        businesses = [await stack.enter_async_context(opened(database_url)) for _ in range(5)]
+        results = await asyncio.gather(*(business.seed() for business in businesses))
         assert sorted(results) == [False, False, False, False, True]
-        async with stores[0].engine.connect() as connection:
+        async with businesses[0].engine.connect() as connection:
             counts = [
-                (
-                    await connection.execute(sa.select(sa.func.count()).select_from(metadata.tables[name]))
-                ).scalar()
-                for name in ("orders", "accounts", "faqs")
+                (await connection.execute(sa.select(sa.func.count()).select_from(table))).scalar()
+                for table in (_orders, _accounts, _faqs)
             ]
         assert counts == [3, 2, 3]
 
@@ -228,8 +261,12 @@ async def test_refund_changes_the_order_and_writes_the_ledger(database_url: str)
                 "tool_call_id": "call-1",
                 "run_id": "run-1",
                 "tool_name": "issue_refund",
+                "status": "succeeded",
                 "result": outcome.as_content(),
+                "error": None,
+                "attempts": 1,
                 "created_at": IsDatetime(),
+                "updated_at": IsDatetime(),
             }
         ]
 
@@ -333,8 +370,12 @@ async def test_cancel_a_processing_order(database_url: str) -> None:
                 "tool_call_id": "call-1",
                 "run_id": "run-1",
                 "tool_name": "cancel_order",
+                "status": "succeeded",
                 "result": outcome.as_content(),
+                "error": None,
+                "attempts": 1,
                 "created_at": IsDatetime(),
+                "updated_at": IsDatetime(),
             }
         ]
         # A cancelled order can still be refunded.
@@ -385,14 +426,7 @@ async def test_tool_call_ids_are_scoped_by_thread(database_url: str) -> None:
         async with await SqlConversationStore.connect(database_url) as store:
             await add_thread(store, "t2")
         await refund(business, "ORD-5678", 1000)
-        other = await business.refund(
-            thread_id="t2",
-            run_id="run-2",
-            tool_call_id="call-1",
-            order_id="ORD-5678",
-            amount_cents=1000,
-            reason="",
-        )
+        other = await refund(business, "ORD-5678", 1000, thread_id="t2")
         assert other.accepted
         assert await refunded_cents(business) == 2000
 
@@ -410,14 +444,7 @@ async def test_a_tool_call_recorded_for_another_tool_is_a_conflict(database_url:
 async def test_an_unknown_thread_is_not_found(database_url: str) -> None:
     async with prepared(database_url) as business:
         with pytest.raises(NotFound, match="no thread 'nope'"):
-            await business.refund(
-                thread_id="nope",
-                run_id="r",
-                tool_call_id="c",
-                order_id="ORD-5678",
-                amount_cents=100,
-                reason="",
-            )
+            await refund(business, "ORD-5678", 100, "c", thread_id="nope")
         assert await refunded_cents(business) == 0
         assert await ledger(database_url) == []
 

@@ -27,8 +27,8 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
-from agent.demo_model import demo_model, resolve_model
-from agent.feedback import Feedback, analyze_feedback, feedback_agent, feedback_model
+from agent.demo import Feedback, analyze_feedback, demo_model, feedback_agent, feedback_model
+from agent.demo.feedback import feedback_model_for
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +98,7 @@ def cancel_order(order_id: str, reason: str) -> dict[str, object]:
 
 
 async def record_feedback(conversation: str) -> dict[str, object]:
-    result = await feedback_agent("demo").run(conversation)
+    result = await feedback_agent.run(conversation, model=feedback_model())
     return result.output.model_dump()
 
 
@@ -536,7 +536,9 @@ async def test_tool_call_ids_are_unique_in_a_conversation_and_stable_across_repl
 
 
 async def test_feedback_agent_returns_valid_feedback() -> None:
-    result = await feedback_agent("demo").run("I love the Widget Pro, shipping was fast. Thanks!")
+    result = await feedback_agent.run(
+        "I love the Widget Pro, shipping was fast. Thanks!", model=feedback_model_for(demo_model())
+    )
 
     assert result.output == snapshot(
         Feedback(
@@ -552,7 +554,7 @@ async def test_feedback_agent_streams_and_serves_prompted_output() -> None:
     text = "The cable kit is okay. Call me about the invoice."
     expected = analyze_feedback(text)
 
-    streamed = await run_streamed(feedback_agent("demo"), text)
+    streamed = await run_streamed(Agent(feedback_model(), output_type=Feedback), text)
     prompted = await Agent(feedback_model(), output_type=PromptedOutput(Feedback)).run(text)
 
     assert streamed.output == expected
@@ -575,9 +577,9 @@ def test_analyze_feedback_summary_is_the_first_120_characters() -> None:
     assert feedback.sentiment == "neutral"
 
 
-def test_resolve_model() -> None:
-    model = resolve_model("demo")
-
-    assert isinstance(model, FunctionModel)
-    assert model.model_name == "demo"
-    assert resolve_model("openai:gpt-4o") == "openai:gpt-4o"
+def test_the_feedback_sub_agent_runs_on_the_calling_agents_model() -> None:
+    # The demo model cannot write a Feedback: the offline feedback model stands in for it...
+    assert feedback_model_for(demo_model()).model_name == "demo-feedback"
+    # ...while a real provider's model (any other) is used as it is.
+    scripted = FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("x")]), model_name="gpt-x")
+    assert feedback_model_for(scripted) is scripted

@@ -17,9 +17,9 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.usage import UsageLimits
 
-from agent import Deps, ModelRetries, ToolFailures
+from agent import ModelRetries, Texts, ToolFailures
+from agent.demo import ShopDeps
 from agent.retries import is_transient
-from agent.step import LIMIT_REPLY
 from stream import CollectingSink, transcript
 
 from .scripted import Calls, FailAfter, Script, lines, runtime_with
@@ -148,12 +148,12 @@ def test_backoff_is_bounded_and_honours_retry_after() -> None:
 # -- tools -------------------------------------------------------------------------------------------
 
 
-async def explode(ctx: RunContext[Deps], order_id: str) -> str:
+async def explode(ctx: RunContext[ShopDeps], order_id: str) -> str:
     """Look up the order's warehouse."""
     raise RuntimeError(f"connection to warehouse failed, password=hunter2 ({order_id})")
 
 
-async def hang(ctx: RunContext[Deps], order_id: str) -> str:
+async def hang(ctx: RunContext[ShopDeps], order_id: str) -> str:
     """Look up the order's courier."""
     await asyncio.sleep(3600)
     return "never"
@@ -168,7 +168,7 @@ async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(ap
     assert lines(sink.events)[2:] == snapshot(
         [
             "tool_call explode {'order_id': 'ORD-5678'}",
-            "tool_result explode failed 'The tool explode failed unexpectedly. Tell the customer it is unavailable right now and offer to try again later.'",
+            "tool_result explode failed 'The tool explode failed unexpectedly. Tell the user it is unavailable right now and offer to try again later.'",
             "text part: 'The warehouse lookup is down.'",
             "text_done part 'The warehouse lookup is down.'",
             "run_finished completed output='The warehouse lookup is down.'",
@@ -188,14 +188,14 @@ async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(ap
 
 async def test_a_tool_that_hangs_is_cut_off_by_its_timeout(app: App) -> None:
     script = Script([Calls([("hang", {"order_id": "ORD-5678"})]), "The courier lookup is slow today."])
-    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_failures=ToolFailures(timeout=0.2))
+    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_timeout=0.2)
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
     assert lines(sink.events)[2:] == snapshot(
         [
             "tool_call hang {'order_id': 'ORD-5678'}",
-            "tool_result hang failed 'The tool hang did not answer within 0.2 seconds and was stopped. Tell the customer it is unavailable right now and offer to try again later.'",
+            "tool_result hang failed 'The tool hang did not answer within 0.2 seconds and was stopped. Tell the user it is unavailable right now and offer to try again later.'",
             "text part: 'The courier lookup is slow today.'",
             "text_done part 'The courier lookup is slow today.'",
             "run_finished completed output='The courier lookup is slow today.'",
@@ -207,7 +207,7 @@ async def test_the_same_hanging_tool_twice_is_still_no_crash(app: App) -> None:
     # pydantic-ai's own tool timeout is a retry the model can exhaust; a failed result is not.
     call = Calls([("hang", {"order_id": "ORD-5678"})])
     script = Script([call, call, call, "I could not reach the courier."])
-    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_failures=ToolFailures(timeout=0.05))
+    app.runtime = runtime_with(app.runtime, script, Tool(hang), tool_timeout=0.05)
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
@@ -215,12 +215,14 @@ async def test_the_same_hanging_tool_twice_is_still_no_crash(app: App) -> None:
     assert transcript(sink.events)[-1] == "run_finished completed output='I could not reach the courier.'"
 
 
-def test_approval_tools_are_never_cut_off_by_default() -> None:
-    # Their side effect is exactly-once by the ledger; a timeout after the commit would misreport it.
-    failures = ToolFailures(timeout=5.0)
-    assert failures.timeout_of("issue_refund") is None
-    assert failures.timeout_of("cancel_order") is None
+def test_approved_calls_are_never_cut_off_by_default() -> None:
+    # A human sanctioned the side effect; a timeout after it acted would misreport it.
+    failures = ToolFailures(timeout=5.0, timeouts={"slow_report": 60.0, "never": None})
+    assert failures.timeout_of("issue_refund", approved=True) is None
+    assert failures.timeout_of("issue_refund") == 5.0
     assert failures.timeout_of("lookup_order") == 5.0
+    assert failures.timeout_of("slow_report", approved=True) == 60.0
+    assert failures.timeout_of("never") is None
 
 
 # -- usage limits ------------------------------------------------------------------------------------
@@ -232,7 +234,7 @@ async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usabl
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Where is ORD-5678?", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished completed output={LIMIT_REPLY!r}"
+    assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
     assert len(script.requests) == 3
     assert shapes(await app.messages(thread))[-1] == "response: text"
     script.then = "Hello again."
@@ -241,7 +243,7 @@ async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usabl
     assert transcript(second.events)[-1] == "run_finished completed output='Hello again.'"
 
 
-async def spend(ctx: RunContext[Deps], order_id: str) -> str:
+async def spend(ctx: RunContext[ShopDeps], order_id: str) -> str:
     """Ask a sub-agent about the order."""
     raise UsageLimitExceeded("The next request would exceed the request_limit of 12")
 
@@ -253,7 +255,7 @@ async def test_a_sub_agent_over_the_turns_limit_ends_the_turn_politely(app: App)
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Ask around about ORD-5678", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished completed output={LIMIT_REPLY!r}"
+    assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
     assert len(script.requests) == 1
     assert shapes(await app.messages(thread)) == snapshot(
         [

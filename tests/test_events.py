@@ -25,6 +25,7 @@ from stream import (
     TextDone,
     TextWithdrawn,
     ToolCall,
+    ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
     event_data,
@@ -51,8 +52,10 @@ EXAMPLES: list[StreamEvent] = [
         approvals=[
             PendingCall(tool_call_id="call-2", tool_name="cancel_order", args={"order_id": "ORD-5678"}),
             PendingCall(tool_call_id="call-3", tool_name="cancel_order", args={"order_id": "ORD-9012"}),
+            PendingCall(tool_call_id="call-4", tool_name="book", args={"ref": "X"}, outcome="unknown"),
         ],
     ),
+    ToolOutcomeUnknown(run_id="run-1", tool_call_id="call-4", tool_name="book"),
     ApprovalDecided(
         run_id="run-1",
         tool_call_id="call-2",
@@ -62,11 +65,12 @@ EXAMPLES: list[StreamEvent] = [
     ),
     GuardrailTripped(run_id="run-1", guardrail="no_internal_details", stage="output"),
     RunFinished(run_id="run-1", status="failed", output="partial", error="the model timed out"),
+    RunFinished(run_id="run-1", status="completed", output={"city": "Lisbon", "nights": 3}),
 ]
 
 
 def test_examples_cover_every_event_type() -> None:
-    assert sorted(event.type for event in EXAMPLES) == sorted(get_args(EventType))
+    assert sorted({event.type for event in EXAMPLES}) == sorted(get_args(EventType))
 
 
 def test_event_type_names_every_member_of_the_union() -> None:
@@ -83,6 +87,23 @@ def test_round_trip(event: StreamEvent) -> None:
     assert event_from_data(event.type, data) == event
     assert "type" not in json.loads(data)
     assert json.loads(data)["run_id"] == "run-1"
+
+
+def test_a_pending_call_names_its_outcome_only_when_it_is_unknown() -> None:
+    event = ApprovalRequired(
+        run_id="run-1",
+        approvals=[
+            PendingCall(tool_call_id="c1", tool_name="book", args={}),
+            PendingCall(tool_call_id="c2", tool_name="book", args={}, outcome="unknown"),
+        ],
+    )
+
+    assert json.loads(event_data(event))["approvals"] == snapshot(
+        [
+            {"tool_call_id": "c1", "tool_name": "book", "args": {}},
+            {"tool_call_id": "c2", "tool_name": "book", "args": {}, "outcome": "unknown"},
+        ]
+    )
 
 
 def test_event_data_is_compact_utf8_json() -> None:

@@ -11,7 +11,8 @@ from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelResponse, TextPart
 
 from agent import GuardrailContext, Guardrails, PatternGuardrail, default_guardrails, injection_guardrail
-from agent.guardrails import LEAK_REPLY, RATE_REPLY, leak_guardrail
+from agent.demo import TEXTS
+from agent.guardrails import RATE_REPLY, leak_guardrail
 from stream import CollectingSink, TextDelta, transcript
 
 from .scripted import Calls, Script, lines, runtime_with
@@ -19,7 +20,7 @@ from .step_app import App, shapes
 
 pytestmark = pytest.mark.anyio
 
-INJECTION_REPLY = injection_guardrail().reply
+INJECTION_REPLY = TEXTS.blocked
 
 
 # -- input: blocked before the model -----------------------------------------------------------------
@@ -207,7 +208,7 @@ async def test_a_leaking_reply_is_withdrawn_replaced_and_never_stored(app: App) 
     )
     messages = await app.messages(thread)
     assert isinstance(messages[-1], ModelResponse)
-    assert messages[-1].parts == [TextPart(LEAK_REPLY)]
+    assert messages[-1].parts == [TextPart(TEXTS.withheld)]
     assert "sk-123" not in str(messages)
     # The log keeps every event, but the withdrawn deltas are blank: a replay never shows the leak.
     log = await app.log(thread)
@@ -217,7 +218,7 @@ async def test_a_leaking_reply_is_withdrawn_replaced_and_never_stored(app: App) 
     # The model does not read its leak back on the next turn.
     await app.send(thread, "ok")
     assert "sk-123" not in str(script.requests[1])
-    assert LEAK_REPLY in str(script.requests[1])
+    assert TEXTS.withheld in str(script.requests[1])
 
 
 async def test_a_leak_next_to_a_tool_call_is_replaced_in_the_checkpoint(app: App) -> None:

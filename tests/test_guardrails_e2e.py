@@ -15,7 +15,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from agent.guardrails import LEAK_REPLY, injection_guardrail
+from agent.demo import TEXTS
 
 from .live_server import LiveServer, SseEvent, auth, live_server, read_events, sqlite_url
 from .test_api import finished, new_thread, send
@@ -51,7 +51,7 @@ async def test_an_injection_attempt_is_blocked_and_the_thread_stays_usable(
     assert isinstance(request.parts[0], UserPromptPart)
     assert request.parts[0].content == content
     assert isinstance(response, ModelResponse)
-    assert response.parts == [TextPart(injection_guardrail().reply)]
+    assert response.parts == [TextPart(TEXTS.blocked)]
     # The next message is answered by the model as usual.
     next_run = await send(client, token, thread_id, "Where is ORD-9012?")
     after = await read_events(client, thread_id, token, after=events[-1].event_id, until=finished(next_run))
@@ -88,7 +88,7 @@ async def test_a_leaking_reply_is_withdrawn_and_nowhere_in_the_thread(
         assert all(leaked not in str(e.data) for e in replay)
     messages = ModelMessagesTypeAdapter.validate_python(response.json()["messages"])
     assert isinstance(messages[-1], ModelResponse)
-    assert messages[-1].parts == [TextPart(LEAK_REPLY)]
+    assert messages[-1].parts == [TextPart(TEXTS.withheld)]
     assert response.json()["status"] == "idle"
 
 

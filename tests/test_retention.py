@@ -76,7 +76,7 @@ async def test_deleting_a_thread_erases_every_row_of_it_and_nothing_else(app: Ap
     other = await app.thread("bob")
     await app.send(other, "Some feedback: the parcel was late")
     await app.send(other, "refund ORD-9012 please")
-    before = await every_row(app.db.engine, but=frozenset({"orders"}))
+    before = await every_row(app.db.engine, but=frozenset({"shop_orders"}))
 
     thread = await app.thread("alice")
     await app.send(thread, "Some feedback: support was great")  # a record
@@ -106,7 +106,7 @@ async def test_deleting_a_thread_erases_every_row_of_it_and_nothing_else(app: Ap
 
     # Exactly the rows from before the thread existed: no entry, event, approval, record, ledger
     # row, run or conversation record of it is left, and the other thread's rows are all there.
-    assert await every_row(app.db.engine, but=frozenset({"orders"})) == before
+    assert await every_row(app.db.engine, but=frozenset({"shop_orders"})) == before
     with pytest.raises(NotFound):
         await app.db.threads.get(thread.thread_id)
     assert await app.db.conversations.load(thread.thread_id) is None

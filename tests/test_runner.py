@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import TypeVar
 
 import pytest
 
-from agent import Runtime, build_agent, demo_model, feedback_model, run_step
-from store import Database, Run, Worker
-from store.business import BusinessData
-from web.runner import Runner
+from agent import Runtime, RuntimeOptions, open_runtime, run_step
+from agent.demo import shop_app
+from store import Run, Worker
+from web import Runner
 
 from .conftest import MigratedDatabases
 from .step_app import shapes
@@ -33,30 +34,18 @@ OpenRuntime = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def open_runtime(
+async def open_worker(
     request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
 ) -> AsyncIterator[OpenRuntime]:
-    """Opens worker runtimes on one empty database: `await open_runtime("a", lease=..., delay=...)`."""
+    """Opens worker runtimes on one empty database: `await open_worker("a", lease=..., delay=...)`."""
     url = await migrated_databases.empty(request.param)
-    opened: list[Database] = []
+    async with AsyncExitStack() as stack:
 
-    async def open_one(worker_id: str, *, lease: timedelta = LONG, delay: float = 0.0) -> Runtime:
-        db = await Database.connect(url, worker=Worker(worker_id=worker_id, lease=lease))
-        opened.append(db)
-        business = BusinessData(db.engine)
-        await business.seed()
-        return Runtime(
-            db=db,
-            business=business,
-            agent=build_agent(demo_model(delay=delay)),
-            feedback_model=feedback_model(),
-        )
+        async def open_one(worker_id: str, *, lease: timedelta = LONG, delay: float = 0.0) -> Runtime:
+            options = RuntimeOptions(worker=Worker(worker_id=worker_id, lease=lease))
+            return await stack.enter_async_context(open_runtime(shop_app(delay=delay), url, options=options))
 
-    try:
         yield open_one
-    finally:
-        for db in opened:
-            await db.aclose()
 
 
 async def _queued(runtime: Runtime, content: str = "Please refund ORD-5678") -> Run:
@@ -74,9 +63,9 @@ async def _eventually(attempt: Callable[[], Awaitable[T | None]]) -> T:
             await asyncio.sleep(0.05)
 
 
-async def test_a_stalled_worker_is_fenced_out_and_stops_quietly(open_runtime: OpenRuntime) -> None:
-    stalled = await open_runtime("stalled", lease=SHORT, delay=2.0)
-    heir = await open_runtime("heir")
+async def test_a_stalled_worker_is_fenced_out_and_stops_quietly(open_worker: OpenRuntime) -> None:
+    stalled = await open_worker("stalled", lease=SHORT, delay=2.0)
+    heir = await open_worker("heir")
     run = await _queued(stalled)
     first = asyncio.create_task(run_step(stalled, run.run_id))
     await _eventually(lambda: _running(stalled, run.run_id))
@@ -105,10 +94,10 @@ async def test_a_stalled_worker_is_fenced_out_and_stops_quietly(open_runtime: Op
     assert len(await heir.db.approvals.list(thread_id=run.thread_id, status="pending")) == 1
 
 
-async def test_a_runner_stops_the_runs_another_worker_took_over(open_runtime: OpenRuntime) -> None:
+async def test_a_runner_stops_the_runs_another_worker_took_over(open_worker: OpenRuntime) -> None:
     stalled_runtime, heir_runtime = (
-        await open_runtime("stalled", lease=SHORT, delay=30.0),
-        await open_runtime("heir"),
+        await open_worker("stalled", lease=SHORT, delay=30.0),
+        await open_worker("heir"),
     )
     stalled, heir = Runner(stalled_runtime), Runner(heir_runtime)
     run = await _queued(stalled_runtime)
@@ -124,8 +113,8 @@ async def test_a_runner_stops_the_runs_another_worker_took_over(open_runtime: Op
     await stalled.aclose()
 
 
-async def test_a_runner_shutting_down_releases_its_runs(open_runtime: OpenRuntime) -> None:
-    leaving_runtime = await open_runtime("leaving", delay=30.0)
+async def test_a_runner_shutting_down_releases_its_runs(open_worker: OpenRuntime) -> None:
+    leaving_runtime = await open_worker("leaving", delay=30.0)
     leaving = Runner(leaving_runtime, shutdown_timeout=0.1)
     run = await _queued(leaving_runtime)
     leaving.submit(run.run_id)
@@ -134,7 +123,7 @@ async def test_a_runner_shutting_down_releases_its_runs(open_runtime: OpenRuntim
     parked = await leaving_runtime.db.runs.get(run.run_id)
     assert (parked.status, parked.lease_owner, parked.lease_expires_at) == ("queued", None, None)
     # Another worker starting now takes it at once: nobody holds it.
-    staying_runtime = await open_runtime("staying")
+    staying_runtime = await open_worker("staying")
     staying = Runner(staying_runtime)
     assert await staying.start() == 1
     ended = await _eventually(lambda: _ended(staying_runtime, run.run_id))
@@ -142,12 +131,12 @@ async def test_a_runner_shutting_down_releases_its_runs(open_runtime: OpenRuntim
     await staying.aclose()
 
 
-async def test_a_starting_runner_leaves_live_runs_alone(open_runtime: OpenRuntime) -> None:
-    live = await open_runtime("live", delay=30.0)
+async def test_a_starting_runner_leaves_live_runs_alone(open_worker: OpenRuntime) -> None:
+    live = await open_worker("live", delay=30.0)
     run = await _queued(live)
     task = asyncio.create_task(run_step(live, run.run_id))
     await _eventually(lambda: _running(live, run.run_id))
-    starting = Runner(await open_runtime("starting"))
+    starting = Runner(await open_worker("starting"))
     assert await starting.start() == 0
     assert await starting.sweep() == 0
     assert (await live.db.runs.get(run.run_id)).lease_owner == "live"

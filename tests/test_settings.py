@@ -15,7 +15,16 @@ from hypothesis import strategies as st
 from agent.tracing import TracingConfig
 from web import Settings, SettingsError
 
-_VARIABLES = ("DATABASE_URL", "MODEL", "SECRET", "DATA_DIR", "TRACE_FILE", "OTLP_ENDPOINT", "TRACE_CONTENT")
+_VARIABLES = (
+    "DATABASE_URL",
+    "APP",
+    "MODEL",
+    "SECRET",
+    "DATA_DIR",
+    "TRACE_FILE",
+    "OTLP_ENDPOINT",
+    "TRACE_CONTENT",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +42,8 @@ def test_defaults(workdir: Path) -> None:
     data_dir = workdir / "data"
     assert settings.data_dir == data_dir
     assert settings.database_url == f"sqlite+aiosqlite:///{data_dir}/durable-chat.db"
-    assert settings.model == "demo"
+    assert settings.model is None  # the app agent's own model
+    assert settings.app == "agent.demo:shop_app"
     assert (settings.host, settings.port) == ("127.0.0.1", 8000)
     assert len(settings.secret) >= 32
     assert data_dir.is_dir()
@@ -94,7 +104,7 @@ def test_data_dir_from_environment_holds_the_defaults(monkeypatch: pytest.Monkey
 def test_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DURABLE_CHAT_MODEL", "")
 
-    assert Settings.load().model == "demo"
+    assert Settings.load().model is None
 
 
 def test_secret_is_generated_once_owner_only(workdir: Path) -> None:
@@ -208,7 +218,6 @@ def test_messages_per_minute_from_environment() -> None:
 def test_lease_timings_default_and_come_from_the_environment() -> None:
     defaults = Settings.load(secret="s", environ={})
     assert (defaults.lease_seconds, defaults.heartbeat_seconds, defaults.sweep_seconds) == (30.0, 10.0, 5.0)
-    assert defaults.demo_delay_seconds == 0.0
 
     settings = Settings.load(
         secret="s",
@@ -216,11 +225,9 @@ def test_lease_timings_default_and_come_from_the_environment() -> None:
             "DURABLE_CHAT_LEASE_SECONDS": "3",
             "DURABLE_CHAT_HEARTBEAT_SECONDS": "0.5",
             "DURABLE_CHAT_SWEEP_SECONDS": "0.25",
-            "DURABLE_CHAT_DEMO_DELAY_SECONDS": "0",
         },
     )
     assert (settings.lease_seconds, settings.heartbeat_seconds, settings.sweep_seconds) == (3.0, 0.5, 0.25)
-    assert settings.demo_delay_seconds == 0.0
     # A short lease alone gets a heartbeat that fits in it.
     assert Settings.load(secret="s", environ={"DURABLE_CHAT_LEASE_SECONDS": "6"}).heartbeat_seconds == 2.0
 
@@ -239,11 +246,12 @@ def test_a_lease_that_is_not_a_positive_number_is_an_error(text: str) -> None:
         Settings.load(secret="s", environ={"DURABLE_CHAT_LEASE_SECONDS": text})
 
 
-def test_a_negative_demo_delay_is_an_error() -> None:
-    with pytest.raises(
-        SettingsError, match=re.escape("DEMO_DELAY_SECONDS must be a non-negative number, not '-0.5'")
-    ):
-        Settings.load(secret="s", environ={"DURABLE_CHAT_DEMO_DELAY_SECONDS": "-0.5"})
+def test_the_app_comes_from_the_flag_then_the_environment() -> None:
+    assert Settings.load(secret="s", environ={"DURABLE_CHAT_APP": "travel:app"}).app == "travel:app"
+    assert (
+        Settings.load(secret="s", app="mine:app", environ={"DURABLE_CHAT_APP": "travel:app"}).app
+        == "mine:app"
+    )
 
 
 @given(text=st.text(max_size=12).filter(lambda t: t.strip() != "" and "\x00" not in t))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ from opentelemetry.trace import StatusCode
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent import Runtime, build_agent, decide, demo_model, feedback_model, run_step
+from agent import decide, run_step
 from store.schema import ApprovalRow, RunRow, metadata
 
 from .conftest import TRACE_SECRET
@@ -168,13 +169,7 @@ async def test_prompts_and_completions_stay_out_of_spans_by_default(
 
 @pytest.mark.anyio
 async def test_content_is_traced_when_enabled_and_redacted(app: App, spans: InMemorySpanExporter) -> None:
-    runtime = Runtime(
-        db=app.db,
-        business=app.business,
-        agent=build_agent(demo_model(), trace_content=True),
-        feedback_model=feedback_model(),
-    )
-    traced = App(app.db, app.business, runtime)
+    traced = App(replace(app.runtime, trace_content=True))
     thread = await traced.thread()
     await traced.send(
         thread,
@@ -203,10 +198,7 @@ async def test_a_failed_run_is_an_error_span_with_its_exception_redacted(
         yield ""  # an async generator, as pydantic-ai streams the model
 
     model = FunctionModel(stream_function=broken)
-    runtime = Runtime(
-        db=app.db, business=app.business, agent=build_agent(model), feedback_model=feedback_model()
-    )
-    failing = App(app.db, app.business, runtime)
+    failing = App(replace(app.runtime, model=model))
     thread = await failing.thread()
     run_id = await failing.send(thread, "Hello")
 

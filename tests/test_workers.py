@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, ToolCallPart, ToolReturnPart
 
+from agent.demo import BusinessData
 from store import Database, LoggedEvent, Run
-from store.business import BusinessData
 from store.schema import RunRow, ToolExecutionRow, metadata
 
 from .conftest import new_database

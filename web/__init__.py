@@ -8,11 +8,13 @@ from .broker import Broker, SubscriberDropped, Subscription
 from .errors import ApiError
 from .runner import Runner
 from .settings import Settings, SettingsError
+from .tokens import InvalidToken, issue_token, verify_token
 
 __all__ = (
     "ApiError",
     "Authenticate",
     "Broker",
+    "InvalidToken",
     "Runner",
     "Settings",
     "SettingsError",
@@ -20,4 +22,6 @@ __all__ = (
     "Subscription",
     "create_app",
     "error_response",
+    "issue_token",
+    "verify_token",
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent import InvalidArguments, decide
+from agent import ApprovalReview, InvalidArguments, decide
 from store import AlreadyDecided, Approval, ApprovalPending, NotFound, Record, RunActive, Thread, ThreadCursor
 
 from .auth import user_id as authenticated_user
@@ -48,6 +49,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/reject", reject, methods=["POST"]),
         Route("/api/threads/{thread_id}/records", list_records, methods=["GET"]),
         Route("/api/approvals", list_approvals, methods=["GET"]),
+        Route("/api/app", app_info, methods=["GET"]),
     ]
 
 
@@ -95,7 +97,7 @@ async def get_thread(request: Request) -> Response:
         {
             **thread_json(thread),
             "messages": messages,
-            "pending_approvals": [approval_json(a) for a in pending],
+            "pending_approvals": await approvals_json(s, thread.user_id, pending),
             "last_event_id": last_event_id,
             "messages_event_id": thread.checkpoint_event_id,
         }
@@ -195,7 +197,14 @@ async def list_approvals(request: Request) -> Response:
     if status not in (None, "pending"):
         raise ApiError(422, "validation_error", f"status must be 'pending' or absent, not {status!r}")
     approvals = await s.db.approvals.list(user_id=user_id, status="pending" if status else None)
-    return JSONResponse({"approvals": [approval_json(a) for a in approvals]})
+    return JSONResponse({"approvals": await approvals_json(s, user_id, approvals)})
+
+
+async def app_info(request: Request) -> Response:
+    """`GET /api/app`: what a client shows of the app served: its name and starter prompts."""
+    s = services(request)
+    user_of(request, s)
+    return JSONResponse({"name": s.app.title, "starter_prompts": list(s.app.starter_prompts)})
 
 
 async def list_records(request: Request) -> Response:
@@ -287,7 +296,35 @@ def thread_json(thread: Thread) -> dict[str, object]:
     }
 
 
-def approval_json(approval: Approval) -> dict[str, object]:
+async def approvals_json(s: Services, user_id: str, approvals: Sequence[Approval]) -> list[dict[str, object]]:
+    """`approvals` as the API answers them; a pending one carries the app's context for its reviewer."""
+    answered: list[dict[str, object]] = []
+    for approval in approvals:
+        context = None
+        if approval.status == "pending":
+            context = await s.app.context_for(
+                ApprovalReview(
+                    thread_id=approval.thread_id,
+                    user_id=user_id,
+                    tool_call_id=approval.tool_call_id,
+                    tool_name=approval.tool_name,
+                    args=approval.args,
+                    engine=s.db.engine,
+                )
+            )
+        answered.append(approval_json(approval, context=context))
+    return answered
+
+
+def approval_json(approval: Approval, *, context: Mapping[str, object] | None = None) -> dict[str, object]:
+    """An approval as the API answers it; `outcome`, `previous` and `context` only when there are any."""
+    extra: dict[str, object] = {}
+    if approval.outcome is not None:
+        extra["outcome"] = approval.outcome
+    if approval.previous is not None:
+        extra["previous"] = approval.previous
+    if context is not None:
+        extra["context"] = dict(context)
     return {
         "thread_id": approval.thread_id,
         "tool_call_id": approval.tool_call_id,
@@ -300,6 +337,7 @@ def approval_json(approval: Approval) -> dict[str, object]:
         "decided_by": approval.decided_by,
         "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
         "created_at": approval.created_at.isoformat(),
+        **extra,
     }
 
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -17,10 +18,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agent import Runtime, build_agent, default_guardrails, feedback_model, resolve_model
-from store import Database, DatabaseUnavailable, EventListener, Worker
-from store.business import BusinessData
-from store.engine import normalize_url
+from agent import ChatApp, load_app, open_runtime
+from store import Database, DatabaseUnavailable, EventListener, Worker, normalize_url
 
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
@@ -43,48 +42,45 @@ logger = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
-def create_app(settings: Settings, *, authenticate: Authenticate | None = None) -> Starlette:
-    """The application for `settings`; `authenticate`, when given, signs requests in instead of tokens.
+def create_app(
+    settings: Settings, app: ChatApp[Any] | None = None, *, authenticate: Authenticate | None = None
+) -> Starlette:
+    """The application serving `app` (by default the one `settings.app` names) with `settings`.
 
-    Its lifespan opens the database (seeding the demo business data), builds the agent runtime
+    `authenticate`, when given, signs requests in instead of the tokens (see `web.auth`).
+
+    Its lifespan opens the runtime (`agent.open_runtime`: the database, the app's setup hook)
     publishing to the in-process broker, starts (on PostgreSQL) the listener that relays events
     other processes store, and starts the runner, which first takes over the runs nobody drives
     (left by a dead process), then heartbeats its leases and sweeps for more. At shutdown the
     runner stops its in-flight runs (they requeue themselves), waits for them, bounded, and
     releases its leases before the database closes.
+
+    Raises:
+        agent.AppLoadError: `app` is not given and `settings.app` names no app.
     """
+    served = load_app(settings.app) if app is None else app
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncGenerator[None]:
+    async def lifespan(starlette: Starlette) -> AsyncGenerator[None]:
         worker = Worker(lease=timedelta(seconds=settings.lease_seconds))
-        db = await Database.connect(
-            settings.database_url, options=settings.connection_options(), worker=worker
-        )
-        try:
-            business = BusinessData(db.engine)
-            await business.seed()
-            broker = Broker()
+        broker = Broker()
+        options = settings.runtime_options(worker)
+        async with open_runtime(
+            served, settings.database_url, options=options, publish=broker.publish
+        ) as runtime:
+            db = runtime.db
             relay, listener = _relay(settings, db, broker)
-            runtime = Runtime(
-                db=db,
-                business=business,
-                agent=build_agent(
-                    resolve_model(settings.model, demo_delay=settings.demo_delay_seconds),
-                    trace_content=settings.tracing.include_content,
-                ),
-                feedback_model=feedback_model(),
-                publish=broker.publish,
-                guardrails=default_guardrails(messages_per_minute=settings.messages_per_minute),
-            )
             runner = Runner(
                 runtime,
                 shutdown_timeout=settings.shutdown_timeout_seconds,
                 heartbeat_seconds=settings.heartbeat_seconds,
                 sweep_seconds=settings.sweep_seconds,
             )
-            app.state.settings = settings
-            app.state.services = Services(
+            starlette.state.settings = settings
+            starlette.state.services = Services(
                 settings=settings,
+                app=served,
                 db=db,
                 broker=broker,
                 runner=runner,
@@ -105,8 +101,6 @@ def create_app(settings: Settings, *, authenticate: Authenticate | None = None) 
                     await listener.aclose()
                 if relay is not None:
                     await relay.aclose()
-        finally:
-            await db.aclose()
 
     return Starlette(
         routes=[

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 
+from agent import ChatApp
 from store import Database
 
 from .broker import Broker
@@ -20,6 +22,8 @@ __all__ = ("Services", "services")
 @dataclass(frozen=True)
 class Services:
     settings: Settings
+    app: ChatApp[Any]
+    """The app served."""
     db: Database
     broker: Broker
     runner: Runner

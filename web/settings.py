@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from agent import RuntimeOptions
+from agent.loader import DEFAULT_APP
 from agent.redaction import secrets_from_environment
 from agent.tracing import TracingConfig
-from store import ConnectionOptions
+from store import ConnectionOptions, Worker
 
 from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings
 
@@ -36,8 +38,11 @@ class Settings:
 
     database_url: str
     """SQLAlchemy URL of the database, `sqlite+aiosqlite:///…` or `postgresql+asyncpg://…`."""
-    model: str
-    """`demo` (the offline demo model) or any pydantic-ai model string, e.g. `openai:gpt-4o`."""
+    app: str = DEFAULT_APP
+    """The app to serve, `MODULE:ATTR` (`--app`, `DURABLE_CHAT_APP`); the demo shop by default."""
+    model: str | None = None
+    """Overrides the app agent's model (`--model`, `DURABLE_CHAT_MODEL`): a model the app names
+    (the shop's `demo`) or any pydantic-ai model string, e.g. `openai:gpt-4o`; `None` keeps the agent's."""
     secret: str = field(repr=False)
     """Key that signs user tokens; never logged."""
     host: str = _DEFAULT_HOST
@@ -96,9 +101,6 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
-    demo_delay_seconds: float = 0.0
-    """How long the demo model thinks before each response (`DURABLE_CHAT_DEMO_DELAY_SECONDS`):
-    holds a run between model calls, for tests and demos of crashes."""
     max_streams_per_user: int = 20
     """Event streams one user may hold open at once in this process (`DURABLE_CHAT_MAX_STREAMS_PER_USER`);
     one more is `429 too_many_streams`."""
@@ -118,11 +120,22 @@ class Settings:
             transaction_pooler=self.transaction_pooler,
         )
 
+    def runtime_options(self, worker: Worker | None = None) -> RuntimeOptions:
+        """How the app runs here: its model, the default guardrails' rate, tracing, connections."""
+        return RuntimeOptions(
+            model=self.model,
+            messages_per_minute=self.messages_per_minute,
+            trace_content=self.tracing.include_content,
+            connection=self.connection_options(),
+            worker=worker,
+        )
+
     @classmethod
     def load(
         cls,
         *,
         database_url: str | None = None,
+        app: str | None = None,
         model: str | None = None,
         secret: str | None = None,
         host: str | None = None,
@@ -137,6 +150,7 @@ class Settings:
 
         Args:
             database_url: Overrides `DURABLE_CHAT_DATABASE_URL`.
+            app: Overrides `DURABLE_CHAT_APP`.
             model: Overrides `DURABLE_CHAT_MODEL`.
             secret: Overrides `DURABLE_CHAT_SECRET`.
             host: Address to listen on.
@@ -160,7 +174,8 @@ class Settings:
         jwt = _jwt(env)
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
-            model=_pick(model, "MODEL", env) or "demo",
+            app=_pick(app, "APP", env) or DEFAULT_APP,
+            model=_pick(model, "MODEL", env),
             secret=secret,
             host=_DEFAULT_HOST if host is None else host,
             port=_DEFAULT_PORT if port is None else port,
@@ -180,7 +195,6 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
-            demo_delay_seconds=_number("DEMO_DELAY_SECONDS", env, 0.0, zero=True),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
             jwt=jwt,
             tracing=TracingConfig(

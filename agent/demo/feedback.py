@@ -1,6 +1,7 @@
 """The feedback sub-agent: turns a conversation into a structured `Feedback` record.
 
-With a real provider the sub-agent follows `FEEDBACK_INSTRUCTIONS`; offline, `feedback_model()` derives
+The sub-agent runs on the model of the run that calls it (`feedback_model_for`): with a real
+provider it follows `FEEDBACK_INSTRUCTIONS`; on the offline demo model, `feedback_model()` derives
 the record deterministically from keywords in the conversation text.
 """
 
@@ -8,17 +9,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models import Model
+from pydantic_ai.models import AbstractModel, Model
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent.demo_model import user_messages
+from .model import DEMO_MODEL_NAME, user_messages
 
-__all__ = ("FEEDBACK_INSTRUCTIONS", "Feedback", "analyze_feedback", "feedback_agent", "feedback_model")
+__all__ = (
+    "FEEDBACK_INSTRUCTIONS",
+    "FEEDBACK_KIND",
+    "Feedback",
+    "analyze_feedback",
+    "feedback_agent",
+    "feedback_model",
+    "feedback_model_for",
+)
+
+FEEDBACK_KIND = "feedback"
+"""The kind of the records `record_feedback` saves."""
 
 Sentiment = Literal["positive", "neutral", "negative"]
 
@@ -88,14 +100,21 @@ def feedback_model() -> FunctionModel:
     return FunctionModel(_request, stream_function=_stream, model_name="demo-feedback")
 
 
-def feedback_agent(model: Model | str) -> Agent[None, Feedback]:
-    """The feedback sub-agent on `model`; the name `demo` means `feedback_model()`."""
-    return Agent(
-        feedback_model() if model == "demo" else model,
-        output_type=Feedback,
-        instructions=FEEDBACK_INSTRUCTIONS,
-        name="feedback",
-    )
+feedback_agent: Agent[None, Feedback] = Agent(
+    output_type=Feedback, instructions=FEEDBACK_INSTRUCTIONS, name="feedback"
+)
+"""The feedback sub-agent; each run names its model (`feedback_model_for`)."""
+
+
+def feedback_model_for(model: AbstractModel) -> Model[Any]:
+    """The model the sub-agent runs on when the shop's agent runs on `model`: the same one, but
+    the offline demo feedback model in place of the demo model, which cannot write a `Feedback`."""
+    if model.model_name == DEMO_MODEL_NAME:
+        return feedback_model()
+    if not isinstance(model, Model):
+        raise TypeError(f"the feedback sub-agent cannot run on {type(model).__name__}")
+    same: Model[Any] = model  # pyright: ignore[reportUnknownVariableType]  # any provider's client
+    return same
 
 
 def _mentions(lowered: str, words: list[str], key: str) -> bool:

@@ -29,11 +29,12 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDenied
 
-__all__ = ("DEFAULT_ORDER_ID", "demo_model", "resolve_model", "user_messages")
+__all__ = ("DEFAULT_ORDER_ID", "DEMO_MODEL_NAME", "demo_model", "user_messages")
+
+DEMO_MODEL_NAME = "demo"
 
 DEFAULT_ORDER_ID = "ORD-5678"
 """The order the `loop forever` row looks up when the message names none."""
@@ -85,7 +86,7 @@ def demo_model(*, delay: float = 0.0) -> FunctionModel:
             between two model calls with it (to kill its worker there).
     """
     if not delay:
-        return FunctionModel(_request, stream_function=_stream, model_name="demo")
+        return FunctionModel(_request, stream_function=_stream, model_name=DEMO_MODEL_NAME)
 
     async def request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         await asyncio.sleep(delay)
@@ -96,13 +97,7 @@ def demo_model(*, delay: float = 0.0) -> FunctionModel:
         async for item in _stream(messages, info):
             yield item
 
-    return FunctionModel(request, stream_function=stream, model_name="demo")
-
-
-def resolve_model(name: str, *, demo_delay: float = 0.0) -> Model | str:
-    """`demo` is the demo model (thinking `demo_delay` seconds per response); any other name is a
-    pydantic-ai model string, returned as is."""
-    return demo_model(delay=demo_delay) if name == "demo" else name
+    return FunctionModel(request, stream_function=stream, model_name=DEMO_MODEL_NAME)
 
 
 def user_messages(messages: Sequence[ModelMessage]) -> list[str]:

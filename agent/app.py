@@ -1,0 +1,190 @@
+"""`ChatApp`: the seam through which durable-chat serves any pydantic-ai agent, and `RunScope`.
+
+A `ChatApp` describes a deployment: the user's agent (any deps type, any output type), a factory
+of its deps called once per run with the run's `RunScope`, and what a deployment tunes around it
+(guardrails, limits, timeouts, the texts users see, a setup hook, starter prompts, context for
+reviewers). The demo shop is one such app (`agent.demo`); `docs/your-agent.md` builds another.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.models import Model
+from pydantic_ai.output import OutputSpec
+from pydantic_ai.usage import UsageLimits
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store import upgrade
+
+from .guardrails import Guardrails
+from .ledger import ToolLedger
+from .records import RunRecords
+from .retries import ModelRetries
+from .texts import Texts
+
+logger = logging.getLogger(__name__)
+
+__all__ = ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits")
+
+DepsT = TypeVar("DepsT")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """Who and what a run is for, and the services its tools may use; given to the deps factory."""
+
+    thread_id: str
+    run_id: str
+    user_id: str
+    attempt: int
+    """1 for a run's first attempt; more when it continues after a crash or a restart."""
+    records: RunRecords
+    """Saves structured records of the thread (`scope.records.save(ctx, model)`)."""
+    ledger: ToolLedger
+    """Makes side effects exactly-once per tool call (`scope.ledger.once` / `.external`)."""
+    engine: AsyncEngine
+    """The database durable-chat runs on, for an app's own tables (effects that share a transaction
+    with their ledger row go through `ledger.once` instead)."""
+
+
+DepsFactory = Callable[[RunScope], "DepsT | Awaitable[DepsT]"]
+"""Builds an agent's deps for one run, sync or async."""
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What an app's setup hook gets at start: the database, and a way to migrate its own tables."""
+
+    engine: AsyncEngine
+
+    async def migrate(self, location: Path, *, version_table: str) -> None:
+        """Run the app's own Alembic migrations in `location`, recorded in `version_table`.
+
+        The folder's `env.py` calls `store.migrate.run_environment(the_app_metadata)`; several
+        processes starting at once migrate once.
+        """
+        await upgrade(self.engine, location=location, version_table=version_table)
+
+
+@dataclass(frozen=True)
+class ApprovalReview:
+    """A call a reviewer looks at, for `ChatApp.describe_approval`."""
+
+    thread_id: str
+    user_id: str
+    tool_call_id: str
+    tool_name: str
+    args: Mapping[str, object]
+    engine: AsyncEngine
+
+
+ApprovalContext = Mapping[str, "str | int | float"]
+"""Short facts for the reviewer, label to value, e.g. `{"Refundable": "$24.95"}`."""
+
+
+def default_limits() -> UsageLimits:
+    """A turn that needs more is looping: it ends with a polite message instead."""
+    return UsageLimits(request_limit=12, tool_calls_limit=24)
+
+
+@dataclass(kw_only=True)
+class ChatApp(Generic[DepsT]):
+    """An agent served by durable-chat, with what the deployment sets around it.
+
+    Approval policy is pydantic-ai's own: tools with `requires_approval=True`, `ApprovalRequired`
+    raised inside a tool, toolsets wrapped with `approval_required(...)` all pause the run.
+    """
+
+    agent: AbstractAgent[DepsT, Any]
+    """Any pydantic-ai agent. `DeferredToolRequests` is added to its output types for each run."""
+    deps: DepsFactory[DepsT] | None = None
+    """Builds the agent's deps once per run; without it the agent gets `None`."""
+    name: str | None = None
+    """Shown to users (the page's title); the agent's name, or "Assistant", by default."""
+    guardrails: Guardrails | None = None
+    """`None`: the defaults (prompt injection and the server's message rate on input, leaks on
+    output), answering with `texts`."""
+    usage_limits: UsageLimits = field(default_factory=default_limits)
+    """Per turn; a turn beyond them ends with `texts.turn_limit`."""
+    tool_timeout: float | None = 30.0
+    """Seconds a tool may run before it gives a `failed` result; `None`: no limit."""
+    approved_tool_timeout: float | None = None
+    """The same for a call a human approved: by default none, as cutting an approved side effect
+    short after it acted would tell the model it failed."""
+    tool_timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
+    """Per-tool overrides of both (`None`: no limit)."""
+    texts: Texts = field(default_factory=Texts)
+    """What users see when durable-chat answers in place of the model."""
+    model_retries: ModelRetries = field(default_factory=ModelRetries)
+    """Retries of transient model errors (429, 5xx, timeouts), with backoff."""
+    setup: Callable[[AppContext], Awaitable[None] | None] | None = None
+    """Runs once at start, before any run (the shop creates and seeds its tables here)."""
+    models: Mapping[str, Callable[[], Model]] = field(default_factory=dict[str, Callable[[], Model]])
+    """Named models the app offers to `--model` besides pydantic-ai's model strings (the shop: `demo`)."""
+    starter_prompts: Sequence[str] = ()
+    """Suggestions a client may show on an empty thread."""
+    describe_approval: (
+        Callable[[ApprovalReview], Awaitable[ApprovalContext | None] | ApprovalContext | None] | None
+    ) = None
+    """Context for a reviewer looking at a pending call (the shop: what remains refundable)."""
+
+    @property
+    def title(self) -> str:
+        return self.name or self.agent.name or "Assistant"
+
+    @property
+    def output_type(self) -> OutputSpec[Any]:
+        """The agent's output types with `DeferredToolRequests`, so a run can pause."""
+        spec: Any = getattr(self.agent, "output_type", str)
+        if spec is DeferredToolRequests:
+            return spec
+        if isinstance(spec, Sequence) and not isinstance(spec, str):
+            items: list[Any] = list(spec)  # pyright: ignore[reportUnknownArgumentType]
+            return items if DeferredToolRequests in items else [*items, DeferredToolRequests]
+        return [spec, DeferredToolRequests]
+
+    def timeout_of(self, tool_name: str, *, approved: bool) -> float | None:
+        if tool_name in self.tool_timeouts:
+            return self.tool_timeouts[tool_name]
+        return self.approved_tool_timeout if approved else self.tool_timeout
+
+    async def build_deps(self, scope: RunScope) -> DepsT | None:
+        """The deps of one run, from the factory (sync or async)."""
+        if self.deps is None:
+            return None
+        made = self.deps(scope)
+        if inspect.isawaitable(made):
+            return await made
+        return made
+
+    async def start(self, engine: AsyncEngine) -> None:
+        """Run the setup hook, once, before the app serves."""
+        if self.setup is None:
+            return
+        done = self.setup(AppContext(engine))
+        if inspect.isawaitable(done):
+            await done
+
+    async def context_for(self, review: ApprovalReview) -> dict[str, str | int | float] | None:
+        """The reviewer's context for a call, or `None` when the app gives none (or its hook fails:
+        the decision matters more than its context, so a failing hook is logged, not raised)."""
+        if self.describe_approval is None:
+            return None
+        try:
+            described = self.describe_approval(review)
+            if inspect.isawaitable(described):
+                described = await described
+        except Exception:
+            logger.warning(
+                "describe_approval failed for %s %s", review.tool_name, review.tool_call_id, exc_info=True
+            )
+            return None
+        return None if described is None else dict(described)

@@ -1,0 +1,128 @@
+"""The composition root: a `ChatApp` on a database, as the step drives it.
+
+The server, the terminal chat, the tests and the benchmarks all build their runtime with
+`open_runtime`, so the wiring exists once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.models import Model
+
+from store import ConnectionOptions, Database, Worker
+
+from .app import ChatApp
+from .eventlog import Publisher
+from .guardrails import Guardrails, default_guardrails
+from .tool_failures import ToolFailures
+
+__all__ = ("Runtime", "RuntimeOptions", "UnknownModel", "open_runtime", "resolve_model")
+
+
+class UnknownModel(ValueError):
+    """`--model` names a model neither the app nor pydantic-ai knows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """How a deployment runs an app, from its settings."""
+
+    model: str | None = None
+    """Overrides the app agent's model: a name from `ChatApp.models`, or a pydantic-ai model
+    string; `None` keeps the agent's own."""
+    messages_per_minute: int | None = 30
+    """The default input guardrail's per-user message rate (`None`: no limit); an app with its own
+    guardrails ignores it."""
+    trace_content: bool = False
+    """Put prompts, completions and tool arguments in the agent's spans."""
+    connection: ConnectionOptions | None = None
+    worker: Worker | None = None
+    """This process's identity and lease length for claiming runs."""
+
+
+@dataclass(kw_only=True)
+class Runtime:
+    """What a step needs besides the run: the database, the app and where events go live."""
+
+    db: Database
+    app: ChatApp[Any]
+    guardrails: Guardrails
+    """The app's, or the defaults with the deployment's message rate."""
+    tool_failures: ToolFailures
+    model: Model | str | None = None
+    """Overrides the app agent's model for every run."""
+    trace_content: bool = False
+    publish: Publisher | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
+
+    @classmethod
+    def of(
+        cls, app: ChatApp[Any], db: Database, *, options: RuntimeOptions, publish: Publisher | None = None
+    ) -> Runtime:
+        """The runtime of `app` on an open database (see `open_runtime`)."""
+        guardrails = app.guardrails or default_guardrails(
+            messages_per_minute=options.messages_per_minute, texts=app.texts
+        )
+        return cls(
+            db=db,
+            app=app,
+            guardrails=guardrails,
+            tool_failures=ToolFailures(
+                timeout=app.tool_timeout,
+                approved_timeout=app.approved_tool_timeout,
+                timeouts=app.tool_timeouts,
+            ),
+            model=resolve_model(app, options.model),
+            trace_content=options.trace_content,
+            publish=publish,
+        )
+
+
+def resolve_model(app: ChatApp[Any], name: str | None) -> Model | str | None:
+    """What `--model NAME` means for `app`: one of its named models, else a pydantic-ai model string.
+
+    Raises:
+        UnknownModel: The name is neither (a pydantic-ai model string has a `provider:` prefix).
+    """
+    if name is None:
+        return None
+    if name in app.models:
+        return app.models[name]()
+    if ":" not in name:
+        offered = ", ".join(sorted(app.models)) or "none"
+        raise UnknownModel(
+            f"unknown model {name!r}: give a pydantic-ai model string such as 'openai:gpt-4o' "
+            f"(this app's own model names: {offered})"
+        )
+    return name
+
+
+@asynccontextmanager
+async def open_runtime(
+    app: ChatApp[Any],
+    database_url: str,
+    *,
+    options: RuntimeOptions | None = None,
+    publish: Publisher | None = None,
+) -> AsyncGenerator[Runtime]:
+    """Open the database (creating or upgrading its schema), run the app's setup hook, and yield
+    the runtime; the database closes on exit.
+
+    Raises:
+        UnknownModel: `options.model` names no model.
+        store.StoreError: The database cannot be opened.
+    """
+    options = RuntimeOptions() if options is None else options
+    resolve_model(app, options.model)  # a bad name fails before anything opens
+    db = await Database.connect(database_url, options=options.connection, worker=options.worker)
+    try:
+        await app.start(db.engine)
+        yield Runtime.of(app, db, options=options, publish=publish)
+    finally:
+        await db.aclose()
