@@ -1,29 +1,38 @@
 # The two commands of the README: `make run` and `make test`. Both create the virtualenv first.
-PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' && echo $$p && break; done)
+# `make run` installs what serving needs; the test tools (the `dev` extra) only come with `make test`.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $$p && break; done)
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test check lint typecheck bench clean
+.PHONY: install install-dev run test check lint typecheck bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed" >&2; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+$(BIN)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+$(BIN)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(BIN)/.installed
+
 install: $(BIN)/.installed
+
+install-dev: $(BIN)/.installed-dev
 
 run: $(BIN)/.installed
 	$(BIN)/durable-chat serve --host $(HOST) --port $(PORT)
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(BIN)/.installed
+typecheck: $(BIN)/.installed-dev
 	$(BIN)/pyright
 
 check: lint typecheck
@@ -31,7 +40,7 @@ check: lint typecheck
 test: check
 	$(BIN)/python -m pytest
 
-bench: $(BIN)/.installed
+bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store
 

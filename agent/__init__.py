@@ -10,25 +10,34 @@ from .approvals import decide
 from .arguments import InvalidArguments, ToolSchemas, validate_args
 from .eventlog import EventLogSink, Publisher, stored_events
 from .guardrails import (
+    HIDE_BLOCKED_TURNS,
     Guardrail,
     GuardrailContext,
     Guardrails,
     MessageRate,
     PatternGuardrail,
     default_guardrails,
+    first_tripped,
     injection_guardrail,
     leak_guardrail,
 )
 from .ledger import ToolLedger
-from .loader import AppLoadError, load_app
+from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
+from .logs import LOG_FORMAT, install_log_filters
 from .records import RunRecords
+from .redaction import secrets_from_environment
 from .retries import ModelRetries
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
 from .step import run_step
 from .texts import Texts
 from .tool_failures import ToolFailures
+from .tracing import TracingConfig, TracingUnavailable, instrumentation, setup_tracing
 
 __all__ = (
+    "DEFAULT_APP",
+    "HIDE_BLOCKED_TURNS",
+    "LOG_FORMAT",
+    "OWN_PACKAGES",
     "AppContext",
     "AppLoadError",
     "ApprovalReview",
@@ -51,16 +60,23 @@ __all__ = (
     "ToolFailures",
     "ToolLedger",
     "ToolSchemas",
+    "TracingConfig",
+    "TracingUnavailable",
     "UnknownModel",
     "decide",
     "default_guardrails",
     "default_limits",
+    "first_tripped",
     "injection_guardrail",
+    "install_log_filters",
+    "instrumentation",
     "leak_guardrail",
     "load_app",
     "open_runtime",
     "resolve_model",
     "run_step",
+    "secrets_from_environment",
+    "setup_tracing",
     "stored_events",
     "validate_args",
 )

@@ -11,7 +11,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from store import Approval, Database, Decision, NewEvent
 from stream import ApprovalDecided, event_data
 
-from .arguments import validate_args
+from .arguments import InvalidArguments, validate_args
 from .eventlog import Publisher, stored_events
 
 __all__ = ("decide",)
@@ -39,7 +39,8 @@ async def decide(
     Raises:
         store.NotFound: No such call waits in the thread.
         store.AlreadyDecided: The call was given the opposite decision.
-        InvalidArguments: `override_args` do not fit the tool's schema as the model saw it.
+        InvalidArguments: `override_args` do not fit the tool's schema as the model saw it, or the
+            call's outcome is unknown (it can only run again as it was).
     """
     pending = await db.approvals.get(thread_id, tool_call_id)
     attributes = {
@@ -72,6 +73,13 @@ async def _decide(
     reason: str | None,
 ) -> Decision:
     if decision == "approved" and override_args is not None:
+        if pending.outcome == "unknown":
+            # It runs again under the same idempotency key: an API that acted the first time answers
+            # with what it did then, whatever the new arguments say.
+            raise InvalidArguments(
+                pending.tool_name,
+                [{"loc": [], "msg": "a call whose outcome is unknown runs again as it was, or not at all"}],
+            )
         override_args = validate_args(pending.tool_name, override_args, pending.args_schema)
 
     def event(approval: Approval) -> NewEvent:

@@ -30,8 +30,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import ModelRequestContext
 
-from store import Database
-from store.schema import now_utc
+from store import Database, now_utc
 
 from .texts import Texts
 

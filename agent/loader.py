@@ -24,6 +24,10 @@ OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
 """durable-chat's top-level packages."""
 
 
+_OURS = Path(__file__).resolve().parent.parent
+"""The folder that holds our packages."""
+
+
 class AppLoadError(Exception):
     """`MODULE:ATTR` does not name a `ChatApp`; the message says what is wrong, in one line."""
 
@@ -68,9 +72,8 @@ def _refuse_clashes(base: Path) -> None:
 
 
 def _is_ours(name: str, candidate: Path) -> bool:
-    ours = sys.modules.get(name)
-    origin = getattr(ours, "__file__", None)
-    return origin is not None and Path(origin).resolve() == candidate.resolve()
+    # Our packages sit side by side, wherever this one is installed or checked out.
+    return candidate.resolve() == (_OURS / name / "__init__.py").resolve()
 
 
 def _import(module_name: str) -> object:

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.models import Model
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.models import Model, infer_model
 
 from store import ConnectionOptions, Database, Worker
 
@@ -54,7 +55,7 @@ class Runtime:
     guardrails: Guardrails
     """The app's, or the defaults with the deployment's message rate."""
     tool_failures: ToolFailures
-    model: Model | str | None = None
+    model: Model | None = None
     """Overrides the app agent's model for every run."""
     trace_content: bool = False
     publish: Publisher | None = None
@@ -84,11 +85,12 @@ class Runtime:
         )
 
 
-def resolve_model(app: ChatApp[Any], name: str | None) -> Model | str | None:
-    """What `--model NAME` means for `app`: one of its named models, else a pydantic-ai model string.
+def resolve_model(app: ChatApp[Any], name: str | None) -> Model | None:
+    """What `--model NAME` means for `app`: one of its named models, else a pydantic-ai model string,
+    built now so that a missing provider package or API key shows at start, not at the first message.
 
     Raises:
-        UnknownModel: The name is neither (a pydantic-ai model string has a `provider:` prefix).
+        UnknownModel: The name is neither, or its provider cannot be set up here.
     """
     if name is None:
         return None
@@ -100,7 +102,10 @@ def resolve_model(app: ChatApp[Any], name: str | None) -> Model | str | None:
             f"unknown model {name!r}: give a pydantic-ai model string such as 'openai:gpt-4o' "
             f"(this app's own model names: {offered})"
         )
-    return name
+    try:
+        return infer_model(name)
+    except (ImportError, UserError) as error:  # no such provider, its package or its API key is missing
+        raise UnknownModel(f"cannot use model {name!r}: {error}") from error
 
 
 @asynccontextmanager
@@ -119,7 +124,6 @@ async def open_runtime(
         store.StoreError: The database cannot be opened.
     """
     options = RuntimeOptions() if options is None else options
-    resolve_model(app, options.model)  # a bad name fails before anything opens
     db = await Database.connect(database_url, options=options.connection, worker=options.worker)
     try:
         await app.start(db.engine)

@@ -53,12 +53,12 @@ from store import (
     LeaseLost,
     PendingCall,
     Run,
+    RunStatus,
     insert_events,
     insert_pending,
     insert_records,
     record_checkpoint,
 )
-from store.schema import RunStatus
 from stream import (
     ApprovalRequired,
     GuardrailTripped,

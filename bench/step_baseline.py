@@ -23,9 +23,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import GuardrailContext, RunScope, Runtime
-from agent.guardrails import HIDE_BLOCKED_TURNS, first_tripped
-from agent.tracing import instrumentation
+from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped, instrumentation
 from stream import (
     RunFinished,
     RunStarted,

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker_serve --connections N serve [serve options]", file=sys.stderr)
         return 2
     cap(int(argv[1]))
-    from cli.main import main as cli_main
+    from cli import main as cli_main
 
     return cli_main(argv[2:])
 

@@ -15,10 +15,18 @@ from typing import Any
 
 import uvicorn
 
-from agent import AppLoadError, ChatApp, UnknownModel, load_app, resolve_model
-from agent.loader import OWN_PACKAGES
-from agent.logs import LOG_FORMAT, install_log_filters
-from agent.tracing import TracingUnavailable, setup_tracing
+from agent import (
+    LOG_FORMAT,
+    OWN_PACKAGES,
+    AppLoadError,
+    ChatApp,
+    TracingUnavailable,
+    UnknownModel,
+    install_log_filters,
+    load_app,
+    resolve_model,
+    setup_tracing,
+)
 from store import Database, SqlConversationStore, StoreError, Thread, current_revision
 from web import Settings, SettingsError, create_app, issue_token
 

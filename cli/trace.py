@@ -19,8 +19,7 @@ from typing import TextIO
 
 from sqlalchemy.engine import make_url
 
-from store import Database, StoreError
-from store.tracing import run_trace_id
+from store import Database, StoreError, run_trace_id
 
 __all__ = ("Span", "TraceFileError", "read_spans", "render_trace", "run_traces")
 

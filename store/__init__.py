@@ -26,8 +26,9 @@ from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
 from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
-from .schema import UtcDateTime
+from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
+from .tracing import run_trace_id
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -35,6 +36,7 @@ __all__ = (
     "AlsoWrite",
     "Approval",
     "ApprovalPending",
+    "ApprovalStatus",
     "Approvals",
     "Conflict",
     "ConnectionOptions",
@@ -60,12 +62,15 @@ __all__ = (
     "Records",
     "Run",
     "RunActive",
+    "RunKind",
+    "RunStatus",
     "Runs",
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
     "Thread",
     "ThreadCursor",
+    "ThreadStatus",
     "Threads",
     "UnsupportedDatabase",
     "UtcDateTime",
@@ -81,10 +86,12 @@ __all__ = (
     "insert_records",
     "insert_run",
     "normalize_url",
+    "now_utc",
     "overwrite_events",
     "reader",
     "record_checkpoint",
     "run_environment",
+    "run_trace_id",
     "touch_thread",
     "translate_errors",
     "upgrade",

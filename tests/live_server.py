@@ -36,11 +36,22 @@ class SseEvent:
 class LiveServer:
     """One `python -m cli serve` subprocess on a free loopback port; restartable on its database."""
 
-    def __init__(self, database_url: str, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        workdir: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        app: str | None = None,
+        model: str | None = "demo",
+    ) -> None:
+        """`app` and `model` are `serve`'s `--app` and `--model` (none: the demo shop on its demo model)."""
         self.database_url = database_url
         self.workdir = workdir
         self.extra_env = dict(env or {})
-        self.port = _free_port()
+        self.app = app
+        self.model = model
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -56,8 +67,11 @@ class LiveServer:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env["DURABLE_CHAT_SECRET"] = SECRET
         env.update(self.extra_env)
-        command = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), "--model", "demo"]
-        command += ["--db", self.database_url]
+        command = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), "--db", self.database_url]
+        if self.model is not None:
+            command += ["--model", self.model]
+        if self.app is not None:
+            command += ["--app", self.app]
         self.starts += 1
         self._stderr = self.workdir / f"stderr-{self.port}-{self.starts}.txt"
         with (self.workdir / "stdout.txt").open("a") as out, self._stderr.open("w") as err:
@@ -198,7 +212,8 @@ def has(event_type: str, count: int = 1) -> Callable[[list[SseEvent]], bool]:
     return lambda events: sum(e.type == event_type for e in events) >= count
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]

@@ -248,3 +248,41 @@ async def test_another_users_thread_is_a_404_on_every_endpoint(
         [call_id],
     )
     assert detail["last_event_id"] == paused[-1].event_id
+
+
+async def test_the_app_served_and_the_context_it_gives_reviewers(
+    server: LiveServer, client: httpx.AsyncClient
+) -> None:
+    token = server.token("rita")
+    info = await client.get("/api/app", headers=auth(token))
+    assert info.json() == {
+        "name": "Shop support",
+        "starter_prompts": [
+            "Where is ORD-5678?",
+            "Please refund ORD-5678",
+            "Cancel ORD-9012 and ORD-3456",
+            "What is your warranty?",
+            "Some feedback: the delivery was fast and the support was great!",
+        ],
+    }
+    assert (await client.get("/api/app")).status_code == 401
+
+    thread_id = await new_thread(client, token)
+    await pause(client, token, thread_id, "Please refund ORD-3456")
+    [pending] = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()[
+        "pending_approvals"
+    ]
+    [listed] = (await client.get("/api/approvals?status=pending", headers=auth(token))).json()["approvals"]
+
+    # Other tests of the module may have refunded this order already: the figures are today's.
+    context = pending["context"]
+    assert list(context) == ["Order", "Status", "Total", "Already refunded", "Refundable"]
+    assert (context["Order"], context["Status"], context["Total"]) == (
+        "ORD-3456: Cable Kit x5",
+        "delivered",
+        "$24.95",
+    )
+    refunded, refundable = (float(context[key].lstrip("$")) for key in ("Already refunded", "Refundable"))
+    assert round(refunded + refundable, 2) == 24.95
+    assert listed == pending
+    assert "outcome" not in pending  # only a call whose outcome became unknown says so

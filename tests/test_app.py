@@ -46,7 +46,7 @@ class Reply:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server on a fresh SQLite database, stopped when the module's tests are done."""
     workdir = tmp_path_factory.mktemp("server")
-    port = _free_port()
+    port = free_port()
     env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db"]
@@ -105,7 +105,7 @@ def test_the_ready_line_in_a_log_holds_no_token(server: Server) -> None:
 
 
 def test_on_a_terminal_the_ready_line_signs_the_demo_user_in(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["DURABLE_CHAT_SECRET"] = "pty-test-secret"
@@ -173,7 +173,7 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from inline_snapshot import snapshot
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent import Runtime, decide, open_runtime, run_step
+from agent import InvalidArguments, Runtime, decide, open_runtime, run_step
 from store import Conflict, Ledger, NotFound, Thread, idempotency_key
 from stream import CollectingSink
 
@@ -176,6 +176,17 @@ async def test_an_effect_whose_process_died_midway_goes_to_a_person_not_again_to
     assert len(api.calls) == 1  # not called again
     [approval] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
     assert (approval.tool_name, approval.outcome) == ("book", "unknown")
+    with pytest.raises(
+        InvalidArguments, match="a call whose outcome is unknown runs again as it was, or not at all"
+    ):
+        await decide(
+            runtime.db,
+            thread.thread_id,
+            approval.tool_call_id,
+            decision="approved",
+            decided_by="ada",
+            override_args={"item": "TP-205"},
+        )
 
     decision = await decide(
         runtime.db, thread.thread_id, approval.tool_call_id, decision="approved", decided_by="ada"

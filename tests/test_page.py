@@ -98,7 +98,7 @@ class Server:
         return self.log_path.read_text(errors="replace")[-4000:]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -109,7 +109,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for the module (it takes seconds to start); each test works in its own new thread."""
     directory = tmp_path_factory.mktemp("server")
     server = Server(
-        port=_free_port(),
+        port=free_port(),
         database_url=f"sqlite+aiosqlite:///{directory}/t.db",
         log_path=directory / "server.log",
     )

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from .conftest import _unavailable
-from .live_server import LiveServer, _free_port, auth, read_events
+from .live_server import LiveServer, auth, free_port, read_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -87,7 +87,7 @@ def cluster() -> Iterator[PrivateCluster]:
         _unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin to run a private cluster")
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         _unavailable("running PostgreSQL as root needs `runuser` to switch to the postgres user")
-    private = PrivateCluster(Path(found[-1]).parent, _free_port())
+    private = PrivateCluster(Path(found[-1]).parent, free_port())
     try:
         private.init()
         private.start()

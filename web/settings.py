@@ -9,10 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from agent import RuntimeOptions
-from agent.loader import DEFAULT_APP
-from agent.redaction import secrets_from_environment
-from agent.tracing import TracingConfig
+from agent import DEFAULT_APP, RuntimeOptions, TracingConfig, secrets_from_environment
 from store import ConnectionOptions, Worker
 
 from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from agent.demo.tables import metadata
-from store.migrate import run_environment
+from store import run_environment
 
 run_environment(metadata)

@@ -1,0 +1,76 @@
+"""The dependency rules, read from the source: one-way packages, public names only, no core module
+reaching into the demo shop."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("stream", "store", "agent", "web", "cli")
+ALLOWED: dict[str, set[str]] = {
+    "stream": set(),
+    "store": set(),
+    "agent": {"store", "stream"},
+    "web": {"agent", "store", "stream"},
+    "cli": {"agent", "store", "stream", "web"},
+}
+"""Which of our packages each may import: one way, from the data layer up to the command line."""
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every absolute module name `path` imports, with its line."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            yield node.lineno, node.module
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((REPO_ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_depend_one_way_and_through_public_names(package: str) -> None:
+    broken: list[str] = []
+    for path in modules(package):
+        if package == "agent" and "demo" in path.relative_to(REPO_ROOT / "agent").parts:
+            continue  # an app, checked below
+        for line, name in imports(path):
+            top = name.split(".")[0]
+            if top not in PACKAGES or top == package:
+                continue
+            where = f"{path.relative_to(REPO_ROOT)}:{line} imports {name}"
+            if top not in ALLOWED[package]:
+                broken.append(f"{where}: {package} may not depend on {top}")
+            elif name != top:
+                broken.append(f"{where}: use the names {top}/__init__.py exports")
+    assert broken == []
+
+
+def test_no_core_module_imports_the_demo_shop() -> None:
+    reaching = [
+        f"{path.relative_to(REPO_ROOT)}:{line}"
+        for package in PACKAGES
+        for path in modules(package)
+        if "demo" not in path.relative_to(REPO_ROOT).parts
+        for line, name in imports(path)
+        if name == "agent.demo" or name.startswith("agent.demo.")
+    ]
+    assert reaching == []
+
+
+def test_the_shop_and_the_examples_use_only_public_names() -> None:
+    apps = [*(REPO_ROOT / "agent" / "demo").rglob("*.py"), *(REPO_ROOT / "examples").rglob("*.py")]
+    reaching = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {name}"
+        for path in apps
+        for line, name in imports(path)
+        if name.split(".")[0] in PACKAGES and name != name.split(".")[0] and not name.startswith("agent.demo")
+    ]
+    assert reaching == []
