@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-import httpx
+import httpx2
 from jwt import PyJWK, PyJWTError
 
 __all__ = ("KeySet", "KeySetUnavailable")
@@ -89,14 +89,14 @@ class KeySet:
             try:
                 self._keys = await self._fetch()
                 self._fetched_at = self._attempted_at
-            except (httpx.HTTPError, ValueError) as error:
+            except (httpx2.HTTPError, ValueError) as error:
                 logger.warning("cannot fetch the identity provider's keys from %s: %s", self._url, error)
         if self._keys is None:
             raise KeySetUnavailable(f"the identity provider's keys at {self._url} cannot be fetched")
 
     async def _fetch(self) -> dict[str | None, PyJWK]:
         async with (
-            httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client,
+            httpx2.AsyncClient(timeout=self._timeout, follow_redirects=False) as client,
             client.stream("GET", self._url, headers={"Accept": "application/json"}) as response,
         ):
             if response.status_code != 200:
