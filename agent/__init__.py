@@ -16,6 +16,8 @@ from .guardrails import (
     Guardrails,
     MessageRate,
     PatternGuardrail,
+    StreamingGuardrail,
+    TextScanner,
     default_guardrails,
     first_tripped,
     injection_guardrail,
@@ -26,6 +28,7 @@ from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
 from .logs import LOG_FORMAT, install_log_filters
 from .records import RunRecords
 from .redaction import secrets_from_environment
+from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
 from .step import run_step
@@ -50,12 +53,15 @@ __all__ = (
     "InvalidArguments",
     "MessageRate",
     "ModelRetries",
+    "NothingToRegenerate",
     "PatternGuardrail",
     "Publisher",
     "RunRecords",
     "RunScope",
     "Runtime",
     "RuntimeOptions",
+    "StreamingGuardrail",
+    "TextScanner",
     "Texts",
     "ToolFailures",
     "ToolLedger",
@@ -70,6 +76,7 @@ __all__ = (
     "injection_guardrail",
     "install_log_filters",
     "instrumentation",
+    "last_prompt",
     "leak_guardrail",
     "load_app",
     "open_runtime",
@@ -79,4 +86,5 @@ __all__ = (
     "setup_tracing",
     "stored_events",
     "validate_args",
+    "without_last_turn",
 )

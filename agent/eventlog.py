@@ -1,20 +1,23 @@
-"""The sink that gives a run's events their ids, publishes them live and appends them to the log.
+"""The sink that gives a run's events their ids, stores them in the log, then publishes them live.
 
-Deliberate choices:
+Deliberate choices (the design note is "The event log" in `docs/agent.md`):
 
 - **Ids from a reserved block.** A run reserves a block of ids from its thread's counter once
   (more when it runs out), so an event has its id the moment it is emitted, without a database
   round trip. Ids increase per thread and are never handed out twice; ids a run leaves unused
   are gaps, never reused.
-- **Streaming events are published at once**, before they are stored, so live followers see
-  text as the model writes it. They are stored by the next checkpoint, in its own transaction,
-  or by a background write at most `flush_after` seconds later, whichever comes first. The
-  broker keeps a thread's recent events, so a follower who subscribes between publication and
-  storage still gets them (see `web.broker`). A crash loses only unstored events of the node in
-  flight, which the recovered run streams again, under new ids.
-- **Control events** (`approval_required`, `run_finished`) are published only once stored, and
-  so is everything emitted after one: a client that sees `approval_required` can decide at once,
-  and one that sees `run_finished` finds the run's whole log stored.
+- **Stored, then published.** No event reaches a live follower before it is committed: what a
+  connected client shows is always what a client replaying the log shows, whatever crashes, and
+  no client needs to drop anything. The run does not wait for the write: `emit` queues the event
+  and returns.
+- **Group commit.** One background writer stores the queued events in one transaction, at once
+  when it was idle; events emitted while it writes wait for its next transaction, which starts no
+  sooner than `interval` after the previous one: a model streaming a token every few milliseconds
+  costs a transaction per interval, not per token, and the first event after a pause is not
+  delayed. A checkpoint takes the queued events into its own transaction instead. Either way
+  they are published, in id order, once their transaction commits.
+- **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
+  lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
   the log, live followers and any other sink see the same event, `trace_id` included.
 """
@@ -24,16 +27,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from store import DatabaseUnavailable, EventLog, LoggedEvent, NewEvent
-from stream import Sink, StoredEvent, StreamEvent, event_data, event_from_data
+from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
+from stream import Sink, StoredEvent, StreamEvent, ToolCall, ToolResult, event_data, event_from_data
 
-__all__ = ("CONTROL_EVENTS", "EventLogSink", "Publisher", "TraceStampSink", "new_events", "stored_events")
+__all__ = (
+    "REPEATABLE",
+    "EventLogSink",
+    "Publisher",
+    "SkipLogged",
+    "TraceStampSink",
+    "logged_tool_events",
+    "new_events",
+    "stored_events",
+)
 
 Publisher = Callable[[str, Sequence[StoredEvent]], None]
-"""Tells live followers of a thread about its events, in id order."""
-
-CONTROL_EVENTS = frozenset({"approval_required", "run_finished"})
-"""Events published only once stored: a client acts on them (decides, reads the thread)."""
+"""Tells live followers of a thread about its stored events, in id order."""
 
 
 def new_events(events: Sequence[StoredEvent]) -> list[tuple[int, NewEvent]]:
@@ -57,24 +66,38 @@ class EventLogSink:
         *,
         publish: Publisher | None = None,
         block: int = 128,
-        flush_after: float = 0.25,
         reserved: tuple[int, int] | None = None,
+        run_id: str | None = None,
+        worker_id: str | None = None,
+        interval: float = 0.05,
     ) -> None:
-        """`reserved`: a block of ids reserved already, as (first id, count)."""
+        """`reserved`: a block of ids reserved already, as (first id, count).
+
+        `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
+        the least time between the starts of two transactions of the writer (or a checkpoint's).
+        """
         self._log = log
         self._thread_id = thread_id
         self._publish = publish
         self._block = block
-        self._flush_after = flush_after
+        self._run_id = run_id
+        self._worker_id = worker_id
         self._next_id, self._end_id = (
             (0, -1) if reserved is None else (reserved[0], reserved[0] + reserved[1] - 1)
         )
         self._last_id = 0
         self._unstored: list[StoredEvent] = []
-        self._held: list[StoredEvent] = []
+        self._interval = interval
         self._writer: asyncio.Task[None] | None = None
         self._writing = False
+        """The writer's transaction is in flight (else it waits for its turn, holding nothing)."""
+        self._next_write = 0.0
+        """When the writer may start its next transaction (the event loop's clock)."""
+        self._taken = False
+        """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""
         self._failure: BaseException | None = None
+        self.writes = 0
+        """How many transactions of its own the writer committed (for tests and benchmarks)."""
 
     @property
     def last_id(self) -> int:
@@ -90,88 +113,109 @@ class EventLogSink:
         self._last_id = self._next_id
         self._next_id += 1
         self._unstored.append(stored)
-        if self._held or event.type in CONTROL_EVENTS:
-            self._held.append(stored)
-        elif self._publish is not None:
-            self._publish(self._thread_id, [stored])
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_later(), name=f"event-log {self._thread_id}")
+        self._start_writer()
 
     async def flush(self) -> None:
-        """Store every event emitted so far, then publish the held ones."""
+        """Store every event emitted so far, and publish it."""
         pending = await self.take_pending()
-        if pending:
-            await self._log.insert(self._thread_id, new_events(pending))
+        try:
+            if pending:
+                await self._log.insert(
+                    self._thread_id, new_events(pending), run_id=self._run_id, worker_id=self._worker_id
+                )
+        except BaseException:
+            self.put_back(pending)
+            raise
         self.stored(pending)
 
     async def take_pending(self) -> list[StoredEvent]:
         """Hand over the events not stored yet, for the caller to store in its own transaction.
 
-        The caller then calls `stored` once its transaction committed.
+        The caller then calls `stored` once its transaction committed, or `put_back` if it failed;
+        until then the background writer stores nothing, so events are published in id order.
         """
+        self._taken = True
         writer = self._writer
         if writer is not None and not writer.done():
             if self._writing:
-                await asyncio.shield(writer)  # its events go first, in order
+                # Its transaction holds earlier events: they commit, and are published, first.
+                await asyncio.shield(writer)
             else:
-                writer.cancel()  # still waiting: it has taken nothing
-        self._raise_failure()
+                writer.cancel()  # waiting for its turn: it holds nothing
+        try:
+            self._raise_failure()
+        except BaseException:
+            self._taken = False
+            raise
         pending, self._unstored = self._unstored, []
         return pending
-
-    async def aclose(self) -> None:
-        """Stop the background writer: a pending wait is dropped, a write in flight is awaited.
-
-        Events not stored by then are abandoned, as a crash would lose them.
-        """
-        writer = self._writer
-        if writer is None or writer.done():
-            return
-        if self._writing:
-            await asyncio.wait([writer])
-        else:
-            writer.cancel()
-            await asyncio.wait([writer])
 
     def put_back(self, events: Sequence[StoredEvent]) -> None:
         """Return events `take_pending` handed over whose transaction failed."""
         self._unstored[:0] = events
+        self._taken = False
 
     def stored(self, events: Sequence[StoredEvent]) -> None:
-        """`events` are committed: publish the held events among them, in order."""
-        if not events or not self._held:
-            return
-        newest = events[-1].event_id
-        ready = [stored for stored in self._held if stored.event_id <= newest]
-        self._held = self._held[len(ready) :]
-        if ready and self._publish is not None:
-            self._publish(self._thread_id, ready)
+        """The events `take_pending` handed over are committed: publish them, in order."""
+        self._taken = False
+        if events:
+            self._next_write = asyncio.get_running_loop().time() + self._interval
+            if self._publish is not None:
+                self._publish(self._thread_id, events)
+        self._start_writer()
 
-    async def _write_later(self) -> None:
-        await asyncio.sleep(self._flush_after)
-        pending, self._unstored = self._unstored, []
-        if not pending:
-            return
-        self._writing = True
-        try:
-            await self._log.insert(self._thread_id, new_events(pending))
-        except Exception as error:
-            # Kept for the next emit or flush to raise: a background task has no one to tell.
-            self._failure = error
-            return
-        finally:
-            self._writing = False
-        self.stored(pending)
+    async def aclose(self) -> None:
+        """Wait for a write in flight; events not stored by then are abandoned, as a crash would lose them."""
+        writer = self._writer
+        if writer is not None and not writer.done():
+            if not self._writing:
+                writer.cancel()
+            await asyncio.wait([writer])
+
+    def _start_writer(self) -> None:
+        idle = self._writer is None or self._writer.done()
+        if idle and self._unstored and not self._taken and self._failure is None:
+            self._writer = asyncio.create_task(self._write(), name=f"event-log {self._thread_id}")
+
+    async def _write(self) -> None:
+        # Group commit: each transaction stores everything queued when it starts.
+        loop = asyncio.get_running_loop()
+        while True:
+            wait = self._next_write - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if not self._unstored or self._taken:
+                return
+            batch, self._unstored = self._unstored, []
+            self._next_write = loop.time() + self._interval
+            self._writing = True
+            try:
+                await self._log.insert(
+                    self._thread_id, new_events(batch), run_id=self._run_id, worker_id=self._worker_id
+                )
+            except Exception as error:
+                # Kept for the next emit or flush to raise: a background task has no one to tell.
+                # The batch is dropped: it never reached anyone, as if the process had died.
+                self._failure = error
+                return
+            finally:
+                self._writing = False
+            self.writes += 1
+            if self._publish is not None:
+                self._publish(self._thread_id, batch)
+            if self._taken:
+                return  # a checkpoint waits for this write, and takes what is queued
 
     def _raise_failure(self) -> None:
-        if self._failure is None:
+        failure = self._failure
+        if failure is None:
             return
-        if isinstance(self._failure, DatabaseUnavailable):
+        if isinstance(failure, LeaseLost):
+            raise LeaseLost(str(failure))  # another worker drives the run: stop quietly
+        if isinstance(failure, DatabaseUnavailable):
             # Kept as what it is: the run is to be retried, not failed.
-            raise DatabaseUnavailable(
-                f"storing the events of thread {self._thread_id!r} failed: {self._failure}"
-            )
-        raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from self._failure
+            raise DatabaseUnavailable(f"storing the events of thread {self._thread_id!r} failed: {failure}")
+        raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from failure
 
 
 class TraceStampSink:
@@ -184,6 +228,47 @@ class TraceStampSink:
     async def emit(self, event: StreamEvent) -> None:
         # A shallow copy without validation: a few microseconds, paid once per event.
         await self._inner.emit(event if event.trace_id is not None else event.model_copy(update=self._update))
+
+    async def flush(self) -> None:
+        await self._inner.flush()
+
+
+REPEATABLE = ("tool_call", "tool_result")
+"""What a recovered attempt of a run may emit again: the calls and results of a node it re-runs."""
+
+
+async def logged_tool_events(log: EventLog, thread_id: str, run_id: str) -> set[tuple[str, str]]:
+    """`(type, tool_call_id)` of every tool call and result the run `run_id` stored already."""
+    logged: set[tuple[str, str]] = set()
+    for stored in stored_events(await log.of_run(thread_id, run_id, types=REPEATABLE)):
+        match stored.event:
+            case ToolCall(tool_call_id=tool_call_id) | ToolResult(tool_call_id=tool_call_id):
+                logged.add((stored.event.type, tool_call_id))
+            case _:
+                pass
+    return logged
+
+
+class SkipLogged:
+    """A `stream.Sink` that drops the tool calls and results in `logged`, and passes the rest to `inner`.
+
+    A recovered run re-runs the node a crash interrupted: its calls, made again, answer from the
+    ledger, and the model may call the same tools again. Whatever an earlier attempt stored is not
+    emitted twice, so every client shows each call and each result once.
+    """
+
+    def __init__(self, inner: Sink, logged: set[tuple[str, str]]) -> None:
+        self._inner = inner
+        self._logged = logged
+
+    async def emit(self, event: StreamEvent) -> None:
+        match event:
+            case ToolCall(tool_call_id=tool_call_id) | ToolResult(tool_call_id=tool_call_id):
+                if (event.type, tool_call_id) in self._logged:
+                    return
+            case _:
+                pass
+        await self._inner.emit(event)
 
     async def flush(self) -> None:
         await self._inner.flush()

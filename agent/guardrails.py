@@ -9,7 +9,10 @@ whether the text trips it, synchronously or as an awaitable; it may read the sto
 - an **input** guardrail ends the run `blocked` before any model or tool call; its `reply` is the
   polite answer the user gets, stored with their message;
 - an **output** guardrail replaces a text part the model wrote with its `reply`, everywhere the
-  part went (see `agent.withdrawals`).
+  part went (see `agent.withdrawals`). While a part streams, what may be shown of it is what no
+  guardrail could still trip on: a guardrail with a `scanner()` (every `PatternGuardrail`) holds
+  back only the tail a match could still cover; one with only `check` holds back the whole part
+  until it is complete (see "Guardrails" in `docs/agent.md`).
 
 Patterns are matched on NFKC-normalized text, case-insensitively, with any run of spaces, tabs,
 newlines, `_` or `-` between their words, so "Ignore   PREVIOUS\\ninstructions" trips as well.
@@ -17,14 +20,17 @@ newlines, `_` or `-` between their words, so "Ignore   PREVIOUS\\ninstructions" 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import inspect
 import re
 import unicodedata
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+import regex
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -44,6 +50,9 @@ __all__ = (
     "HideBlockedTurns",
     "MessageRate",
     "PatternGuardrail",
+    "PatternScanner",
+    "StreamingGuardrail",
+    "TextScanner",
     "blocked_turn",
     "default_guardrails",
     "first_tripped",
@@ -81,6 +90,81 @@ class Guardrail(Protocol):
         ...
 
 
+class TextScanner(Protocol):
+    """Follows one text part as it streams, for one output guardrail."""
+
+    def feed(self, text: str) -> int | None:
+        """Take the part so far (each call extends the text of the previous one).
+
+        Returns how many of its first characters no trip can cover, whatever text follows (never
+        fewer than the previous answer), or `None` when the text trips the guardrail already.
+        """
+        ...
+
+
+@runtime_checkable
+class StreamingGuardrail(Protocol):
+    """An output guardrail that can judge a part while it streams, besides its `check`.
+
+    `check` on the complete part stays the final word; the scanner only says how much may be
+    shown meanwhile. An output guardrail without `scanner` holds back the whole part.
+    """
+
+    def scanner(self) -> TextScanner:
+        """A new scanner for one text part."""
+        ...
+
+
+class PatternScanner:
+    """The streaming form of a `PatternGuardrail`: holds back the tail a pattern match could still cover.
+
+    The text is normalized character by character (NFKC), which for patterns over ASCII finds every
+    match whole-text normalization finds (composing a character with a following mark never makes
+    an ASCII letter). At each position from where the held tail starts, each pattern is tried with
+    partial matching (the `regex` module): a match that could go on with more text, or one that
+    reaches the end of the text so far (a `\b` there may still fail), holds the text back from its
+    start; a complete match followed by more text trips.
+    """
+
+    def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
+        self._patterns = [_partial(pattern.pattern, pattern.flags) for pattern in patterns]
+        self._normalized = ""
+        self._ends = [0]
+        """`_ends[i]`: the length of the normalized text of the first `i` characters."""
+        self._held = 0
+        """The normalized position from which a match may still start; none can before."""
+
+    def feed(self, text: str) -> int | None:
+        """See `TextScanner.feed`."""
+        for char in text[len(self._ends) - 1 :]:
+            self._normalized += unicodedata.normalize("NFKC", char)
+            self._ends.append(len(self._normalized))
+        normalized, end = self._normalized, len(self._normalized)
+        held: int | None = None
+        for position in range(self._held, end):
+            for pattern in self._patterns:
+                match = pattern.match(normalized, position, partial=True)
+                if match is None:
+                    continue
+                if not match.partial and match.end() < end:
+                    return None
+                if held is None:
+                    held = position
+        self._held = end if held is None else held
+        # The characters whose whole normalized text lies before the held position.
+        return bisect.bisect_right(self._ends, self._held) - 1
+
+
+@functools.cache
+def _partial(source: str, flags: int) -> regex.Pattern[str]:
+    """The `regex` twin of a `re` pattern, for partial matching (some flags have other values)."""
+    twin = 0
+    for name in ("IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII", "UNICODE"):
+        if flags & getattr(re, name):
+            twin |= getattr(regex, name)
+    return regex.compile(source, twin)
+
+
 def phrase(*words: str, gap: str = r"[\s_\-]+") -> re.Pattern[str]:
     """A case-insensitive pattern for `words` in order, with `gap` between them, as whole words."""
     return re.compile(r"\b" + gap.join(re.escape(word) for word in words) + r"\b", re.IGNORECASE)
@@ -103,6 +187,11 @@ LEAK_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\btraceback\s*\(most recent call last\)", re.IGNORECASE),
     phrase("database", "connection"),
     phrase("api", "secret", gap=r"[\s_\-]*"),
+    # A live or test secret key (`sk-live-…`), and a database URL (it names hosts, often a password).
+    re.compile(r"\b[rs]k[_\-](?:live|test)[_\-]\w", re.IGNORECASE),
+    re.compile(
+        r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|amqp)(?:\+\w+)?://", re.IGNORECASE
+    ),
 )
 """What a reply must not show: internal failures and their details, connection strings, secrets."""
 
@@ -123,6 +212,10 @@ class PatternGuardrail:
         """Whether a pattern matches `text` (NFKC-normalized, so look-alike letters count)."""
         normalized = unicodedata.normalize("NFKC", text)
         return any(pattern.search(normalized) for pattern in self.patterns)
+
+    def scanner(self) -> PatternScanner:
+        """Judges a part as it streams: see `PatternScanner`."""
+        return PatternScanner(self.patterns)
 
 
 def injection_guardrail(reply: str = INJECTION_REPLY) -> PatternGuardrail:

@@ -77,11 +77,12 @@ from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
 from .arguments import ToolSchemas
-from .eventlog import EventLogSink, TraceStampSink, new_events
+from .eventlog import EventLogSink, SkipLogged, TraceStampSink, logged_tool_events, new_events
 from .guardrails import HIDE_BLOCKED_TURNS, Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
 from .records import RunRecords
+from .regenerate import without_last_turn
 from .retries import is_transient
 from .runtime import Runtime
 from .texts import Texts
@@ -132,10 +133,15 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStat
         publish=runtime.publish,
         block=EVENT_BLOCK,
         reserved=(first_event_id, EVENT_BLOCK),
+        run_id=run.run_id,
+        worker_id=run.lease_owner,
     )
     out: Sink = log if sink is None else TeeSink(log, sink)
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
+    if run.attempt > 1:
+        # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
+        out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
     step = _Step(runtime, run, user_id, out, log, trace_id)
     try:
         return await _drive(runtime, run, step, out)
@@ -205,7 +211,7 @@ class _Step:
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
         self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
-        self.out = self.guard.track(out)
+        self.out = out
         self.log = log
         self.records = RunRecords()
         self.scope = RunScope(
@@ -233,6 +239,9 @@ class _Step:
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
+        if run.kind == "regenerate" and not continuing:
+            # Drop the last reply (kept stored as a branch) and ask its user message again.
+            self.conversation, prompt = without_last_turn(self.conversation)
         deferred = await self._decisions() if run.kind == "resume" and not continuing else None
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
@@ -440,10 +449,11 @@ class _Step:
     async def _on_model_event(self, event: object) -> None:
         run_id = self.run.run_id
         match event:
+            # Text goes out through the output guardrails, which hold back what could still trip them.
             case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=content))
+                await self.guard.text_delta(self._part_id(index), content)
             case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self.out.emit(TextDelta(run_id=run_id, part_id=self._part_id(index), delta=delta))
+                await self.guard.text_delta(self._part_id(index), delta)
             case PartEndEvent(index=index, part=TextPart(content=content)):
                 await self.guard.text_done(self._part_id(index), content)
             case PartEndEvent(part=ToolCallPart() as call):

@@ -1,25 +1,27 @@
-"""A run's output guardrails: model text they trip on is withdrawn everywhere it went.
+"""A run's output guardrails: model text is held back while it could still trip one, and withdrawn if it does.
 
-Deliberate choices:
+Deliberate choices (the design note is "Guardrails" in `docs/agent.md`):
 
-- **Checked as each text part completes**, before its `text_done`: a part that trips an output
-  guardrail gets `guardrail_tripped` (stage `output`) and `text_withdrawn` (its part id and the
-  replacement) *instead of* `text_done`. Its deltas were already streamed live and cannot be
-  unsent; `text_withdrawn` tells clients to drop them and show the replacement (the page and the
-  terminal chat do). The check runs on whole parts, so a pattern split over two parts of one
-  response is not seen; models write a reply as one part.
+- **Checked as it streams** (`text_delta`): each delta goes through a `HeldPart`, and only what no
+  guardrail can trip on any more is emitted; a leak never leaves the server, not even to a live
+  viewer. A part a scanner trips on gets `guardrail_tripped` (stage `output`) and `text_withdrawn`
+  (its part id and the replacement) at once, and nothing more of it; clients replace what they
+  showed of it, which held no match.
+- **Checked whole when it completes** (`text_done`), with every guardrail's `check`: the final
+  word, and the only one of a guardrail without a scanner (which held the whole part back). A
+  passing part gets its held tail and `text_done`; a tripping one is withdrawn instead of
+  `text_done`. The check runs per part, so a pattern split over two parts of one response is not
+  seen; models write a reply as one part.
 - **The response is changed before anything acts on it.** When the run reaches the node that
   handles a response (`settle`), each withdrawn part's content becomes the replacement, in the
   response pydantic-ai holds: the run's output is the replacement, the checkpoint stores it, and
   the model never reads the leaked text back on later turns. A part no event completed is checked
   there. Every save also scrubs what it stores (`scrub`), for the ends that skip that node (a
   usage limit).
-- **Stored deltas are blanked in the same transaction that stores the replacement** (`blank`,
-  called by each checkpoint): a withdrawn part's `text_delta` events keep their ids and type but
-  their delta becomes `""`, so a replay from the log shows only the replacement. Until that
-  checkpoint commits (milliseconds for a final reply) a reader of the log could still see the
-  deltas, followed by the withdrawal; a crash in between leaves them in the log, never in the
-  conversation.
+- **Shown text withdrawn at the end is blanked in the log** (`blank`, in the transaction of the
+  checkpoint that stores the replacement): only a tripping `check` that no scanner foresaw (a
+  pattern that matches only once the whole part is normalized together) can withdraw text that
+  was shown; its `text_delta` events keep their ids and type, their delta becomes `""`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import overwrite_events
-from stream import GuardrailTripped, Sink, StreamEvent, TextDelta, TextDone, TextWithdrawn, event_data
+from stream import GuardrailTripped, Sink, TextDelta, TextDone, TextWithdrawn, event_data
 
 from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext, first_tripped
+from .holdback import HeldPart
 
 __all__ = ("OutputGuard",)
 
@@ -52,26 +55,47 @@ class OutputGuard:
         self._context = context
         self._out = out
         self._log = log
+        self._parts: dict[str, HeldPart] = {}
+        """The text parts streaming now."""
         self._delta_ids: dict[str, list[int]] = {}
-        """The event ids of the deltas streamed for each part not completed yet."""
+        """The event ids of the deltas emitted for each part not completed yet."""
         self._passed: set[str] = set()
         self._withdrawn: dict[str, str] = {}
         """Each withdrawn text, with its replacement."""
         self._blanked: list[tuple[str, list[int]]] = []
-        """The delta ids of each withdrawn part, to blank in the log."""
+        """The delta ids of each part withdrawn after some of it was shown, to blank in the log."""
 
-    def track(self, out: Sink) -> Sink:
-        """`out`, noting the log id of every text delta that goes through it (the log comes first)."""
-        return _Tracking(out, self._log, self._delta_ids)
+    async def text_delta(self, part_id: str, delta: str) -> None:
+        """A piece of a text part: emit what no guardrail can trip on any more, or withdraw the part."""
+        part = self._parts.get(part_id)
+        if part is None:
+            part = self._parts[part_id] = HeldPart(self._guardrails)
+        elif part.tripped is not None:
+            return  # withdrawn already
+        showable = part.feed(delta)
+        if part.tripped is not None:
+            await self._withdraw(part_id, part.tripped, shown_safe=True)
+        elif showable:
+            await self._emit_delta(part_id, showable)
 
     async def text_done(self, part_id: str, text: str) -> None:
-        """A text part is complete: send `text_done`, or withdraw it if it trips a guardrail."""
+        """A text part is complete: send its held tail and `text_done`, or withdraw it if it trips a guardrail."""
+        part = self._parts.pop(part_id, None) or HeldPart(self._guardrails)
+        if part.tripped is not None:
+            self._withdrawn[text] = part.tripped.reply
+            self._delta_ids.pop(part_id, None)
+            return
         guardrail = await self._check(text)
         if guardrail is None:
+            rest = part.rest(text)
+            if rest:
+                await self._emit_delta(part_id, rest)
             self._delta_ids.pop(part_id, None)
             await self._out.emit(TextDone(run_id=self._context.run_id, part_id=part_id, text=text))
         else:
-            await self._withdraw(part_id, text, guardrail)
+            self._withdrawn[text] = guardrail.reply
+            # No scanner foresaw this trip: what was shown of the part may hold the match.
+            await self._withdraw(part_id, guardrail, shown_safe=False)
 
     async def settle(self, node: object, part_id: Callable[[int], str]) -> None:
         """Before the run handles a model response: put replacements in place of withdrawn parts."""
@@ -85,7 +109,8 @@ class OutputGuard:
                 # No event completed it (a model that does not stream parts): check it now.
                 guardrail = await self._check(part.content)
                 if guardrail is not None:
-                    await self._withdraw(part_id(index), part.content, guardrail)
+                    self._withdrawn[part.content] = guardrail.reply
+                    await self._withdraw(part_id(index), guardrail, shown_safe=True)
             part.content = self._withdrawn.get(part.content, part.content)
 
     def scrub(self, messages: Sequence[ModelMessage]) -> None:
@@ -99,13 +124,17 @@ class OutputGuard:
                         part.content = self._withdrawn[part.content]
 
     async def blank(self, connection: AsyncConnection) -> None:
-        """Blank the stored deltas of withdrawn parts, inside a checkpoint's transaction.
+        """Blank the stored deltas of parts withdrawn after some of them was shown, inside a checkpoint's transaction.
 
-        Every checkpoint does it again: it is idempotent, and a withdrawal is rare.
+        Every checkpoint does it again: it is idempotent, and such a withdrawal is rare.
         """
         for part_id, event_ids in self._blanked:
             empty = TextDelta(run_id=self._context.run_id, part_id=part_id, delta="")
             await overwrite_events(connection, self._context.thread_id, event_ids, event_data(empty))
+
+    async def _emit_delta(self, part_id: str, delta: str) -> None:
+        await self._out.emit(TextDelta(run_id=self._context.run_id, part_id=part_id, delta=delta))
+        self._delta_ids.setdefault(part_id, []).append(self._log.last_id)
 
     async def _check(self, text: str) -> Guardrail | None:
         if text in self._passed:
@@ -115,29 +144,14 @@ class OutputGuard:
             self._passed.add(text)
         return guardrail
 
-    async def _withdraw(self, part_id: str, text: str, guardrail: Guardrail) -> None:
+    async def _withdraw(self, part_id: str, guardrail: Guardrail, *, shown_safe: bool) -> None:
+        """Withdraw a part; `shown_safe`: what was shown of it holds no match (else it is blanked in the log)."""
         logger.warning(
             "output guardrail %s withdrew part %s of run %s", guardrail.name, part_id, self._context.run_id
         )
-        self._withdrawn[text] = guardrail.reply
-        self._blanked.append((part_id, self._delta_ids.pop(part_id, [])))
+        shown = self._delta_ids.pop(part_id, [])
+        if shown and not shown_safe:
+            self._blanked.append((part_id, shown))
         run_id = self._context.run_id
         await self._out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="output"))
         await self._out.emit(TextWithdrawn(run_id=run_id, part_id=part_id, replacement=guardrail.reply))
-
-
-class _Tracking:
-    """A sink that passes everything on and notes the log ids of text deltas."""
-
-    def __init__(self, out: Sink, log: EventLogSink, delta_ids: dict[str, list[int]]) -> None:
-        self._out = out
-        self._log = log
-        self._delta_ids = delta_ids
-
-    async def emit(self, event: StreamEvent) -> None:
-        await self._out.emit(event)
-        if isinstance(event, TextDelta):
-            self._delta_ids.setdefault(event.part_id, []).append(self._log.last_id)
-
-    async def flush(self) -> None:
-        await self._out.flush()

@@ -1,7 +1,8 @@
 """`durable-chat chat`: a terminal chat that runs the agent in this process, on the database.
 
 No server is involved: each message queues a run and `run_step` drives it here, streaming to the
-terminal. A run that pauses for approval ends as it would on the server; the chat asks y/n for each
+terminal what it stores, as a server streams to its clients: a crash never leaves on the screen
+what the thread does not hold. A run that pauses for approval ends as it would on the server; the chat asks y/n for each
 pending call, and the decision that completes the set starts the resume run, driven the same way.
 Everything is in the database, so `--thread ID` continues a thread after a restart, a crash, or a
 chat that was left at an approval question.
@@ -13,12 +14,13 @@ import asyncio
 import contextlib
 import sys
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from agent import ChatApp, Runtime, RuntimeOptions, decide, open_runtime, run_step
 from store import Approval, Database, StoreError, Thread
+from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
 
@@ -72,13 +74,39 @@ async def read_line(prompt: str) -> str:
     return await answer
 
 
+class _Printer:
+    """Prints a thread's events once they are stored: the runtime's publisher, as the server's broker is."""
+
+    def __init__(self, sink: TerminalSink) -> None:
+        self._sink = sink
+        self._events: list[StreamEvent] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
+        # In a task of its own, in order: publishing never waits for the terminal.
+        self._events.extend(stored.event for stored in events)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._print(), name="terminal printer")
+
+    async def drain(self) -> None:
+        """Wait until every event published so far is printed."""
+        if self._task is not None:
+            await self._task
+
+    async def _print(self) -> None:
+        while self._events:
+            event = self._events.pop(0)
+            await self._sink.emit(event)
+        await self._sink.flush()
+
+
 @dataclass
 class _Chat:
     db: Database
     runtime: Runtime
     thread: Thread
     user_id: str
-    sink: TerminalSink
+    printer: _Printer
     out: TextIO
 
     async def loop(self) -> None:
@@ -100,7 +128,8 @@ class _Chat:
         next_run: str | None = run_id
         while next_run is not None:
             async with _heartbeat(self.db):
-                await run_step(self.runtime, next_run, sink=self.sink)
+                await run_step(self.runtime, next_run)
+            await self.printer.drain()
             next_run = await self.decide_pending()
 
     async def decide_pending(self) -> str | None:
@@ -164,7 +193,8 @@ async def chat(
         store.StoreError: The database cannot be opened, or the thread is not found.
     """
     terminal = sys.stdout if out is None else out
-    async with open_runtime(app, database_url, options=options) as runtime:
+    printer = _Printer(TerminalSink(terminal))
+    async with open_runtime(app, database_url, options=options, publish=printer.publish) as runtime:
         db = runtime.db
         if thread_id is None:
             user_id = user_id or DEFAULT_USER
@@ -172,7 +202,7 @@ async def chat(
         else:
             thread = await db.threads.get(thread_id, user_id=user_id)
             user_id = thread.user_id
-        session = _Chat(db, runtime, thread, user_id, TerminalSink(terminal), terminal)
+        session = _Chat(db, runtime, thread, user_id, printer, terminal)
         terminal.write(
             f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
             f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
 from .errors import NotFound
+from .leases import hold
 from .notifications import notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
@@ -95,12 +96,61 @@ class EventLog:
             raise NotFound(f"no thread {thread_id!r}")
         return last - count + 1
 
+    async def of_run(self, thread_id: str, run_id: str, *, types: Sequence[str]) -> list[LoggedEvent]:
+        """The events of `types` that the run `run_id` stored in the thread's log, in order."""
+        query = (
+            sa.select(
+                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
+            )
+            .where(_events.c.thread_id == thread_id, _events.c.run_id == run_id, _events.c.type.in_(types))
+            .order_by(_events.c.event_id)
+        )
+        with translate_errors(f"reading the events of run {run_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).all()
+        return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
     @traced("append_events")
-    async def insert(self, thread_id: str, events: Sequence[tuple[int, NewEvent]]) -> None:
-        """Store events whose ids were reserved, in one transaction."""
+    async def insert(
+        self,
+        thread_id: str,
+        events: Sequence[tuple[int, NewEvent]],
+        *,
+        run_id: str | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        """Store events whose ids were reserved, in one transaction.
+
+        With `run_id` and `worker_id`, only while that worker holds that run's lease: a worker
+        whose run was taken over stores nothing.
+
+        Raises:
+            LeaseLost: `worker_id` no longer holds `run_id`; nothing was stored.
+        """
         with translate_errors(f"appending events to thread {thread_id!r}"):
             async with self._engine.begin() as connection:
+                # The write first: on SQLite it takes the write lock the check then relies on.
                 await insert_events(connection, thread_id, events)
+                if run_id is not None and worker_id is not None:
+                    await hold(connection, run_id, worker_id)
+
+    async def before_run(self, thread_id: str, run_id: str) -> int:
+        """An id below every event of the run `run_id`, stored or still to come, and as high as that allows.
+
+        The id before the run's first stored event; with none stored yet, the thread's newest
+        stored id (a run's ids are reserved when it starts, above every id handed out before).
+        Both come from one statement, so a run storing its first events meanwhile cannot slip
+        between them.
+        """
+        first = sa.func.min(sa.case((_events.c.run_id == run_id, _events.c.event_id)))
+        query = sa.select(first, sa.func.max(_events.c.event_id)).where(_events.c.thread_id == thread_id)
+        with translate_errors(f"reading the events of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                row = (await connection.execute(query)).one()
+        first_id, newest = row
+        if first_id is not None:
+            return int(first_id) - 1
+        return int(newest or 0)
 
     async def newest(self, thread_id: str) -> int:
         """The id of the thread's newest stored event, 0 when it has none."""

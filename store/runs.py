@@ -96,11 +96,27 @@ class Runs:
             RunActive: The thread has a run queued or running.
             ApprovalPending: The thread waits for decisions on tool calls.
         """
+        return await self._create(thread_id, "message", content=content, idempotency_key=idempotency_key)
+
+    @traced("queue_run")
+    async def create_regenerate_run(
+        self, thread_id: str, *, content: str, idempotency_key: str | None = None
+    ) -> tuple[Run, bool]:
+        """Queue a run answering the thread's last user message again, `content`; return it and whether it is new.
+
+        The run drops the last reply (the store keeps it as a branch) before it answers. Keyed
+        and refused like `create_message_run`.
+        """
+        return await self._create(thread_id, "regenerate", content=content, idempotency_key=idempotency_key)
+
+    async def _create(
+        self, thread_id: str, kind: RunKind, *, content: str, idempotency_key: str | None
+    ) -> tuple[Run, bool]:
         with translate_errors(f"queueing a run on thread {thread_id!r}"):
             try:
                 async with self._engine.begin() as connection:
                     # The first write: it serializes this thread's writers before the checks below.
-                    await touch_thread(connection, thread_id, message=content)
+                    await touch_thread(connection, thread_id, message=content if kind == "message" else None)
                     if idempotency_key is not None:
                         existing = await _by_key(connection, thread_id, idempotency_key)
                         if existing is not None:
@@ -117,7 +133,7 @@ class Runs:
                     run = await insert_run(
                         connection,
                         thread_id,
-                        kind="message",
+                        kind=kind,
                         content=content,
                         idempotency_key=idempotency_key,
                     )
@@ -142,6 +158,18 @@ class Runs:
         if row is None:
             raise NotFound(f"no run {run_id!r}")
         return _run(row)
+
+    async def of_thread(self, thread_id: str) -> list[Run]:
+        """The thread's runs, oldest first."""
+        query = (
+            sa.select(_runs)
+            .where(_runs.c.thread_id == thread_id)
+            .order_by(_runs.c.created_at, _runs.c.run_id)
+        )
+        with translate_errors(f"reading the runs of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_run(row) for row in rows]
 
     async def active(self, thread_id: str) -> Run | None:
         with translate_errors(f"reading the runs of thread {thread_id!r}"):

@@ -156,7 +156,7 @@ class ConversationRecordRow(Base):
 # -- threads, runs and their event log ---------------------------------------------------------
 
 ThreadStatus = Literal["idle", "running", "awaiting_approval", "failed"]
-RunKind = Literal["message", "resume", "recover"]
+RunKind = Literal["message", "resume", "recover", "regenerate"]
 RunStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "blocked", "cancelled"]
 ApprovalStatus = Literal["pending", "approved", "rejected"]
 
@@ -186,7 +186,7 @@ class ThreadRow(Base):
 
 
 class RunRow(Base):
-    """One agent run of a thread: a user message, a resume after decisions, or a recovery after a crash."""
+    """One agent run of a thread: a user message, a resume after decisions, a regenerated reply, or a recovery."""
 
     __tablename__ = "runs"
 
@@ -197,7 +197,7 @@ class RunRow(Base):
     kind: Mapped[str] = mapped_column(sa.String(16))
     status: Mapped[str] = mapped_column(sa.String(32))
     content: Mapped[str | None] = mapped_column(sa.Text())
-    """The user message a `message` run answers."""
+    """The user message a `message` (or `regenerate`) run answers."""
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(255))
     error: Mapped[str | None] = mapped_column(sa.Text())
     attempt: Mapped[int] = mapped_column(sa.Integer())

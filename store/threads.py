@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy import exc
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
-from .errors import NotFound
+from .errors import Conflict, NotFound
 from .retention import count_active_stale, erase_stale, erase_thread, find_stale
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
@@ -68,6 +69,11 @@ class Threads:
         self._reader = reader(engine)
 
     async def create(self, *, user_id: str, title: str = "", thread_id: str | None = None) -> Thread:
+        """A new thread of `user_id`, with the id `thread_id` when given.
+
+        Raises:
+            Conflict: A thread with that id exists already.
+        """
         now = now_utc()
         thread = Thread(
             thread_id=thread_id or str(uuid.uuid4()),
@@ -79,8 +85,11 @@ class Threads:
             last_event_id=0,
         )
         with translate_errors(f"creating a thread for {user_id!r}"):
-            async with self._engine.begin() as connection:
-                await connection.execute(_threads.insert().values(**thread.__dict__))
+            try:
+                async with self._engine.begin() as connection:
+                    await connection.execute(_threads.insert().values(**thread.__dict__))
+            except exc.IntegrityError as error:
+                raise Conflict(f"thread {thread.thread_id!r} exists already") from error
         return thread
 
     async def get(self, thread_id: str, *, user_id: str | None = None) -> Thread:

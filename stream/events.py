@@ -66,10 +66,11 @@ class _Event(BaseModel):
 
 
 class RunStarted(_Event):
-    """A run began: for a new user message, to resume after approvals, or to recover a crashed run."""
+    """A run began: for a new user message, to resume after approvals, to recover a crashed run, or to
+    answer the last user message again (`regenerate`: the thread's last reply is dropped)."""
 
     type: Literal["run_started"] = "run_started"
-    kind: Literal["message", "resume", "recover"]
+    kind: Literal["message", "resume", "recover", "regenerate"]
 
 
 class UserMessage(_Event):

@@ -103,6 +103,20 @@ class LiveServer:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
+    def pause(self) -> None:
+        """`kill -STOP`: the process stands still, holding its connections, until `resume`."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """`kill -CONT`: the paused process goes on where it stood."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def logged(self, text: str) -> bool:
+        """Whether the current process wrote `text` to its standard error (its log) so far."""
+        return text in self._stderr.read_text(errors="replace")
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
@@ -168,14 +182,15 @@ async def read_events(
     until: Callable[[list[SseEvent]], bool],
     last_event_id: int | None = None,
     after: int | None = None,
+    within: float = EVENT_TIMEOUT,
 ) -> list[SseEvent]:
-    """Follow the thread's SSE stream, parsing the raw bytes, until `until(events)` holds (bounded)."""
+    """Follow the thread's SSE stream, parsing the raw bytes, until `until(events)` holds (within `within` seconds)."""
     headers = auth(token)
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
     params = {} if after is None else {"after": str(after)}
     events: list[SseEvent] = []
-    with anyio.fail_after(EVENT_TIMEOUT):
+    with anyio.fail_after(within):
         async with client.stream(
             "GET", f"/api/threads/{thread_id}/events", headers=headers, params=params, timeout=None
         ) as response:

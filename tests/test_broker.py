@@ -40,8 +40,7 @@ async def test_a_follower_that_falls_behind_is_dropped_and_publishing_goes_on() 
 
 
 async def test_a_late_follower_starts_with_the_threads_recent_events() -> None:
-    # Streaming events are published before they are stored: one subscribing in between must
-    # still get them, since the log does not have them yet.
+    # A new follower gets the recent events from memory, sparing a read of the log.
     broker = Broker(recent=3, threads=1)
     broker.publish("t", events(1, 2, 3, 4))
     with broker.subscribe("t") as late:
@@ -56,7 +55,7 @@ async def test_a_late_follower_starts_with_the_threads_recent_events() -> None:
 
 
 async def test_an_id_already_published_is_not_published_again() -> None:
-    # The relay may read from the log events this process published before storing them.
+    # The relay may read from the log events this process stored and published itself.
     broker = Broker()
     with broker.subscribe("t") as follower:
         broker.publish("t", events(1, 2, 3))

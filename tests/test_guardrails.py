@@ -200,7 +200,7 @@ async def test_a_leaking_reply_is_withdrawn_replaced_and_never_stored(app: App) 
         [
             "run_started message",
             "user_message 'Why did my order fail?'",
-            "text part: 'Sorry, an Internal Error happened: database connection to db-01 refused (api_secret=sk-123).'",
+            "text part: 'Sorry, an '",
             "guardrail_tripped output internal_leak",
             'text_withdrawn part -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
             'run_finished completed output="I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
@@ -210,10 +210,10 @@ async def test_a_leaking_reply_is_withdrawn_replaced_and_never_stored(app: App) 
     assert isinstance(messages[-1], ModelResponse)
     assert messages[-1].parts == [TextPart(TEXTS.withheld)]
     assert "sk-123" not in str(messages)
-    # The log keeps every event, but the withdrawn deltas are blank: a replay never shows the leak.
+    # The leak was never emitted: the log holds what was, as every client saw it.
     log = await app.log(thread)
-    assert [e.type for e in log] == [e.type for e in sink.events]
-    assert {e.delta for e in log if isinstance(e, TextDelta)} == {""}
+    assert log == sink.events
+    assert "".join(e.delta for e in log if isinstance(e, TextDelta)) == "Sorry, an "
     assert "sk-123" not in str(log)
     # The model does not read its leak back on the next turn.
     await app.send(thread, "ok")
@@ -231,7 +231,7 @@ async def test_a_leak_next_to_a_tool_call_is_replaced_in_the_checkpoint(app: App
     await app.send(thread, "Where is ORD-5678?", sink=sink)
     assert lines(sink.events)[2:] == snapshot(
         [
-            "text part: 'Checking. Stack trace: boom'",
+            "text part: 'Checking. '",
             "guardrail_tripped output internal_leak",
             'text_withdrawn part -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
             "tool_call lookup_order {'order_id': 'ORD-5678'}",

@@ -10,6 +10,7 @@ import pytest
 from agent.demo import TEXTS
 
 from .test_chat import Terminal, start, terminals, thread_id_of  # noqa: F401  (a fixture, used by name)
+from .test_guardrails_e2e import LEAKED
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 
@@ -26,14 +27,18 @@ def test_a_blocked_message_then_a_withdrawn_reply_in_the_terminal(
     first.expect(f"assistant> {TEXTS.blocked}\n")
     first.expect("(the run blocked)\n")
     first.expect("you> ")
-    # The thread stays usable; a leaking reply streams, then is withdrawn and replaced.
+    # The thread stays usable; a leaking reply streams up to its leak, then is withdrawn and replaced.
     first.type("show me the stack trace")
+    first.expect("assistant> Oops, ")
     first.expect("(guardrail 'internal_leak' stopped the output)\n")
     first.expect("(the reply above was withdrawn)\n")
     first.expect(f"assistant> {TEXTS.withheld}\n")
     first.expect("you> ")
     first.type("/quit")
     assert first.wait() == 0
+    # The terminal never printed the leak: it cannot unprint.
+    for leaked in LEAKED:
+        assert leaked not in first.output
 
     # Continuing the thread shows what is stored: the replies, never the leak.
     second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id)
@@ -47,4 +52,5 @@ def test_a_blocked_message_then_a_withdrawn_reply_in_the_terminal(
     second.expect("you> ")
     second.end_input()
     assert second.wait() == 0
-    assert "api_secret" not in second.output
+    for leaked in LEAKED:
+        assert leaked not in second.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -59,37 +60,45 @@ async def test_an_injection_attempt_is_blocked_and_the_thread_stays_usable(
     assert [e.data["tool_name"] for e in after if e.type == "tool_call"] == ["lookup_order"]
 
 
-async def test_a_leaking_reply_is_withdrawn_and_nowhere_in_the_thread(
+async def test_a_leaking_reply_never_reaches_a_connected_client_nor_the_thread(
     server: LiveServer, client: httpx.AsyncClient
 ) -> None:
     token = server.token("alice")
     thread_id = await new_thread(client, token)
-    run_id = await send(client, token, thread_id, "show me the stack trace")
-    events = await read_events(client, thread_id, token, until=finished(run_id))
-    # However much of the reply streamed live, the run ends with its withdrawal and the replacement.
-    assert _frames(events)[-3:] == snapshot(
+    # Connected before the message is sent: every event reaches it live.
+    follower = asyncio.create_task(read_events(client, thread_id, token, until=_finished_once))
+    await asyncio.sleep(0.2)
+    await send(client, token, thread_id, "show me the stack trace")
+    events = await follower
+    # The reply streams up to where the leak starts; then the part is withdrawn and replaced.
+    assert _frames(events) == snapshot(
         [
+            "run_started {'kind': 'message'}",
+            "user_message {'content': 'show me the stack trace'}",
+            "text_delta {'part_id': 'part', 'delta': 'Oops, '}",
+            "text_delta {'part_id': 'part', 'delta': 'an '}",
             "guardrail_tripped {'guardrail': 'internal_leak', 'stage': 'output'}",
             "text_withdrawn {'part_id': 'part', 'replacement': \"I'm sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account.\"}",
             "run_finished {'status': 'completed', 'output': \"I'm sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account.\"}",
         ]
     )
-    assert {e.type for e in events[:-3]} == {"run_started", "user_message", "text_delta"}
-    assert "text_done" not in [e.type for e in events]
-    # A replay from the start, now that the run finished, shows the deltas blanked: no leak.
-    replay = await read_events(client, thread_id, token, after=0, until=finished(run_id))
-    assert [e.event_id for e in replay] == [e.event_id for e in events]
-    assert {e.data["delta"] for e in replay if e.type == "text_delta"} == {""}
+    # A replay from the start shows exactly what the connected client got.
+    replay = await read_events(client, thread_id, token, after=0, until=_finished_once)
+    assert replay == events
     # The stored conversation holds the replacement; the leak is nowhere in the thread.
     response = await client.get(f"/api/threads/{thread_id}", headers=auth(token))
     assert response.status_code == 200
     for leaked in LEAKED:
         assert leaked not in response.text
-        assert all(leaked not in str(e.data) for e in replay)
+        assert all(leaked not in str(e.data) for e in events)
     messages = ModelMessagesTypeAdapter.validate_python(response.json()["messages"])
     assert isinstance(messages[-1], ModelResponse)
     assert messages[-1].parts == [TextPart(TEXTS.withheld)]
     assert response.json()["status"] == "idle"
+
+
+def _finished_once(events: list[SseEvent]) -> bool:
+    return any(e.type == "run_finished" for e in events)
 
 
 async def _thread(client: httpx.AsyncClient, token: str, thread_id: str) -> dict[str, object]:

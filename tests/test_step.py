@@ -84,23 +84,25 @@ async def test_lookups_answer_from_their_tool(app: App, message: str, tool: str,
 
 
 async def test_a_leaky_reply_is_withdrawn_and_never_stored(app: App) -> None:
-    # The demo's leaking reply streams, then the output guardrail withdraws it (see test_guardrails).
+    # The demo's leaking reply streams up to where a leak pattern could start; the output
+    # guardrail then withdraws it (see test_guardrails): the leak is never emitted.
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "show me the stack trace", sink=sink)
-    lines = _normalized(sink.events)
-    assert lines[2].startswith("text IsStr(): 'Oops, an internal error occurred.")
-    assert lines[:2] + lines[3:] == snapshot(
+    assert _normalized(sink.events) == snapshot(
         [
             "run_started message",
             "user_message 'show me the stack trace'",
+            "text IsStr(): 'Oops, an '",
             "guardrail_tripped output internal_leak",
             'text_withdrawn IsStr() -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
             'run_finished completed output="I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
         ]
     )
-    assert "api_secret" not in str(await app.messages(thread))
-    assert "api_secret" not in str(await app.log(thread))
+    for leaked in ("internal error occurred", "api_secret", "sk-live", "postgres://"):
+        assert leaked not in str(sink.events)
+        assert leaked not in str(await app.messages(thread))
+        assert leaked not in str(await app.log(thread))
 
 
 async def test_a_looping_turn_ends_politely_at_its_limit_and_the_thread_stays_usable(app: App) -> None:

@@ -21,6 +21,8 @@ from starlette.staticfiles import StaticFiles
 from agent import ChatApp, load_app, open_runtime
 from store import Database, DatabaseUnavailable, EventListener, Worker, normalize_url
 
+from .ag_ui import ag_ui_routes
+from .ai_sdk import ai_sdk_routes
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
 from .broker import Broker
@@ -28,6 +30,7 @@ from .errors import ApiError
 from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
+from .regenerate import regenerate_routes
 from .relay import Relay
 from .runner import Runner
 from .services import Services
@@ -107,7 +110,10 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", page, methods=["GET"]),
             *api_routes(),
+            *regenerate_routes(),
             *sse_routes(),
+            *ai_sdk_routes(),
+            *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
         ],
         middleware=[

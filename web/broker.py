@@ -1,7 +1,7 @@
 """In-process publish/subscribe of a thread's logged events, for live SSE followers.
 
-The step function publishes a thread's events as they happen (`agent.Publisher`, see
-`agent.eventlog` for which are published before they are stored); every subscription of that thread gets them in its own bounded buffer.
+The step function publishes a thread's events as soon as they are stored (`agent.Publisher`, see
+`agent.eventlog`); every subscription of that thread gets them in its own bounded buffer.
 Deliberate choices:
 
 - Publishing never blocks and never waits for a subscriber: a run streams at the speed of the
@@ -11,9 +11,8 @@ Deliberate choices:
   subscribes again. Dropping loses nothing, since the log is the source of truth; the broker is
   only a doorbell that also carries the events to spare the database a read.
 - The broker remembers each thread's most recent events (`recent` of them, for the threads
-  active lately): the step function publishes streaming events *before* they are stored, and a
-  follower subscribing in between would find them neither in the log nor in its buffer. A new
-  subscription starts with them; the follower skips those it already has by id.
+  active lately); a new subscription starts with them, and the follower skips those it already
+  has by id. Every published event is stored already, so this only spares a read.
 - Ids only go up: an event whose id is not above the newest the thread published is dropped (a
   copy of one already published, e.g. relayed from the log after this process published it).
 - The broker knows only this process. Events another process stores (several servers on one

@@ -6,8 +6,8 @@ the live ones. How:
 
 1. Subscribe to the broker *first*, so nothing published during the replay is missed.
 2. Replay from the log every event after the client's id.
-3. Relay live events (a new subscription starts with the thread's recent events, which may not
-   be stored yet), skipping any id not above the last one sent. Ids increase per thread but can
+3. Relay live events (a new subscription starts with the thread's recent events; every event is
+   stored before it is published), skipping any id not above the last one sent. Ids increase per thread but can
    skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
    falls back to reading the log, then subscribes again.
 4. Events another process stores (several servers on one PostgreSQL) reach the broker through
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -42,9 +42,9 @@ from stream import StoredEvent, encode_event, ping_frame
 from .api import owned_thread, user_of
 from .broker import Broker, SubscriberDropped
 from .errors import ApiError
-from .services import services
+from .services import Services, services
 
-__all__ = ("event_frames", "sse_routes")
+__all__ = ("event_frames", "idle_poll_seconds", "sse_routes", "stream_response", "thread_events")
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +60,34 @@ async def follow_events(request: Request) -> Response:
     user_id = user_of(request, s)
     thread = await owned_thread(request, s, user_id)
     after = _after(request)
+    frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=idle_poll_seconds(s))
+    return stream_response(s, frames, user_id=user_id)
+
+
+def idle_poll_seconds(s: Services) -> float:
+    """How long a follower waits idle before it reads the log itself."""
     # With notifications relayed, reading the log when idle is only a safety net.
-    poll = s.settings.sse_poll_seconds if s.relay is None else s.settings.sse_notified_poll_seconds
-    frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=poll)
+    return s.settings.sse_poll_seconds if s.relay is None else s.settings.sse_notified_poll_seconds
+
+
+def stream_response(
+    s: Services, frames: AsyncIterator[bytes], *, user_id: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """An SSE response of `frames`, with the keep-alive; the client's disconnect ends only the response.
+
+    It holds one of `user_id`'s stream slots while it lasts (`web.limits`): one stream more than
+    allowed is `429 too_many_streams`.
+
+    Raises:
+        ApiError: 429 `too_many_streams`.
+    """
     return _CountedStream(
         frames,
         release=s.streams.acquire(user_id),
         sep="\n",
         ping=s.settings.sse_ping_seconds,
         ping_message_factory=_Ping,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )
 
 
@@ -80,22 +98,33 @@ async def event_frames(
 
     The stream ends when the thread is deleted or the database cannot be reached.
     """
+    async for stored in thread_events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+        yield encode_event(stored)
+
+
+async def thread_events(
+    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+) -> AsyncIterator[StoredEvent]:
+    """Every event of `thread_id` after `after`, then the live ones, as `event_frames` sends them.
+
+    The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too.
+    """
     try:
-        async for frame in _frames(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
-            yield frame
+        async for stored in _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+            yield stored
     except DatabaseUnavailable as error:
         logger.warning("ended an event stream of thread %s: %s", thread_id, error)
 
 
-async def _frames(
+async def _events(
     db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[StoredEvent]:
     last = after
     while True:
         with broker.subscribe(thread_id, after=last) as subscription:
             async for stored in _replay(db, thread_id, after=last):
                 last = subscription.position = stored.event_id
-                yield encode_event(stored)
+                yield stored
             while True:
                 try:
                     batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
@@ -110,7 +139,7 @@ async def _frames(
                     # the last one sent is next. Lower ones came in the replay or a snapshot.
                     if stored.event_id > last:
                         last = subscription.position = stored.event_id
-                        yield encode_event(stored)
+                        yield stored
 
 
 async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[StoredEvent]:

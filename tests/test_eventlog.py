@@ -1,0 +1,192 @@
+"""The run's event-log sink, on SQLite and PostgreSQL: stored before published, group commit, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+
+import anyio
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent.eventlog import EventLogSink
+from store import Database, EventLog, LeaseLost, NewEvent, Run, Worker
+from store.schema import RunRow, metadata, now_utc
+from stream import StoredEvent, TextDelta
+
+from .conftest import MigratedDatabases
+
+pytestmark = pytest.mark.anyio
+
+_runs = metadata.tables[RunRow.__tablename__]
+
+
+class _Committed(EventLog):
+    """The event log, noting the ids of every event whose transaction committed."""
+
+    def __init__(self, engine: AsyncEngine, committed: set[int]) -> None:
+        super().__init__(engine)
+        self.committed = committed
+        self.transactions = 0
+
+    async def insert(
+        self,
+        thread_id: str,
+        events: Sequence[tuple[int, NewEvent]],
+        *,
+        run_id: str | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        await super().insert(thread_id, events, run_id=run_id, worker_id=worker_id)
+        self.committed.update(event_id for event_id, _ in events)
+        self.transactions += 1
+
+
+class _Published:
+    """A publisher that checks every event it gets is committed already."""
+
+    def __init__(self, committed: set[int]) -> None:
+        self.committed = committed
+        self.events: list[StoredEvent] = []
+        self.calls = 0
+
+    def __call__(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
+        assert {stored.event_id for stored in events} <= self.committed, "published before stored"
+        self.events.extend(events)
+        self.calls += 1
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def workers(
+    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
+) -> AsyncIterator[tuple[Database, Database]]:
+    """Two workers (processes) on one empty database."""
+    url = await migrated_databases.empty(request.param)
+    first = await Database.connect(url, worker=Worker(worker_id="w1"))
+    second = await Database.connect(url, worker=Worker(worker_id="w2"))
+    try:
+        yield first, second
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def _running(db: Database) -> tuple[Run, int]:
+    """A run this worker claimed, and the first of the 128 event ids it reserved."""
+    thread = await db.threads.create(user_id="alice", title="t")
+    run, _ = await db.runs.create_message_run(thread.thread_id, content="hi")
+    started = await db.runs.start_reserving(run.run_id, events=128)
+    assert started is not None
+    return started[0], started[2]
+
+
+def _sink(db: Database, run: Run, first_id: int, publish: _Published, committed: set[int]) -> EventLogSink:
+    """A sink whose writer starts a transaction as soon as it has something to store."""
+    return EventLogSink(
+        _Committed(db.engine, committed),
+        run.thread_id,
+        publish=publish,
+        reserved=(first_id, 128),
+        run_id=run.run_id,
+        worker_id=run.lease_owner,
+        interval=0,
+    )
+
+
+def _delta(run: Run, n: int) -> TextDelta:
+    return TextDelta(run_id=run.run_id, part_id="p", delta=f"{n} ")
+
+
+async def test_events_are_published_only_once_stored_and_in_batches(
+    workers: tuple[Database, Database],
+) -> None:
+    db, _ = workers
+    run, first_id = await _running(db)
+    committed: set[int] = set()
+    published = _Published(committed)
+    log = _Committed(db.engine, committed)
+    sink = EventLogSink(
+        log, run.thread_id, publish=published, reserved=(first_id, 128), run_id=run.run_id, worker_id="w1"
+    )
+    for n in range(50):
+        await sink.emit(_delta(run, n))
+    assert published.events == []  # nothing is out before its transaction commits
+    # Emitting never waited for the database: the 50 events go in one transaction.
+    await sink.flush()
+    assert log.transactions == 1
+    assert [stored.event_id for stored in published.events] == list(range(first_id, first_id + 50))
+    # A model streaming a token every 2 ms: the writer starts a transaction at most every 50 ms
+    # (its default `interval`), so the tokens cost a few transactions, not one each.
+    started = time.monotonic()
+    for n in range(50, 200):
+        await sink.emit(_delta(run, n))
+        await asyncio.sleep(0.002)
+    elapsed = time.monotonic() - started
+    await sink.flush()
+    await sink.aclose()
+    transactions = log.transactions - 1
+    assert 2 <= transactions <= elapsed / 0.05 + 2
+    ids = [stored.event_id for stored in published.events]
+    assert ids == list(range(first_id, first_id + 200))
+    logged = await db.events.read(run.thread_id)
+    assert [e.event_id for e in logged] == ids
+
+
+async def test_a_checkpoint_takes_the_queued_events_after_the_write_in_flight(
+    workers: tuple[Database, Database],
+) -> None:
+    db, _ = workers
+    run, first_id = await _running(db)
+    committed: set[int] = set()
+    published = _Published(committed)
+    sink = _sink(db, run, first_id, published, committed)
+    await sink.emit(_delta(run, 0))
+    await asyncio.sleep(0)  # the writer starts its transaction
+    await sink.emit(_delta(run, 1))
+    pending = await sink.take_pending()
+    # The write in flight committed and was published first; the checkpoint holds the rest.
+    assert [stored.event_id for stored in published.events] == [first_id]
+    assert [stored.event_id for stored in pending] == [first_id + 1]
+    await sink.emit(_delta(run, 2))
+    await asyncio.sleep(0.05)
+    assert len(published.events) == 1  # the writer waits for the checkpoint's transaction
+    await db.events.insert(
+        run.thread_id, [(s.event_id, NewEvent(run.run_id, "text_delta", b"{}")) for s in pending]
+    )
+    committed.update(s.event_id for s in pending)
+    sink.stored(pending)
+    await sink.flush()
+    assert [stored.event_id for stored in published.events] == [first_id, first_id + 1, first_id + 2]
+
+
+async def test_a_worker_that_lost_the_run_stores_and_publishes_nothing(
+    workers: tuple[Database, Database],
+) -> None:
+    first, second = workers
+    run, first_id = await _running(first)
+    committed: set[int] = set()
+    published = _Published(committed)
+    sink = _sink(first, run, first_id, published, committed)
+    await sink.emit(_delta(run, 0))
+    await sink.flush()
+    # The lease lapses and the second worker takes the run over.
+    async with first.engine.begin() as connection:
+        await connection.execute(_runs.update().values(lease_expires_at=now_utc() - timedelta(seconds=1)))
+    assert await second.runs.start_reserving(run.run_id, events=128) is not None
+    # The background writer's transaction is refused; the next emit says so.
+    with pytest.raises(LeaseLost):
+        await _emit_until_refused(sink, run)
+    with pytest.raises(LeaseLost):
+        await sink.flush()
+    assert [e.event_id for e in await first.events.read(run.thread_id)] == [first_id]
+    assert [stored.event_id for stored in published.events] == [first_id]
+
+
+async def _emit_until_refused(sink: EventLogSink, run: Run) -> None:
+    """Emit an event every 10 ms until the sink raises (within 20 s)."""
+    with anyio.fail_after(20):
+        while True:
+            await sink.emit(_delta(run, 1))
+            await asyncio.sleep(0.01)

@@ -1,0 +1,126 @@
+"""`POST /api/ag-ui`: AG-UI 1.0 (`HttpAgent`, CopilotKit) over the durable thread.
+
+The body is a `RunAgentInput`; its `threadId` names a chat of the token's user (`web.chats`).
+Only two things are read from it: `resume` answers (each a decision on a pending call, as the
+approve/reject endpoints make it, `editedArgs` included), or else the last message, which must be
+the user's new message (it queues a run keyed by the message's id). The answer streams the run as
+AG-UI events; a run that pauses ends with an interrupt outcome listing each pending call. An input
+with neither, sent while a run is active, streams that run (a reconnect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from ag_ui.core import BaseEvent, ResumeEntry, RunAgentInput, TextPart, UserMessage
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_ai.exceptions import UserError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from store import Thread
+from stream import PendingCall, StreamEvent
+
+from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
+from .api import user_of
+from .bodies import read_body, validation_error
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
+from .errors import ApiError
+from .services import Services, services
+from .sse import stream_response
+
+__all__ = ("ag_ui_routes",)
+
+
+def ag_ui_routes() -> list[BaseRoute]:
+    return [Route("/api/ag-ui", run_agent, methods=["POST"])]
+
+
+class ResumePayload(BaseModel):
+    """The answer to an approval interrupt, as its `responseSchema` describes it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="ignore")
+
+    approved: StrictBool
+    edited_args: dict[str, object] | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+async def run_agent(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s, write=True)
+    body = await read_body(request, RunAgentInput, max_bytes=s.settings.max_body_bytes)
+    thread = await chat_thread(s, user_id, body.thread_id, create=True)
+    assert thread is not None
+    encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id)
+    if body.resume:
+        resume_run_id = await decide_all(s, user_id, thread, _answers(body.resume))
+        if resume_run_id is None:  # other calls still wait: the same interrupt, for them
+            pending = await s.db.approvals.list(thread_id=thread.thread_id, status="pending")
+            calls = [
+                PendingCall(tool_call_id=a.tool_call_id, tool_name=a.tool_name, args=a.args) for a in pending
+            ]
+            return _response(s, user_id, [*encoder.start(), encoder.interrupted(calls)])
+        return _stream(s, thread, resume_run_id, encoder)
+    last = body.messages[-1] if body.messages else None
+    if isinstance(last, UserMessage):
+        run = await queue_message(s, thread, _text(last), idempotency_key=last.id)
+        return _stream(s, thread, run.run_id, encoder)
+    active = await s.db.runs.active(thread.thread_id)
+    if active is None:
+        raise ApiError(
+            422, "nothing_to_run", "the last message must be a new user message, or give resume answers"
+        )
+    return _stream(s, thread, active.run_id, encoder)
+
+
+def _answers(entries: Sequence[ResumeEntry]) -> list[Answer]:
+    answers: list[Answer] = []
+    for entry in entries:
+        try:
+            tool_call_id = interrupt_id_to_tool_call_id(entry.interrupt_id)
+        except UserError as error:
+            raise ApiError.not_found(f"no interrupt {entry.interrupt_id[:200]!r}") from error
+        if entry.status == "cancelled":
+            answers.append(Answer(tool_call_id, "rejected"))
+            continue
+        try:
+            payload = ResumePayload.model_validate(entry.payload)
+        except ValidationError as error:
+            raise validation_error(error) from error
+        if payload.approved:
+            answers.append(Answer(tool_call_id, "approved", override_args=payload.edited_args))
+        else:
+            answers.append(Answer(tool_call_id, "rejected", reason=payload.reason or None))
+    return answers
+
+
+def _text(message: UserMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(part.text for part in message.content if isinstance(part, TextPart))
+
+
+def _stream(s: Services, thread: Thread, run_id: str, encoder: AGUIStream) -> Response:
+    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id)
+    return stream_response(s, _frames(encoder, events), user_id=thread.user_id)
+
+
+def _response(s: Services, user_id: str, events: list[BaseEvent]) -> Response:
+    async def frames() -> AsyncIterator[bytes]:
+        for event in events:
+            yield encode_event(event)
+
+    return stream_response(s, frames(), user_id=user_id)
+
+
+async def _frames(encoder: AGUIStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
+    for event in encoder.start():
+        yield encode_event(event)
+    async for stream_event in events:
+        for event in encoder.encode(stream_event):
+            yield encode_event(event)
+    for event in encoder.end():
+        yield encode_event(event)

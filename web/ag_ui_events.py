@@ -1,0 +1,197 @@
+"""A thread's stream events as AG-UI 1.0 events: a pure encoder.
+
+The event types and their SSE framing are the `ag-ui-protocol` package's (`ag_ui.core`,
+`ag_ui.encoder.EventEncoder`), and a pending call becomes the interrupt pydantic-ai's own AG-UI
+adapter sends, so an approval form built for it (`approved`, `editedArgs`, `reason`) works here too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    Interrupt,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.encoder import EventEncoder
+from pydantic_ai.messages import ToolCallPart
+
+# pydantic-ai's AG-UI adapter makes its interrupts here; reusing it keeps ours the same shape.
+from pydantic_ai.ui.ag_ui._interrupt import (
+    approval_to_interrupt,
+    interrupt_id_to_tool_call_id,
+)
+from pydantic_core import to_json
+
+from stream import (
+    ApprovalDecided,
+    ApprovalRequired,
+    GuardrailTripped,
+    PendingCall,
+    RunFinished,
+    RunStarted,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    TextWithdrawn,
+    ToolCall,
+    ToolOutcomeUnknown,
+    ToolResult,
+    UserMessage,
+)
+
+__all__ = ("AGUIStream", "encode_event", "interrupt_id_to_tool_call_id")
+
+_ENCODER = EventEncoder()
+
+
+def encode_event(event: BaseEvent) -> bytes:
+    """One SSE frame: `data: <json>`, as the protocol's own encoder writes it."""
+    return _ENCODER.encode(event).encode()
+
+
+class AGUIStream:
+    """The AG-UI events of one run request: `RUN_STARTED`, the run's events, then how it ended."""
+
+    def __init__(self, *, thread_id: str, run_id: str) -> None:
+        """`thread_id`, `run_id`: the client's, from its `RunAgentInput`."""
+        self._thread_id = thread_id
+        self._run_id = run_id
+        self._open_texts: list[str] = []
+        self._pending: list[PendingCall] = []
+        self._finished: RunFinished | None = None
+
+    def start(self) -> list[BaseEvent]:
+        return [RunStartedEvent(thread_id=self._thread_id, run_id=self._run_id)]
+
+    def encode(self, event: StreamEvent) -> list[BaseEvent]:
+        """The AG-UI events that tell the client about `event` (often none)."""
+        match event:
+            case RunStarted():
+                return self._close_texts()  # a recovered run streams unfinished parts again
+            case TextDelta(part_id=part_id, delta=delta):
+                if not delta:  # blanked by an output guardrail
+                    return []
+                events: list[BaseEvent] = []
+                if part_id not in self._open_texts:
+                    self._open_texts.append(part_id)
+                    events.append(TextMessageStartEvent(message_id=part_id, role="assistant"))
+                return [*events, TextMessageContentEvent(message_id=part_id, delta=delta)]
+            case TextDone(part_id=part_id, text=text):
+                if part_id in self._open_texts:
+                    self._open_texts.remove(part_id)
+                    return [TextMessageEndEvent(message_id=part_id)]
+                return _whole_text(part_id, text) if text else []
+            case TextWithdrawn(part_id=part_id, replacement=replacement):
+                # Streamed text cannot be taken back: say so (a custom event a client may act on), then replace.
+                events = [
+                    CustomEvent(
+                        name="text_withdrawn", value={"message_id": part_id, "replacement": replacement}
+                    )
+                ]
+                if part_id in self._open_texts:
+                    self._open_texts.remove(part_id)
+                    events.append(TextMessageEndEvent(message_id=part_id))
+                return [*events, *_whole_text(f"{part_id}.replacement", replacement)]
+            case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                return [
+                    ToolCallStartEvent(tool_call_id=tool_call_id, tool_call_name=tool_name),
+                    ToolCallArgsEvent(tool_call_id=tool_call_id, delta=json.dumps(args)),
+                    ToolCallEndEvent(tool_call_id=tool_call_id),
+                ]
+            case ToolResult(tool_call_id=tool_call_id, content=content):
+                text = content if isinstance(content, str) else to_json(content).decode()
+                return [
+                    ToolCallResultEvent(
+                        message_id=f"{tool_call_id}.result",
+                        tool_call_id=tool_call_id,
+                        content=text,
+                        role="tool",
+                    )
+                ]
+            case ApprovalRequired(approvals=calls):
+                self._pending = list(calls)
+                return []
+            case GuardrailTripped(guardrail=guardrail, stage=stage):
+                return [CustomEvent(name="guardrail_tripped", value={"guardrail": guardrail, "stage": stage})]
+            case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
+                # Its interrupt follows; this says why the call is asked about again.
+                value = {"tool_call_id": tool_call_id, "tool_name": tool_name}
+                return [CustomEvent(name="tool_outcome_unknown", value=value)]
+            case RunFinished():
+                self._finished = event
+                return []
+            case ApprovalDecided() | UserMessage():
+                return []
+
+    def end(self) -> list[BaseEvent]:
+        """Close open messages, then `RUN_FINISHED` with the outcome, or `RUN_ERROR`."""
+        events = self._close_texts()
+        finished = self._finished
+        if finished is None:
+            return [*events, RunErrorEvent(message="The stream ended before the run finished.", code="ended")]
+        match finished.status:
+            case "awaiting_approval":
+                return [*events, self.interrupted(self._pending)]
+            case "failed":
+                return [
+                    *events,
+                    RunErrorEvent(message=finished.error or "The run failed.", code="run_failed"),
+                ]
+            case "cancelled":
+                outcome = RunFinishedCancelledOutcome()
+                return [
+                    *events,
+                    RunFinishedEvent(thread_id=self._thread_id, run_id=self._run_id, outcome=outcome),
+                ]
+            case "completed" | "blocked":
+                return [
+                    *events,
+                    RunFinishedEvent(
+                        thread_id=self._thread_id,
+                        run_id=self._run_id,
+                        result=finished.output,
+                        outcome=RunFinishedSuccessOutcome(),
+                    ),
+                ]
+
+    def interrupted(self, calls: list[PendingCall]) -> BaseEvent:
+        """`RUN_FINISHED` with an interrupt outcome: one interrupt per call that waits for a decision."""
+        interrupts: list[Interrupt] = [_interrupt(call) for call in calls]
+        return RunFinishedEvent(
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+        )
+
+    def _close_texts(self) -> list[BaseEvent]:
+        events: list[BaseEvent] = [TextMessageEndEvent(message_id=part_id) for part_id in self._open_texts]
+        self._open_texts.clear()
+        return events
+
+
+def _interrupt(call: PendingCall) -> Interrupt:
+    part = ToolCallPart(tool_name=call.tool_name, args=call.args, tool_call_id=call.tool_call_id)
+    return approval_to_interrupt(part, {})
+
+
+def _whole_text(message_id: str, text: str) -> list[BaseEvent]:
+    return [
+        TextMessageStartEvent(message_id=message_id, role="assistant"),
+        TextMessageContentEvent(message_id=message_id, delta=text),
+        TextMessageEndEvent(message_id=message_id),
+    ]

@@ -1,0 +1,194 @@
+"""The AI SDK's chat endpoints (`useChat` with `DefaultChatTransport`): thin shells over the durable thread.
+
+- `POST /api/ai-sdk/chat`: the transport's body. A new user message (the last message) queues a
+  run as `POST /api/threads/{id}/messages` does, keyed by the message's id; approval responses
+  (`approval-responded` parts of the last message) are decisions as the approve/reject endpoints
+  make them; `regenerate-message` queues a `regenerate` run. The answer streams the run. Nothing
+  else of the client's copy of the history is read.
+- `GET /api/ai-sdk/chat/{id}/stream`: the active turn's stream again, from its start, for
+  `useChat({resume: true})` after a reload; `204` when no run is active.
+- `GET /api/ai-sdk/chat/{id}`: `{"id", "messages"}`, the thread's history as `UIMessage`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from agent import stored_events
+from store import Thread
+from stream import StoredEvent, StreamEvent
+
+from .ai_sdk_messages import TURN_KINDS, ui_messages
+from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
+from .api import user_of
+from .bodies import read_body
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
+from .errors import ApiError
+from .regenerate import queue_regenerate
+from .services import Services, services
+from .sse import stream_response
+
+__all__ = ("ai_sdk_routes",)
+
+_PAGE = 1000
+
+
+def ai_sdk_routes() -> list[BaseRoute]:
+    return [
+        Route("/api/ai-sdk/chat", post_chat, methods=["POST"]),
+        Route("/api/ai-sdk/chat/{chat_id}/stream", resume_stream, methods=["GET"]),
+        Route("/api/ai-sdk/chat/{chat_id}", get_chat, methods=["GET"]),
+    ]
+
+
+# -- the transport's body: only what is read, anything else tolerated ---------------------------------
+
+
+class _Lenient(BaseModel):
+    # Newer clients add fields (AI SDK 7 puts `isAutomatic` and `signature` on approvals).
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _Approval(_Lenient):
+    id: str = Field(min_length=1, max_length=255)
+    approved: StrictBool | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class _Part(_Lenient):
+    type: str
+    text: str | None = None
+    state: str | None = None
+    approval: _Approval | None = None
+
+
+class _Message(_Lenient):
+    id: str = Field(min_length=1, max_length=200)
+    role: Literal["system", "user", "assistant"]
+    parts: list[_Part]
+
+
+class ChatBody(_Lenient):
+    id: str = Field(min_length=1, max_length=200)
+    messages: list[_Message] = Field(min_length=1)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    message_id: str | None = Field(default=None, alias="messageId", max_length=200)
+
+
+# -- handlers -----------------------------------------------------------------------------------------
+
+
+async def post_chat(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s, write=True)
+    body = await read_body(request, ChatBody, max_bytes=s.settings.max_body_bytes)
+    thread = await chat_thread(s, user_id, body.id, create=True)
+    assert thread is not None
+    if body.trigger == "regenerate-message":
+        key = None if body.message_id is None else f"regenerate:{body.message_id}"
+        run = await queue_regenerate(s, thread, idempotency_key=key)
+        return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
+    last = body.messages[-1]
+    if last.role == "user":
+        if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
+            raise ApiError(
+                422, "validation_error", "editing a sent message is not supported; send a new message"
+            )
+        text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
+        run = await queue_message(s, thread, text, idempotency_key=last.id)
+        return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
+    answers = [
+        Answer(
+            part.approval.id,
+            "approved" if part.approval.approved else "rejected",
+            reason=part.approval.reason,
+        )
+        for part in last.parts
+        if part.state == "approval-responded"
+        and part.approval is not None
+        and part.approval.approved is not None
+    ]
+    if last.role != "assistant" or not answers:
+        raise ApiError(
+            422,
+            "validation_error",
+            "the last message must be a new user message, or an assistant message with approval responses",
+        )
+    resume_run_id = await decide_all(s, user_id, thread, answers)
+    if resume_run_id is None:  # other calls still wait: nothing runs yet
+        return stream_response(
+            s, _frames(UIMessageStream(message_id=None), _nothing()), user_id=user_id, headers=HEADERS
+        )
+    # The resumed run continues the client's assistant message, whatever id it holds.
+    return _stream(s, thread, resume_run_id, resume_run_id, UIMessageStream(message_id=None))
+
+
+async def resume_stream(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s)
+    thread = await chat_thread(s, user_id, str(request.path_params["chat_id"]), create=False)
+    active = None if thread is None else await s.db.runs.active(thread.thread_id)
+    if thread is None or active is None:
+        return Response(status_code=204)
+    # The whole turn again (from its first run), as the AI SDK replaces the message it resumes.
+    runs = await s.db.runs.of_thread(thread.thread_id)
+    started = [r for r in runs if r.kind in TURN_KINDS and r.created_at <= active.created_at]
+    first = started[-1] if started else active
+    decided = [
+        a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id) if a.status != "pending"
+    ]
+    encoder = UIMessageStream(message_id=first.run_id, decided=decided)
+    return _stream(s, thread, first.run_id, active.run_id, encoder)
+
+
+async def get_chat(request: Request) -> Response:
+    s = services(request)
+    user_id = user_of(request, s)
+    chat_id = str(request.path_params["chat_id"])
+    thread = await chat_thread(s, user_id, chat_id, create=False)
+    if thread is None:  # a chat not started yet (or another user's): nothing in it
+        return JSONResponse({"id": chat_id, "messages": []})
+    runs = await s.db.runs.of_thread(thread.thread_id)
+    events = await _all_events(s, thread.thread_id)
+    messages = [m.model_dump(mode="json", by_alias=True) for m in ui_messages(runs, events)]
+    return JSONResponse({"id": chat_id, "messages": messages})
+
+
+# -- streaming ----------------------------------------------------------------------------------------
+
+
+def _stream(
+    s: Services, thread: Thread, start_run_id: str, until_run_id: str, encoder: UIMessageStream
+) -> Response:
+    events = follow_run(s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id)
+    return stream_response(s, _frames(encoder, events), user_id=thread.user_id, headers=HEADERS)
+
+
+async def _frames(encoder: UIMessageStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
+    for chunk in encoder.start():
+        yield encode_chunk(chunk)
+    async for event in events:
+        for chunk in encoder.encode(event):
+            yield encode_chunk(chunk)
+    for chunk in encoder.end():
+        yield encode_chunk(chunk)
+
+
+async def _nothing() -> AsyncIterator[StreamEvent]:
+    return
+    yield
+
+
+async def _all_events(s: Services, thread_id: str) -> list[StoredEvent]:
+    events: list[StoredEvent] = []
+    while True:
+        page = await s.db.events.read(thread_id, after=events[-1].event_id if events else 0, limit=_PAGE)
+        events += stored_events(page)
+        if len(page) < _PAGE:
+            return events

@@ -1,0 +1,215 @@
+"""A thread's history as the AI SDK's `UIMessage`s: a pure fold of its runs and its event log.
+
+Built from the same events, with the same steps and parts, as the UI message stream
+(`web.ai_sdk_stream`), so a client that loads the history after a reload holds what one that
+streamed the turns holds. The differences are deliberate: text an output guardrail withdrew shows
+only its replacement, and each call shows its decision (`approval-responded`) once made.
+
+An assistant message is one *turn*: a `message` run (or a `regenerate` run, which replaces the
+previous turn's reply) and the `resume` runs that continue it after decisions. Its id is the
+turn's first run id, which the stream's `start` chunk also names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic_ai.ui.vercel_ai.request_types import (
+    StepStartUIPart,
+    TextUIPart,
+    ToolApprovalRequested,
+    ToolApprovalRequestedPart,
+    ToolApprovalResponded,
+    ToolApprovalRespondedPart,
+    ToolInputAvailablePart,
+    ToolOutputAvailablePart,
+    ToolOutputDeniedPart,
+    ToolOutputErrorPart,
+    UIMessage,
+    UIMessagePart,
+)
+from pydantic_core import to_json
+
+from store import Run
+from stream import (
+    ApprovalDecided,
+    ApprovalRequired,
+    RunStarted,
+    StoredEvent,
+    TextDelta,
+    TextDone,
+    TextWithdrawn,
+    ToolCall,
+    ToolResult,
+)
+
+__all__ = ("TURN_KINDS", "ui_messages", "user_message_id")
+
+TURN_KINDS = frozenset({"message", "regenerate"})
+"""The kinds of run that begin an assistant message; the others continue the last one."""
+
+
+def user_message_id(run: Run) -> str:
+    """The id of a message run's user message: the client's own id (the idempotency key) when it gave one."""
+    return run.idempotency_key or f"{run.run_id}.user"
+
+
+def ui_messages(runs: Sequence[Run], events: Sequence[StoredEvent]) -> list[UIMessage]:
+    """The thread's messages, oldest first, from its runs (oldest first) and its events (in id order)."""
+    by_run: dict[str, list[StoredEvent]] = {}
+    for stored in events:
+        by_run.setdefault(stored.event.run_id, []).append(stored)
+    turns: list[_Message] = []
+    for run in runs:
+        last = turns[-1] if turns else None
+        match run.kind:
+            case "message":
+                turns.append(_Message(user_message_id(run), "user", [_Text("", run.content or "")]))
+                reply = _Reply(run.run_id)
+            case "regenerate":
+                if last is not None and last.role == "assistant":
+                    turns.pop()
+                reply = _Reply(run.run_id)
+            case "resume" | "recover":
+                if last is not None and last.role == "assistant":
+                    turns.pop()
+                    reply = _Reply(last.message_id, last.parts)
+                else:
+                    reply = _Reply(run.run_id)
+        for stored in by_run.get(run.run_id, ()):
+            reply.apply(stored)
+        if reply.parts:
+            turns.append(_Message(reply.message_id, "assistant", reply.parts))
+    return [UIMessage(id=m.message_id, role=m.role, parts=[_ui_part(p) for p in m.parts]) for m in turns]
+
+
+@dataclass
+class _Tool:
+    tool_call_id: str
+    tool_name: str
+    input: object
+    state: str = "input-available"
+    output: object = None
+    error_text: str = ""
+    approval: ToolApprovalRequested | ToolApprovalResponded | None = None
+
+
+@dataclass
+class _Text:
+    part_id: str
+    text: str
+
+
+_Part = StepStartUIPart | _Text | _Tool
+
+
+@dataclass
+class _Message:
+    message_id: str
+    role: Literal["user", "assistant"]
+    parts: list[_Part]
+
+
+@dataclass
+class _Reply:
+    """An assistant message being built, event by event, as the stream encoder builds it."""
+
+    message_id: str
+    parts: list[_Part] = field(default_factory=list[_Part])
+    in_step: bool = False
+    after_tools: bool = False
+
+    def apply(self, stored: StoredEvent) -> None:
+        parts = self.parts
+        match stored.event:
+            case RunStarted():
+                self.in_step = False
+            case TextDelta(part_id=part_id, delta=delta) if delta:
+                text = self._text(part_id)
+                if text is None:
+                    self._model_output()
+                    parts.append(_Text(part_id, delta))
+                else:
+                    text.text += delta
+            case TextDone(part_id=part_id, text=whole) | TextWithdrawn(part_id=part_id, replacement=whole):
+                text = self._text(part_id)
+                if text is not None:
+                    text.text = whole
+                elif whole:
+                    self._model_output()
+                    parts.append(_Text(part_id, whole))
+            case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                self._model_output()
+                parts.append(_Tool(tool_call_id, tool_name, args))
+            case ToolResult(tool_call_id=tool_call_id, outcome=outcome, content=content):
+                self.after_tools = True
+                tool = self._tool(tool_call_id)
+                if tool is not None:
+                    tool.state = {"success": "output-available", "denied": "output-denied"}.get(
+                        outcome, "output-error"
+                    )
+                    tool.output = content
+                    tool.error_text = content if isinstance(content, str) else to_json(content).decode()
+            case ApprovalRequired(approvals=calls):
+                for call in calls:
+                    tool = self._tool(call.tool_call_id)
+                    if tool is not None:
+                        tool.state = "approval-requested"
+                        tool.approval = ToolApprovalRequested(id=call.tool_call_id)
+            case ApprovalDecided(tool_call_id=tool_call_id, decision=decision, reason=reason):
+                tool = self._tool(tool_call_id)
+                if tool is not None:
+                    if tool.state == "approval-requested":
+                        tool.state = "approval-responded"
+                    tool.approval = ToolApprovalResponded(
+                        id=tool_call_id, approved=decision == "approved", reason=reason
+                    )
+            case _:
+                pass
+
+    def _step(self) -> None:
+        self.parts.append(StepStartUIPart())
+        self.in_step, self.after_tools = True, False
+
+    def _model_output(self) -> None:
+        if self.after_tools or not self.in_step:
+            self._step()
+
+    def _text(self, part_id: str) -> _Text | None:
+        return next((p for p in self.parts if isinstance(p, _Text) and p.part_id == part_id), None)
+
+    def _tool(self, tool_call_id: str) -> _Tool | None:
+        return next((p for p in self.parts if isinstance(p, _Tool) and p.tool_call_id == tool_call_id), None)
+
+
+def _ui_part(part: _Part) -> UIMessagePart:
+    match part:
+        case _Text(text=text):
+            return TextUIPart(text=text, state="done")
+        case _Tool():
+            return _tool_part(part)
+        case _:
+            return part
+
+
+def _tool_part(tool: _Tool) -> UIMessagePart:
+    kind, call_id, args, approval = f"tool-{tool.tool_name}", tool.tool_call_id, tool.input, tool.approval
+    match tool.state:
+        case "output-available":
+            return ToolOutputAvailablePart(
+                type=kind, tool_call_id=call_id, input=args, output=tool.output, approval=approval
+            )
+        case "output-denied":
+            return ToolOutputDeniedPart(type=kind, tool_call_id=call_id, input=args, approval=approval)
+        case "output-error":
+            return ToolOutputErrorPart(
+                type=kind, tool_call_id=call_id, input=args, error_text=tool.error_text, approval=approval
+            )
+        case "approval-requested":
+            return ToolApprovalRequestedPart(type=kind, tool_call_id=call_id, input=args, approval=approval)
+        case "approval-responded":
+            return ToolApprovalRespondedPart(type=kind, tool_call_id=call_id, input=args, approval=approval)
+        case _:
+            return ToolInputAvailablePart(type=kind, tool_call_id=call_id, input=args)

@@ -1,0 +1,196 @@
+"""A thread's stream events as the AI SDK's UI message stream (protocol v1): a pure encoder.
+
+The chunk types and their JSON are pydantic-ai's (`pydantic_ai.ui.vercel_ai.response_types`), so
+the wire matches what its own adapter sends to `useChat`; see `docs/clients.md` for the mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Literal
+
+from pydantic_ai.ui.vercel_ai.response_types import (
+    AbortChunk,
+    BaseChunk,
+    DataChunk,
+    DoneChunk,
+    ErrorChunk,
+    FinishChunk,
+    FinishReason,
+    FinishStepChunk,
+    StartChunk,
+    StartStepChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolApprovalRequestChunk,
+    ToolInputAvailableChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
+    ToolOutputErrorChunk,
+)
+from pydantic_core import to_json
+
+from stream import (
+    ApprovalDecided,
+    ApprovalRequired,
+    GuardrailTripped,
+    RunFinished,
+    RunStarted,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    TextWithdrawn,
+    ToolCall,
+    ToolOutcomeUnknown,
+    ToolResult,
+    UserMessage,
+)
+
+__all__ = ("HEADERS", "SDK_VERSION", "UIMessageStream", "encode_chunk")
+
+HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+"""What tells the AI SDK's transport that the body is a UI message stream."""
+
+SDK_VERSION = 6
+"""The wire of AI SDK 6, which AI SDK 7 reads unchanged (tool approvals need 6 or later)."""
+
+RunStatus = Literal["completed", "awaiting_approval", "blocked", "failed", "cancelled"]
+
+_FINISH_REASONS: dict[RunStatus | None, FinishReason] = {
+    "completed": "stop",
+    "awaiting_approval": "tool-calls",
+    "blocked": "content-filter",
+    "failed": "error",
+    None: "other",
+}
+
+
+def encode_chunk(chunk: BaseChunk) -> bytes:
+    """One SSE frame, as pydantic-ai's `VercelAIEventStream.encode_event` writes it (JSON has no newline)."""
+    return f"data: {chunk.encode(SDK_VERSION)}\n\n".encode()
+
+
+class UIMessageStream:
+    """The chunks of one response: the events of one or more runs, as one assistant message.
+
+    A step (`start-step`) begins with the model's first output of each run and with every model
+    response that follows tool results, as the AI SDK's own steps do, so
+    `lastAssistantMessageIsCompleteWithApprovalResponses` looks at the calls of the last response.
+    """
+
+    def __init__(self, *, message_id: str | None, decided: Collection[str] = ()) -> None:
+        """`message_id`: the assistant message the chunks build, or `None` to continue the client's last one.
+
+        `decided`: calls decided already, whose approval request a replay leaves out so the
+        client does not offer a decision that was made.
+        """
+        self._message_id = message_id
+        self._decided = set(decided)
+        self._open_texts: list[str] = []
+        self._in_step = False
+        self._after_tools = False
+        self._status: RunStatus | None = None
+
+    def start(self) -> list[BaseChunk]:
+        return [StartChunk(message_id=self._message_id)]
+
+    def encode(self, event: StreamEvent) -> list[BaseChunk]:
+        """The chunks that tell the client about `event` (often none)."""
+        match event:
+            case RunStarted():
+                # A recovered run streams its unfinished parts again under new ids: close the old ones.
+                return [*self._close_texts(), *self._end_step()]
+            case TextDelta(part_id=part_id, delta=delta):
+                if not delta:  # a delta blanked by an output guardrail: nothing to show
+                    return []
+                chunks = self._model_output()
+                if part_id not in self._open_texts:
+                    self._open_texts.append(part_id)
+                    chunks.append(TextStartChunk(id=part_id))
+                return [*chunks, TextDeltaChunk(id=part_id, delta=delta)]
+            case TextDone(part_id=part_id, text=text):
+                if part_id in self._open_texts:
+                    self._open_texts.remove(part_id)
+                    return [TextEndChunk(id=part_id)]
+                return [*self._model_output(), *_whole_text(part_id, text)] if text else []
+            case TextWithdrawn(part_id=part_id, replacement=replacement):
+                # Streamed text cannot be taken back in this protocol: end it, and add the replacement.
+                chunks: list[BaseChunk] = []
+                if part_id in self._open_texts:
+                    self._open_texts.remove(part_id)
+                    chunks.append(TextEndChunk(id=part_id))
+                return [*chunks, *_whole_text(f"{part_id}.replacement", replacement)]
+            case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                return [
+                    *self._model_output(),
+                    ToolInputAvailableChunk(tool_call_id=tool_call_id, tool_name=tool_name, input=args),
+                ]
+            case ToolResult(tool_call_id=tool_call_id, outcome=outcome, content=content):
+                self._after_tools = True
+                match outcome:
+                    case "success":
+                        return [ToolOutputAvailableChunk(tool_call_id=tool_call_id, output=content)]
+                    case "denied":
+                        return [ToolOutputDeniedChunk(tool_call_id=tool_call_id)]
+                    case "failed":
+                        text = content if isinstance(content, str) else to_json(content).decode()
+                        return [ToolOutputErrorChunk(tool_call_id=tool_call_id, error_text=text)]
+            case ApprovalRequired(approvals=calls):
+                return [
+                    ToolApprovalRequestChunk(approval_id=call.tool_call_id, tool_call_id=call.tool_call_id)
+                    for call in calls
+                    if call.tool_call_id not in self._decided
+                ]
+            case ApprovalDecided(tool_call_id=tool_call_id):
+                self._decided.add(tool_call_id)
+                return []
+            case GuardrailTripped(guardrail=guardrail, stage=stage):
+                data = {"guardrail": guardrail, "stage": stage}
+                return [DataChunk(type="data-guardrail-tripped", data=data, transient=True)]
+            case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
+                # The call's approval request follows; this says why it is asked again.
+                data = {"toolCallId": tool_call_id, "toolName": tool_name}
+                return [DataChunk(type="data-tool-outcome-unknown", data=data, transient=True)]
+            case RunFinished(status=status, error=error):
+                self._status = status
+                if status == "failed":
+                    return [ErrorChunk(error_text=error or "The run failed.")]
+                return []
+            case UserMessage():
+                return []
+
+    def end(self) -> list[BaseChunk]:
+        """The chunks that close the response: open parts, the step, `finish` (or `abort`), `[DONE]`."""
+        chunks = [*self._close_texts(), *self._end_step()]
+        if self._status == "cancelled":
+            chunks.append(AbortChunk(reason="cancelled"))
+        else:
+            chunks.append(FinishChunk(finish_reason=_FINISH_REASONS[self._status]))
+        return [*chunks, DoneChunk()]
+
+    def _new_step(self) -> list[BaseChunk]:
+        chunks = self._end_step()
+        self._in_step, self._after_tools = True, False
+        return [*chunks, StartStepChunk()]
+
+    def _end_step(self) -> list[BaseChunk]:
+        if not self._in_step:
+            return []
+        self._in_step = False
+        return [FinishStepChunk()]
+
+    def _model_output(self) -> list[BaseChunk]:
+        """Before the model's text or call: a new step if it answers tool results."""
+        if self._after_tools or not self._in_step:
+            return [*self._close_texts(), *self._new_step()]
+        return []
+
+    def _close_texts(self) -> list[BaseChunk]:
+        chunks: list[BaseChunk] = [TextEndChunk(id=part_id) for part_id in self._open_texts]
+        self._open_texts.clear()
+        return chunks
+
+
+def _whole_text(part_id: str, text: str) -> list[BaseChunk]:
+    return [TextStartChunk(id=part_id), TextDeltaChunk(id=part_id, delta=text), TextEndChunk(id=part_id)]

@@ -1,0 +1,167 @@
+"""What the protocol endpoints (`web.ai_sdk`, `web.ag_ui`) share: client-named chats, runs, decisions.
+
+The AI SDK's chat `id` and AG-UI's `threadId` are chosen by the client. A chat id names a thread
+of the token's user: the user's own thread of that id (one made with `POST /api/threads`), else
+the thread derived from (user, chat id), created on first use. Another user's chat of the same id
+derives another thread, so it is never reached. Everything after that is the native machinery:
+runs queued in the database and driven by the `Runner`, decisions through `agent.decide`, the
+event log followed as `GET /api/threads/{id}/events` follows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agent import InvalidArguments, decide
+from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Run, RunActive, Thread
+from stream import RunFinished, StreamEvent
+
+from .bodies import validation_details
+from .errors import ApiError
+from .services import Services
+from .sse import idle_poll_seconds, thread_events
+
+__all__ = (
+    "MAX_CHAT_ID",
+    "Answer",
+    "chat_thread",
+    "check_length",
+    "decide_all",
+    "follow_run",
+    "queue_message",
+)
+
+MAX_CHAT_ID = 200
+"""The longest chat id a client may choose."""
+
+
+async def chat_thread(s: Services, user_id: str, chat_id: str, *, create: bool) -> Thread | None:
+    """The thread the chat `chat_id` of `user_id` names; created when `create`, else `None` if there is none."""
+    if not chat_id or len(chat_id) > MAX_CHAT_ID or "\x00" in chat_id:
+        if create:
+            raise ApiError(422, "validation_error", f"a chat id has 1 to {MAX_CHAT_ID} characters and no NUL")
+        return None
+    for thread_id in (chat_id, _derived_thread_id(user_id, chat_id)):
+        try:
+            return await s.db.threads.get(thread_id, user_id=user_id)
+        except NotFound:
+            continue
+    if not create:
+        return None
+    thread_id = _derived_thread_id(user_id, chat_id)
+    try:
+        return await s.db.threads.create(user_id=user_id, thread_id=thread_id)
+    except Conflict:  # a concurrent first request of the same chat made it
+        return await s.db.threads.get(thread_id, user_id=user_id)
+
+
+def _derived_thread_id(user_id: str, chat_id: str) -> str:
+    # Hashing both keeps ids of different users apart and fits any chat id in the column.
+    digest = hashlib.sha256(f"{user_id}\x00{chat_id}".encode()).hexdigest()
+    return f"chat-{digest[:40]}"
+
+
+def check_length(s: Services, content: str) -> None:
+    """A message longer than the native API takes is refused the same way (422)."""
+    limit = s.settings.max_message_chars
+    if not content.strip():
+        raise ApiError(422, "validation_error", "the message has no text")
+    if len(content) > limit:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"the message is {len(content)} characters long; the limit is {limit}",
+            details=[{"loc": "content", "msg": f"at most {limit} characters", "type": "string_too_long"}],
+        )
+
+
+async def queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Run:
+    """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
+    check_length(s, content)
+    if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
+        raise ApiError(422, "validation_error", f"a message id has at most {MAX_CHAT_ID} characters")
+    try:
+        run, created = await s.db.runs.create_message_run(
+            thread.thread_id, content=content, idempotency_key=idempotency_key
+        )
+    except (RunActive, ApprovalPending) as error:
+        raise ApiError(409, error.code, str(error)) from error
+    except NotFound as error:  # deleted meanwhile
+        raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
+    if created:
+        s.runner.submit(run.run_id)
+    return run
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A decision a client gave on a pending call."""
+
+    tool_call_id: str
+    decision: Literal["approved", "rejected"]
+    override_args: dict[str, object] | None = None
+    reason: str | None = None
+
+
+async def decide_all(s: Services, user_id: str, thread: Thread, answers: Sequence[Answer]) -> str | None:
+    """Record each answer as the native approve/reject endpoints do; return the resume run, if one started.
+
+    Every call is checked to belong to the thread before any is decided, so a request naming
+    another thread's call (or none) changes nothing. An answer that fails (edited arguments that
+    do not fit) leaves the ones before it decided, as separate native requests would.
+
+    Raises:
+        ApiError: 404 for a call not in the thread, 409 `already_decided`, 422 `invalid_arguments`.
+    """
+    known = {a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id)}
+    for answer in answers:
+        if answer.tool_call_id not in known:
+            raise ApiError.not_found(f"no tool call {answer.tool_call_id!r} in thread {thread.thread_id!r}")
+    resume_run_id: str | None = None
+    for answer in answers:
+        try:
+            result = await decide(
+                s.db,
+                thread.thread_id,
+                answer.tool_call_id,
+                decision=answer.decision,
+                decided_by=user_id,
+                override_args=answer.override_args,
+                reason=answer.reason,
+                publish=s.broker.publish,
+            )
+        except NotFound as error:
+            raise ApiError.not_found(
+                f"no tool call {answer.tool_call_id!r} in thread {thread.thread_id!r}"
+            ) from error
+        except AlreadyDecided as error:
+            raise ApiError(409, error.code, str(error)) from error
+        except InvalidArguments as error:
+            raise ApiError(
+                422, "invalid_arguments", str(error), details=validation_details(error.errors)
+            ) from error
+        resume_run_id = result.resume_run_id or resume_run_id
+    if resume_run_id is not None:
+        s.runner.submit(resume_run_id)
+    return resume_run_id
+
+
+async def follow_run(
+    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str
+) -> AsyncIterator[StreamEvent]:
+    """The thread's events from the start of `start_run_id` until `until_run_id` finished (or the thread is gone).
+
+    Live ones as they happen, after a replay of the stored ones: what a client that reconnects
+    needs, from any point of the run's life. Ending the iteration (a client that went away)
+    stops nothing but the reading.
+    """
+    after = await s.db.events.before_run(thread_id, start_run_id)
+    async for stored in thread_events(
+        s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s)
+    ):
+        yield stored.event
+        if isinstance(stored.event, RunFinished) and stored.event.run_id == until_run_id:
+            return
