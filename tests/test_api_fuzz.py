@@ -42,6 +42,12 @@ ROUTES = [
     ("POST", "/api/threads/{thread}/tool-calls/{call}/reject"),
     ("GET", "/api/threads/{thread}/records"),
     ("GET", "/api/approvals"),
+    ("GET", "/api/app"),
+    ("POST", "/api/threads/{thread}/regenerate"),
+    ("POST", "/api/ai-sdk/chat"),
+    ("GET", "/api/ai-sdk/chat/{thread}/stream"),
+    ("GET", "/api/ai-sdk/chat/{thread}"),
+    ("POST", "/api/ag-ui"),
 ]
 
 HOSTILE = ["\x00", "\ud800", "\udfff", "\ud83d", "\u2028", "\ufeff", "%00", "../", "'", '"', "\\", "\n"]
@@ -51,7 +57,11 @@ JSON = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(TEXT, children, max_size=3),
     max_leaves=8,
 )
-FIELDS = ["title", "content", "idempotency_key", "override_args", "reason"]
+FIELDS = [
+    *("title", "content", "idempotency_key", "override_args", "reason"),
+    *("id", "messages", "trigger", "messageId"),  # the AI SDK's chat body
+    *("threadId", "runId", "state", "tools", "context", "forwardedProps", "resume"),  # AG-UI's RunAgentInput
+]
 
 
 @dataclass(frozen=True)
@@ -246,6 +256,11 @@ async def _send(world: World, probe: Probe) -> None:
 @example(Probe("GET", "/api/threads/{thread}/events", query=(("after", "99999999999999999999"),)))
 @example(Probe("GET", "/api/threads/{thread}", thread="random", query=(("x", "\x00"),)))
 @example(Probe("POST", "/api/threads", body=b"[" * 3000 + b"]" * 3000))
+@example(
+    Probe("POST", "/api/ai-sdk/chat", body=b'{"id": "c\\u0000", "messages": [], "trigger": "submit-message"}')
+)
+@example(Probe("POST", "/api/ag-ui", body=b'{"threadId": "\\ud800", "runId": "r", "messages": []}'))
+@example(Probe("GET", "/api/ai-sdk/chat/{thread}/stream", auth="twice"))
 @given(probe=st.one_of(ROUTED, PROBES))
 async def test_no_request_gets_a_server_error(world: World, probe: Probe) -> None:
     await _send(world, probe)
