@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,6 +62,25 @@ async def test_one_stream_too_many_is_a_429_until_one_closes(api: Api) -> None:
         refused = await call(api.app, "GET", path, headers=as_user("ann"))
         assert error_of(refused.status, refused.body) == (429, "too_many_streams")
         assert refused.headers["retry-after"] == "5"
+        # The AI SDK's streamed answer counts as a stream too.
+        chat = {
+            "id": "ann-chat",
+            "trigger": "submit-message",
+            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hello"}]}],
+            "messageId": None,
+        }
+        ai_sdk = await call(
+            api.app,
+            "POST",
+            "/api/ai-sdk/chat",
+            headers=[*as_user("ann"), (b"content-type", b"application/json")],
+            body=[json.dumps(chat).encode()],
+        )
+        assert error_of(ai_sdk.status, ai_sdk.body) == (429, "too_many_streams")
+        # ...refused before it queued a run: the chat has no message.
+        assert (await api.client.get("/api/ai-sdk/chat/ann-chat", headers=api.auth("ann"))).json()[
+            "messages"
+        ] == []
         # Another user is not limited by ann's streams.
         assert (
             await call(api.app, "GET", f"/api/threads/{other}/events", headers=as_user("bob"))

@@ -51,6 +51,8 @@ class ResumePayload(BaseModel):
 async def run_agent(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s, write=True)
+    # The answer is a stream: refuse one too many before a run is queued, not after.
+    s.streams.check(user_id)
     body = await read_body(request, RunAgentInput, max_bytes=s.settings.max_body_bytes)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
     assert thread is not None

@@ -87,6 +87,8 @@ class ChatBody(_Lenient):
 async def post_chat(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s, write=True)
+    # The answer is a stream: refuse one too many before a run is queued, not after.
+    s.streams.check(user_id)
     body = await read_body(request, ChatBody, max_bytes=s.settings.max_body_bytes)
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None

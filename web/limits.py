@@ -67,15 +67,8 @@ class StreamLimiter:
         Raises:
             ApiError: 429 `too_many_streams`, with `Retry-After`.
         """
-        count = self._open.get(user_id, 0)
-        if count >= self._per_user:
-            raise ApiError(
-                429,
-                "too_many_streams",
-                f"{count} event streams of this user are open already, the most allowed; close one first",
-                headers={"Retry-After": str(self._retry_after)},
-            )
-        self._open[user_id] = count + 1
+        self.check(user_id)
+        self._open[user_id] = self._open.get(user_id, 0) + 1
         released = False
 
         def release() -> None:
@@ -90,6 +83,21 @@ class StreamLimiter:
                 del self._open[user_id]
 
         return release
+
+    def check(self, user_id: str) -> None:
+        """Refuse now, before a request changes anything, if `user_id` could not open one more stream.
+
+        Raises:
+            ApiError: 429 `too_many_streams`, with `Retry-After`.
+        """
+        count = self._open.get(user_id, 0)
+        if count >= self._per_user:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"{count} streams of this user are open already, the most allowed; close one first",
+                headers={"Retry-After": str(self._retry_after)},
+            )
 
     def open_streams(self, user_id: str) -> int:
         """How many streams `user_id` holds now."""
