@@ -99,6 +99,10 @@ EVENT_BLOCK = 128
 """Event ids a run reserves at once; a typical turn uses a few dozen."""
 
 
+class ReusedToolCallId(Exception):
+    """The model gave a call the id of an earlier call of the thread."""
+
+
 class _Stopped(Exception):
     """The runtime is stopping: the run reached a checkpoint and is put back in the queue."""
 
@@ -360,6 +364,7 @@ class _Step:
             )
             for call in [*requests.approvals, *requests.calls]
         ]
+        await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
                 await self.out.emit(
@@ -392,6 +397,22 @@ class _Step:
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
+
+    async def _refuse_reused_ids(self, calls: Sequence[PendingCall]) -> None:
+        """Fail, rather than wait for nobody, when a call reuses the id of an earlier run's call.
+
+        Approvals, the ledger and records key a call by its id within the thread; providers mint
+        unique ids, and a model that repeats one (say on a regenerated turn) would find the earlier
+        call's decision instead of waiting for its own.
+        """
+        ids = {call.tool_call_id for call in calls if call.outcome is None}
+        held = await self.db.approvals.list(thread_id=self.run.thread_id)
+        reused = sorted(a.tool_call_id for a in held if a.tool_call_id in ids and a.run_id != self.run.run_id)
+        if reused:
+            raise ReusedToolCallId(
+                f"the model reused tool call ids {reused!r} of earlier calls in thread {self.run.thread_id!r}; "
+                "durable-chat needs them unique within a thread"
+            )
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from inline_snapshot import snapshot
 from pydantic import BaseModel
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import (
     ChatApp,
@@ -318,3 +321,30 @@ async def test_the_runtimes_model_replaces_the_agents(opened: Opened) -> None:
     assert (await send(runtime, thread, "Hi"))[1][
         -1
     ] == 'run_finished completed output="From the runtime\'s model."'
+
+
+async def test_a_model_that_reuses_a_call_id_of_the_thread_fails_the_run_instead_of_waiting_for_nobody(
+    opened: Opened,
+) -> None:
+    async def same_id(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        if any(part.part_kind == "tool-return" for part in messages[-1].parts):
+            yield "Sent."
+            return
+        yield {
+            0: DeltaToolCall(name="transfer", json_args='{"to": "bob", "amount": 5}', tool_call_id="call-1")
+        }
+
+    app = core_app(Script([]))
+    runtime = await opened(app, RuntimeOptions())
+    runtime = replace(runtime, model=FunctionModel(stream_function=same_id))
+    thread = await runtime.db.threads.create(user_id="ada", title="t")
+    assert (await send(runtime, thread, "Send bob 5"))[0] == "awaiting_approval"
+    decision = await decide(runtime.db, thread.thread_id, "call-1", decision="approved", decided_by="ada")
+    await resume(runtime, decision.resume_run_id)
+
+    status, transcript = await send(runtime, thread, "Again")
+
+    assert status == "failed"
+    assert transcript[-1] == f"run_finished failed error={Texts().failed!r}"
+    assert await pending_ids(runtime, thread) == []
+    assert await balance(runtime.db.engine.connect, "bob") == 500  # the first transfer only

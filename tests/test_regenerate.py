@@ -9,7 +9,7 @@ from inline_snapshot import snapshot
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from agent import NothingToRegenerate, last_prompt, run_step, without_last_turn
+from agent import NothingToRegenerate, decide, last_prompt, run_step, without_last_turn
 from stream import CollectingSink, transcript
 
 from .step_app import App, shapes
@@ -85,3 +85,27 @@ async def test_a_regenerated_turn_that_a_guardrail_blocked_is_blocked_again(app:
     assert await run_step(app.runtime, run.run_id, sink=sink) == "blocked"
     assert [e.type for e in sink.events][:2] == ["run_started", "guardrail_tripped"]
     assert shapes(await app.messages(thread)) == snapshot(["request: user-prompt", "response: text"])
+
+
+async def test_regenerating_a_turn_that_paused_pauses_again_for_its_own_call(app: App) -> None:
+    # The regenerated turn's calls have ids of their own: the first turn's decision is not theirs.
+    thread = await app.thread()
+    await app.send(thread, "Please cancel ORD-9012")
+    [first] = await app.pending(thread)
+    decision = await decide(
+        app.db, thread.thread_id, first, decision="rejected", decided_by="bob", reason="no"
+    )
+    assert decision.resume_run_id is not None
+    assert await run_step(app.runtime, decision.resume_run_id) == "completed"
+
+    run, _ = await app.db.runs.create_regenerate_run(thread.thread_id, content="Please cancel ORD-9012")
+
+    assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
+    [again] = await app.pending(thread)
+    assert again != first
+    decision = await decide(app.db, thread.thread_id, again, decision="approved", decided_by="bob")
+    assert decision.resume_run_id is not None
+    assert await run_step(app.runtime, decision.resume_run_id) == "completed"
+    order = await app.business.get_order("ORD-9012")
+    assert order is not None
+    assert order.status == "cancelled"

@@ -115,6 +115,7 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(app: App, spans: In
             "    execute_tool lookup_order",
             "    chat demo",
             "    store.checkpoint",
+            "  store.list_approvals",
             "  store.checkpoint",
             "approval",
             "  store.decide",

@@ -2,8 +2,10 @@
 
 It reads only the conversation. The latest user message picks a row of the architecture's table
 ("The demo model"); tool results after that message are answered with a short text that uses them.
-Text is streamed word by word. Tool call ids come from the conversation (`call_<n>_<tool>`, `n`
-counting the calls already made), so they are unique in a conversation and a replay gets the same ones.
+Text is streamed word by word. Tool call ids are `call_<n>_<tool>_<run>`: `n` counts the calls already made in the conversation, and
+`run` is a digest of the run that asks (pydantic-ai stamps it on each request), so a reply asked for
+again (a regenerated turn, a new branch) gets ids of its own, as a provider's would: durable-chat keys
+approvals, the exactly-once ledger and records by tool call id within a thread.
 Both the streamed and the plain response carry the arguments as the same JSON text, so a conversation
 is the same message for message whichever way it was run.
 """
@@ -11,6 +13,7 @@ is the same message for message whichever way it was run.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -138,7 +141,11 @@ def _with_ids(messages: Sequence[ModelMessage], calls: list[_Call]) -> list[tupl
         if isinstance(message, ModelResponse)
         for part in message.parts
     )
-    return [(f"call_{made + offset}_{call.tool_name}", call) for offset, call in enumerate(calls)]
+    asking = next(
+        (message.run_id for message in reversed(messages) if isinstance(message, ModelRequest)), None
+    )
+    run = hashlib.sha256((asking or "").encode()).hexdigest()[:6]
+    return [(f"call_{made + offset}_{call.tool_name}_{run}", call) for offset, call in enumerate(calls)]
 
 
 def _reply(messages: Sequence[ModelMessage]) -> str | list[_Call]:
