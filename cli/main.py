@@ -31,6 +31,7 @@ from store import Database, SqlConversationStore, StoreError, Thread, current_re
 from web import Settings, SettingsError, create_app, issue_token
 
 from .chat import DEFAULT_USER, chat
+from .output import detach_stdout, say
 from .purge import parse_age, purge
 from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
 
@@ -128,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `durable-chat trace … | head`: the reader took what it wanted; no traceback for that.
+        detach_stdout()
+        return 0
 
 
 def _app(settings: Settings) -> ChatApp[Any]:
@@ -153,21 +158,34 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
 
 
 def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Callable[[], object]) -> int:
-    # The demo user's token rides in the URL's fragment, which browsers never send to the server,
-    # so it cannot reach the server's access log; the page moves it to session storage.
-    ready_url = (
-        f"{_browser_url(settings.host, settings.port)}#token={issue_token(settings.secret, DEFAULT_USER)}"
+    server = _Server(
+        config, ready_line=_ready_line(settings, interactive=sys.stdout.isatty()), on_shutdown=on_shutdown
     )
-    server = _Server(config, ready_url=ready_url, on_shutdown=on_shutdown)
     # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     return 0 if server.started else 1
 
 
+def _ready_line(settings: Settings, *, interactive: bool) -> str:
+    """What `serve` prints once it listens: the address, and how to sign in.
+
+    Only a person at a terminal gets a link that signs the demo user in. A log file or a pipe
+    keeps what it is given and is read by others, and no valid credential may end up in one.
+    """
+    url = _browser_url(settings.host, settings.port)
+    if settings.jwt is not None:
+        return f"{_PROG} is ready on {url} (sign in with a token of your identity provider)"
+    if interactive:
+        # The token rides in the URL's fragment, which browsers never send to the server, so it
+        # cannot reach the access log either; the page moves it to session storage.
+        return f"{_PROG} is ready: open {url}#token={issue_token(settings.secret, DEFAULT_USER)}"
+    return f"{_PROG} is ready on {url} (sign in with a token from `{_PROG} token USER`)"
+
+
 def _migrate(database_url: str) -> int:
     revision = asyncio.run(_upgrade(database_url))
-    print(f"database {_redacted(database_url)} is up to date: schema revision {revision!r}")
+    say(f"database {_redacted(database_url)} is up to date: schema revision {revision!r}")
     return 0
 
 
@@ -213,7 +231,7 @@ def _token(settings: Settings, user_id: str) -> int:
     except ValueError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2
-    print(token)
+    say(token)
     return 0
 
 
@@ -224,14 +242,14 @@ def _threads(database_url: str, user_id: str) -> int:
 
     threads = asyncio.run(listed())
     if not threads:
-        print(f"no threads for user {user_id!r}")
+        say(f"no threads for user {user_id!r}")
         return 0
     rows = [
         (t.thread_id, t.title or "-", t.status, t.updated_at.strftime("%Y-%m-%d %H:%M:%S")) for t in threads
     ]
     widths = [max(len(row[i]) for row in [_THREAD_COLUMNS, *rows]) for i in range(3)]
     for row in [_THREAD_COLUMNS, *rows]:
-        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
+        say("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
     return 0
 
 
@@ -245,19 +263,19 @@ async def _upgrade(database_url: str) -> str | None:
 
 
 class _Server(uvicorn.Server):
-    """Uvicorn's server, which also prints the address to open once it listens, and runs `on_shutdown`."""
+    """Uvicorn's server, which also prints `ready_line` once it listens, and runs `on_shutdown`."""
 
     def __init__(
-        self, config: uvicorn.Config, *, ready_url: str, on_shutdown: Callable[[], object] = lambda: None
+        self, config: uvicorn.Config, *, ready_line: str, on_shutdown: Callable[[], object] = lambda: None
     ) -> None:
         super().__init__(config)
-        self._ready_url = ready_url
+        self._ready_line = ready_line
         self._on_shutdown = on_shutdown
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            print(f"{_PROG} is ready: open {self._ready_url}", flush=True)
+            print(self._ready_line, flush=True)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)

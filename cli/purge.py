@@ -9,6 +9,8 @@ from datetime import timedelta
 
 from store import Database, Purge, Thread
 
+from .output import say
+
 __all__ = ("MAX_AGE", "parse_age", "purge")
 
 MAX_AGE = timedelta(days=36500)
@@ -48,10 +50,9 @@ def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
 
     def show(threads: list[Thread]) -> None:
         for thread in threads:
-            print(
+            say(
                 f"{verb} thread {thread.thread_id} (user {thread.user_id!r}, "
-                f"idle since {thread.updated_at.strftime(_TIME)} UTC)",
-                flush=True,
+                f"idle since {thread.updated_at.strftime(_TIME)} UTC)"
             )
 
     async def purged() -> Purge:
@@ -65,5 +66,5 @@ def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
         summary += (
             f"; kept {result.skipped_active} as old with a run queued or running, which a purge never erases"
         )
-    print(summary)
+    say(summary)
     return 0

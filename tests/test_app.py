@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import socket
 import subprocess
 import sys
@@ -16,8 +19,12 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from web.tokens import verify_token
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
+TOKEN = re.compile(r"v1\.[A-Za-z0-9_-]+\.[0-9]+\.[A-Za-z0-9_-]+")
+"""A built-in bearer token, wherever it appears."""
 
 
 @dataclass(frozen=True)
@@ -86,15 +93,58 @@ def test_wrong_method_is_a_json_405(server: Server) -> None:
     )
 
 
-def test_prints_the_url_to_open(server: Server) -> None:
-    expected = f"durable-chat is ready: open {server.base_url}/#token="
+def test_the_ready_line_in_a_log_holds_no_token(server: Server) -> None:
+    # stdout is a file here, as under a service manager: the address and how to get a token, no token.
+    expected = (
+        f"durable-chat is ready on {server.base_url}/ (sign in with a token from `durable-chat token USER`)"
+    )
     _wait_until(lambda: expected in server.stdout.read_text(), "the ready line")
-    # The URL signs the demo user in: its token (in the fragment, never sent to the server) works.
-    token = server.stdout.read_text().split("#token=", 1)[1].split()[0]
-    request = Request(server.base_url + "/api/threads", headers={"Authorization": f"Bearer {token}"})
-    with urlopen(request, timeout=10) as response:
-        assert response.status == 200
-        assert json.load(response) == {"threads": [], "next_cursor": None}
+    output = server.stdout.read_text()
+    assert "#token=" not in output
+    assert not TOKEN.search(output)
+
+
+def test_on_a_terminal_the_ready_line_signs_the_demo_user_in(tmp_path: Path) -> None:
+    port = free_port()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["DURABLE_CHAT_SECRET"] = "pty-test-secret"
+    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db"]
+    command.append(f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}")
+    master, terminal = pty.openpty()
+    with (tmp_path / "stderr.txt").open("w") as err:
+        process = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=err
+        )
+    os.close(terminal)
+    try:
+        seen = b""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while b"#token=" not in seen or not seen.rstrip(b" ").endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or process.poll() is not None:
+                pytest.fail(
+                    f"no ready line on the terminal: {seen!r}\n{(tmp_path / 'stderr.txt').read_text()}"
+                )
+            if select.select([master], [], [], remaining)[0]:
+                seen += os.read(master, 4096)
+        line = next(text for text in seen.decode().splitlines() if "#token=" in text)
+        assert line.startswith(f"durable-chat is ready: open http://127.0.0.1:{port}/#token=")
+        token = line.split("#token=", 1)[1].strip()
+        assert verify_token("pty-test-secret", token).user_id == "demo"
+        request = Request(
+            f"http://127.0.0.1:{port}/api/threads", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urlopen(request, timeout=10) as response:
+            assert json.load(response) == {"threads": [], "next_cursor": None}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.close(master)
 
 
 def get(server: Server, path: str, *, method: str = "GET") -> Reply:

@@ -35,6 +35,34 @@ def run_cli(
     )
 
 
+def run_cli_reader_gone(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m cli ARGS` with stdout a pipe whose reader has gone, as `… | head` once head exits.
+
+    The read end is closed before the command starts, so its first line already meets a broken pipe.
+    """
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
+    environment.update(env or {})
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "cli", *args],
+            cwd=cwd,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+
 def test_migrate_creates_the_database_then_finds_it_up_to_date(tmp_path: Path) -> None:
     database = tmp_path / "x.db"
     url = f"sqlite+aiosqlite:///{database}"
@@ -125,6 +153,20 @@ def test_threads_lists_a_thread_made_by_a_chat_newest_first(tmp_path: Path) -> N
 
     demo = run_cli("threads", cwd=tmp_path, env=env)
     assert [row.split()[0] for row in demo.stdout.splitlines()[1:]] == [demo_id]
+
+
+def test_listings_piped_into_a_reader_that_left_end_quietly(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    env = {"DURABLE_CHAT_DATABASE_URL": url, "DURABLE_CHAT_SECRET": "s"}
+    run_cli("chat", "--user", "alice", cwd=tmp_path, env=env, input="hello\n")
+    for args in (
+        ["threads", "--user", "alice"],
+        ["threads", "--user", "nobody"],
+        ["token", "alice"],
+        ["migrate"],
+    ):
+        result = run_cli_reader_gone(*args, cwd=tmp_path, env=env)
+        assert (result.returncode, result.stderr) == (0, ""), args
 
 
 def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ from cli.purge import MAX_AGE, parse_age
 from store import Database
 from store.schema import ThreadRow, metadata, now_utc
 
-from .test_cli import run_cli
+from .test_cli import run_cli, run_cli_reader_gone
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 _UNIT = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
@@ -153,6 +153,26 @@ def test_a_bad_older_than_is_a_usage_error_that_erases_nothing(
     assert result.stderr.startswith("usage: durable-chat purge")
     assert f"durable-chat purge: error: {expected}" in result.stderr
     assert not database.exists()
+
+
+@pytest.mark.anyio
+async def test_a_purge_whose_reader_left_still_erases_everything_quietly(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    async with await Database.connect(url) as db:
+        old = [await db.threads.create(user_id="alice", title=f"old {n}") for n in range(5)]
+        async with db.engine.begin() as connection:
+            await connection.execute(_threads.update().values(updated_at=now_utc() - timedelta(days=120)))
+
+    # `durable-chat purge --older-than 90d | head -0`: the first line meets a broken pipe.
+    result = run_cli_reader_gone("purge", "--older-than", "90d", "--db", url, cwd=tmp_path)
+
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr
+    assert "Error" not in result.stderr
+    assert result.stderr.startswith("INFO store.threads: purged 5 threads")
+    async with await Database.connect(url) as db:
+        assert await db.threads.list(user_id="alice", limit=10) == []
+    assert len(old) == 5
 
 
 def test_purge_of_an_unreachable_database_is_one_line(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .app import create_app, error_response
+from .auth import Authenticate
 from .broker import Broker, SubscriberDropped, Subscription
 from .errors import ApiError
 from .runner import Runner
@@ -11,6 +12,7 @@ from .tokens import InvalidToken, issue_token, verify_token
 
 __all__ = (
     "ApiError",
+    "Authenticate",
     "Broker",
     "InvalidToken",
     "Runner",

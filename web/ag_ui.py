@@ -51,6 +51,8 @@ class ResumePayload(BaseModel):
 async def run_agent(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s, write=True)
+    # The answer is a stream: refuse one too many before a run is queued, not after.
+    s.streams.check(user_id)
     body = await read_body(request, RunAgentInput, max_bytes=s.settings.max_body_bytes)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
     assert thread is not None
@@ -62,7 +64,7 @@ async def run_agent(request: Request) -> Response:
             calls = [
                 PendingCall(tool_call_id=a.tool_call_id, tool_name=a.tool_name, args=a.args) for a in pending
             ]
-            return _response(s, [*encoder.start(), encoder.interrupted(calls)])
+            return _response(s, user_id, [*encoder.start(), encoder.interrupted(calls)])
         return _stream(s, thread, resume_run_id, encoder)
     last = body.messages[-1] if body.messages else None
     if isinstance(last, UserMessage):
@@ -105,15 +107,15 @@ def _text(message: UserMessage) -> str:
 
 def _stream(s: Services, thread: Thread, run_id: str, encoder: AGUIStream) -> Response:
     events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id)
-    return stream_response(s, _frames(encoder, events))
+    return stream_response(s, _frames(encoder, events), user_id=thread.user_id)
 
 
-def _response(s: Services, events: list[BaseEvent]) -> Response:
+def _response(s: Services, user_id: str, events: list[BaseEvent]) -> Response:
     async def frames() -> AsyncIterator[bytes]:
         for event in events:
             yield encode_event(event)
 
-    return stream_response(s, frames())
+    return stream_response(s, frames(), user_id=user_id)
 
 
 async def _frames(encoder: AGUIStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:

@@ -87,6 +87,8 @@ class ChatBody(_Lenient):
 async def post_chat(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s, write=True)
+    # The answer is a stream: refuse one too many before a run is queued, not after.
+    s.streams.check(user_id)
     body = await read_body(request, ChatBody, max_bytes=s.settings.max_body_bytes)
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None
@@ -122,7 +124,9 @@ async def post_chat(request: Request) -> Response:
         )
     resume_run_id = await decide_all(s, user_id, thread, answers)
     if resume_run_id is None:  # other calls still wait: nothing runs yet
-        return stream_response(s, _frames(UIMessageStream(message_id=None), _nothing()), headers=HEADERS)
+        return stream_response(
+            s, _frames(UIMessageStream(message_id=None), _nothing()), user_id=user_id, headers=HEADERS
+        )
     # The resumed run continues the client's assistant message, whatever id it holds.
     return _stream(s, thread, resume_run_id, resume_run_id, UIMessageStream(message_id=None))
 
@@ -165,7 +169,7 @@ def _stream(
     s: Services, thread: Thread, start_run_id: str, until_run_id: str, encoder: UIMessageStream
 ) -> Response:
     events = follow_run(s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id)
-    return stream_response(s, _frames(encoder, events), headers=HEADERS)
+    return stream_response(s, _frames(encoder, events), user_id=thread.user_id, headers=HEADERS)
 
 
 async def _frames(encoder: UIMessageStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:

@@ -34,7 +34,7 @@ from store import (
     ThreadCursor,
 )
 
-from .auth import authenticate
+from .auth import user_id as authenticated_user
 from .bodies import (
     ApproveBody,
     MessageBody,
@@ -46,12 +46,15 @@ from .bodies import (
 )
 from .errors import ApiError
 from .services import Services, services
+from .text import unstorable
 
 __all__ = ("api_routes", "owned_thread", "user_of")
 
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
 _MAX_ID_LENGTH = 200
+_MAX_CURSOR_LENGTH = 1000
+"""Far more than any cursor this API makes (an ISO time and a thread id), far less than JSON can nest."""
 
 
 def api_routes() -> list[BaseRoute]:
@@ -265,8 +268,8 @@ async def list_records(request: Request) -> Response:
 
 
 def user_of(request: Request, s: Services, *, write: bool = False) -> str:
-    """The token's user; a write also takes a token from the user's rate-limit bucket."""
-    user_id = authenticate(request, s.settings.secret)
+    """The request's user (see `web.auth`); a write also takes a token from the user's rate-limit bucket."""
+    user_id = authenticated_user(request)
     if write:
         s.limiter.check(user_id)
     return user_id
@@ -284,7 +287,7 @@ async def owned_thread(request: Request, s: Services, user_id: str) -> Thread:
 def _path_id(request: Request, name: str, what: str) -> str:
     value = str(request.path_params[name])
     # No stored id is that long or holds a NUL (which PostgreSQL would refuse to even compare).
-    if len(value) > _MAX_ID_LENGTH or "\x00" in value:
+    if len(value) > _MAX_ID_LENGTH or unstorable(value):
         raise ApiError.not_found(f"no {what} {value[:_MAX_ID_LENGTH]!r}")
     return value
 
@@ -312,12 +315,16 @@ def decode_cursor(text: str) -> ThreadCursor:
         ApiError: 422 `validation_error` for anything else.
     """
     invalid = ApiError(422, "validation_error", f"cursor {text[:100]!r} is not a cursor this API returned")
+    if len(text) > _MAX_CURSOR_LENGTH:
+        raise invalid
     try:
         decoded: object = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError) as error:
+    except (binascii.Error, ValueError, RecursionError) as error:
         raise invalid from error
     match decoded:
-        case [str(updated_at), str(thread_id)]:
+        case [str(updated_at), str(thread_id)] if (
+            not unstorable(thread_id) and len(thread_id) <= _MAX_ID_LENGTH
+        ):
             try:
                 moment = datetime.fromisoformat(updated_at)
             except ValueError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -11,7 +12,8 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -22,9 +24,12 @@ from store import Database, DatabaseUnavailable, EventListener, Worker, normaliz
 from .ag_ui import ag_ui_routes
 from .ai_sdk import ai_sdk_routes
 from .api import api_routes
+from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
 from .broker import Broker
 from .errors import ApiError
-from .limits import RateLimiter
+from .headers import SecurityHeaders
+from .identity import jwt_tokens
+from .limits import RateLimiter, StreamLimiter
 from .regenerate import regenerate_routes
 from .relay import Relay
 from .runner import Runner
@@ -34,12 +39,18 @@ from .sse import sse_routes
 
 __all__ = ("create_app", "error_response")
 
+logger = logging.getLogger(__name__)
+
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
-def create_app(settings: Settings, app: ChatApp[Any] | None = None) -> Starlette:
+def create_app(
+    settings: Settings, app: ChatApp[Any] | None = None, *, authenticate: Authenticate | None = None
+) -> Starlette:
     """The application serving `app` (by default the one `settings.app` names) with `settings`.
+
+    `authenticate`, when given, signs requests in instead of the tokens (see `web.auth`).
 
     Its lifespan opens the runtime (`agent.open_runtime`: the database, the app's setup hook)
     publishing to the in-process broker, starts (on PostgreSQL) the listener that relays events
@@ -79,6 +90,7 @@ def create_app(settings: Settings, app: ChatApp[Any] | None = None) -> Starlette
                 limiter=RateLimiter(
                     burst=settings.rate_limit_burst, per_second=settings.rate_limit_per_second
                 ),
+                streams=StreamLimiter(per_user=settings.max_streams_per_user),
                 relay=relay,
             )
             if listener is not None:
@@ -104,14 +116,28 @@ def create_app(settings: Settings, app: ChatApp[Any] | None = None) -> Starlette
             *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
         ],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(Authentication, verify=_verifier(settings, authenticate)),
+        ],
         exception_handlers={
             ApiError: _api_error,
+            ClientDisconnect: _client_disconnected,
             DatabaseUnavailable: _database_unavailable,
             HTTPException: _http_error,
             Exception: _server_error,
         },
         lifespan=lifespan,
     )
+
+
+def _verifier(settings: Settings, authenticate: Authenticate | None) -> Verifier:
+    """Your callable, else the identity provider's JWTs when configured, else the built-in tokens."""
+    if authenticate is not None:
+        return custom(authenticate)
+    if settings.jwt is not None:
+        return jwt_tokens(settings.jwt)
+    return builtin_tokens(settings.secret)
 
 
 def _relay(settings: Settings, db: Database, broker: Broker) -> tuple[Relay | None, EventListener | None]:
@@ -183,6 +209,13 @@ def _snake_case_phrase(status_code: int) -> str:
     except ValueError:
         return "error"
     return phrase.lower().replace(" ", "_").replace("-", "_")
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # The client hung up while sending its body: nobody reads this answer, and anyone can cause it
+    # at will, so one INFO line, no traceback.
+    logger.info("a client hung up before sending its whole body: %s %s", request.method, request.url.path)
+    return error_response(400, "client_disconnected", "the request body was cut off")
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,9 @@ Every way a body can be wrong has its own answer, and none is a 500: too large (
 payload_too_large`, counted while reading, so a body without `Content-Length` cannot get
 around it), not JSON by its content type (`415 unsupported_media_type`), not UTF-8 or not JSON
 (`400 invalid_json`), the wrong shape (`422 validation_error`, with pydantic's error list as
-`details`). An empty body stands for `{}`: every body field of the API is optional or named in
+`details`), a string holding a NUL or a lone surrogate anywhere (`422 validation_error`, see
+`web.text`). A client that hangs up half-way through its body gets nothing and leaves an INFO line
+at most (`web.app`). An empty body stands for `{}`: every body field of the API is optional or named in
 the 422.
 """
 
@@ -18,6 +20,7 @@ from pydantic_core import ErrorDetails
 from starlette.requests import Request
 
 from .errors import ApiError
+from .text import unstorable_in
 
 __all__ = (
     "ApproveBody",
@@ -88,6 +91,13 @@ async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> B
             raise ApiError(400, "invalid_json", f"the body is not UTF-8: {error.reason}") from error
         except (json.JSONDecodeError, RecursionError) as error:
             raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from error
+        unstorable = unstorable_in(data)
+        if unstorable is not None:
+            loc, reason = unstorable
+            details: list[dict[str, object]] = [{"loc": loc, "msg": reason, "type": "unstorable_text"}]
+            raise ApiError(
+                422, "validation_error", f"the request is not valid: {loc}: {reason}", details=details
+            )
     try:
         return model.model_validate(data)
     except ValidationError as error:

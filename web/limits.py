@@ -1,4 +1,4 @@
-"""Per-user rate limiting of writes: a token bucket per user, in this process."""
+"""Per-user limits, in this process: a token bucket on writes, a cap on open event streams."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from .errors import ApiError
 
-__all__ = ("RateLimiter",)
+__all__ = ("RateLimiter", "StreamLimiter")
 
 _MAX_USERS = 10_000
 """Buckets kept before idle ones (full again) are forgotten, so memory stays bounded."""
@@ -51,3 +51,54 @@ class RateLimiter:
         for user_id, (tokens, since) in list(self._buckets.items()):
             if tokens + (now - since) * self._rate >= self._burst:
                 del self._buckets[user_id]
+
+
+class StreamLimiter:
+    """At most `per_user` event streams open at once per user; one more is `429 too_many_streams`."""
+
+    def __init__(self, *, per_user: int, retry_after_seconds: int = 5) -> None:
+        self._per_user = per_user
+        self._retry_after = retry_after_seconds
+        self._open: dict[str, int] = {}
+
+    def acquire(self, user_id: str) -> Callable[[], None]:
+        """Count one more stream of `user_id`; call what this returns, once, when it ends.
+
+        Raises:
+            ApiError: 429 `too_many_streams`, with `Retry-After`.
+        """
+        self.check(user_id)
+        self._open[user_id] = self._open.get(user_id, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            left = self._open[user_id] - 1
+            if left:
+                self._open[user_id] = left
+            else:
+                del self._open[user_id]
+
+        return release
+
+    def check(self, user_id: str) -> None:
+        """Refuse now, before a request changes anything, if `user_id` could not open one more stream.
+
+        Raises:
+            ApiError: 429 `too_many_streams`, with `Retry-After`.
+        """
+        count = self._open.get(user_id, 0)
+        if count >= self._per_user:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"{count} streams of this user are open already, the most allowed; close one first",
+                headers={"Retry-After": str(self._retry_after)},
+            )
+
+    def open_streams(self, user_id: str) -> int:
+        """How many streams `user_id` holds now."""
+        return self._open.get(user_id, 0)

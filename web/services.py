@@ -11,7 +11,7 @@ from agent import ChatApp
 from store import Database
 
 from .broker import Broker
-from .limits import RateLimiter
+from .limits import RateLimiter, StreamLimiter
 from .relay import Relay
 from .runner import Runner
 from .settings import Settings
@@ -28,6 +28,7 @@ class Services:
     broker: Broker
     runner: Runner
     limiter: RateLimiter
+    streams: StreamLimiter
     relay: Relay | None = None
     """Relays events other processes store (PostgreSQL only)."""
 

@@ -7,9 +7,12 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from agent import DEFAULT_APP, RuntimeOptions, TracingConfig, secrets_from_environment
 from store import ConnectionOptions, Worker
+
+from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings
 
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
 
@@ -95,6 +98,12 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    max_streams_per_user: int = 20
+    """Event streams one user may hold open at once in this process (`DURABLE_CHAT_MAX_STREAMS_PER_USER`);
+    one more is `429 too_many_streams`."""
+    jwt: JwtSettings | None = None
+    """The identity provider whose JWTs replace the built-in tokens (`DURABLE_CHAT_JWT_*`); `None`:
+    the built-in tokens signed with `secret`."""
 
     def connection_options(self) -> ConnectionOptions:
         """How the server's PostgreSQL connections are pooled and configured."""
@@ -159,6 +168,7 @@ class Settings:
                 f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
                 f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
             )
+        jwt = _jwt(env)
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
             app=_pick(app, "APP", env) or DEFAULT_APP,
@@ -182,11 +192,17 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
+            jwt=jwt,
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
                 include_content=_flag("TRACE_CONTENT", env, False),
-                secrets=(secret, *secrets_from_environment(env)),
+                secrets=(
+                    secret,
+                    *([jwt.secret] if jwt and jwt.secret else []),
+                    *secrets_from_environment(env),
+                ),
             ),
         )
 
@@ -220,6 +236,60 @@ class Settings:
         directory = _data_dir(data_dir, env)
         _ensure_dir(directory)
         return f"sqlite+aiosqlite:///{directory / _DATABASE_FILE}"
+
+
+def _jwt(env: Mapping[str, str]) -> JwtSettings | None:
+    """The identity provider's settings, when `DURABLE_CHAT_JWT_SECRET` or `_JWT_JWKS_URL` is set."""
+    secret, jwks_url = _pick(None, "JWT_SECRET", env), _pick(None, "JWT_JWKS_URL", env)
+    algorithm = _pick(None, "JWT_ALGORITHM", env)
+    if secret is None and jwks_url is None:
+        if algorithm is not None or _pick(None, "JWT_AUDIENCE", env) is not None:
+            raise SettingsError(
+                f"{ENV_PREFIX}JWT_ALGORITHM and _AUDIENCE need {ENV_PREFIX}JWT_SECRET or {ENV_PREFIX}JWT_JWKS_URL"
+            )
+        return None
+    if secret is not None and jwks_url is not None:
+        raise SettingsError(f"set {ENV_PREFIX}JWT_SECRET (HS256) or {ENV_PREFIX}JWT_JWKS_URL, not both")
+    if secret is not None and len(secret.encode()) < 32:
+        # RFC 7518: an HS256 key at least as long as the hash; PyJWT warns about shorter ones.
+        raise SettingsError(f"{ENV_PREFIX}JWT_SECRET must be at least 32 bytes long")
+    if jwks_url is not None and not _trusted_url(jwks_url):
+        raise SettingsError(
+            f"{ENV_PREFIX}JWT_JWKS_URL must be an https:// URL (http:// only on the loopback), not {jwks_url!r}"
+        )
+    allowed: tuple[JwtAlgorithm, ...] = (
+        ("HS256",) if secret is not None else tuple(a for a in JWT_ALGORITHMS if a != "HS256")
+    )
+    wanted = algorithm or allowed[0]
+    pinned: JwtAlgorithm | None = None
+    for candidate in allowed:
+        if candidate == wanted:
+            pinned = candidate
+    if pinned is None:
+        raise SettingsError(
+            f"{ENV_PREFIX}JWT_ALGORITHM must be one of {', '.join(allowed)} here, not {algorithm!r}"
+        )
+    audience = _pick(None, "JWT_AUDIENCE", env)
+    if audience is None:
+        raise SettingsError(
+            f"{ENV_PREFIX}JWT_AUDIENCE is required: the audience ('aud') tokens for this service name"
+        )
+    return JwtSettings(
+        algorithm=pinned,
+        audience=audience,
+        issuer=_pick(None, "JWT_ISSUER", env),
+        secret=secret,
+        jwks_url=jwks_url,
+        user_claim=_pick(None, "JWT_USER_CLAIM", env) or "sub",
+    )
+
+
+def _trusted_url(url: str) -> bool:
+    # Keys fetched over plain HTTP could be swapped on the way; a loopback address serves tests.
+    parsed = urlsplit(url)
+    if parsed.scheme == "https" and parsed.hostname:
+        return True
+    return parsed.scheme == "http" and parsed.hostname in {"127.0.0.1", "localhost", "::1"}
 
 
 def _pick(explicit: str | None, name: str, env: Mapping[str, str]) -> str | None:

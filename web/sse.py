@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from agent import stored_events
 from store import Database, DatabaseUnavailable, NotFound
@@ -55,10 +57,11 @@ def sse_routes() -> list[BaseRoute]:
 
 async def follow_events(request: Request) -> Response:
     s = services(request)
-    thread = await owned_thread(request, s, user_of(request, s))
+    user_id = user_of(request, s)
+    thread = await owned_thread(request, s, user_id)
     after = _after(request)
     frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=idle_poll_seconds(s))
-    return stream_response(s, frames)
+    return stream_response(s, frames, user_id=user_id)
 
 
 def idle_poll_seconds(s: Services) -> float:
@@ -68,11 +71,19 @@ def idle_poll_seconds(s: Services) -> float:
 
 
 def stream_response(
-    s: Services, frames: AsyncIterator[bytes], *, headers: Mapping[str, str] | None = None
+    s: Services, frames: AsyncIterator[bytes], *, user_id: str, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """An SSE response of `frames`, with the keep-alive; the client's disconnect ends only the response."""
-    return EventSourceResponse(
+    """An SSE response of `frames`, with the keep-alive; the client's disconnect ends only the response.
+
+    It holds one of `user_id`'s stream slots while it lasts (`web.limits`): one stream more than
+    allowed is `429 too_many_streams`.
+
+    Raises:
+        ApiError: 429 `too_many_streams`.
+    """
+    return _CountedStream(
         frames,
+        release=s.streams.acquire(user_id),
         sep="\n",
         ping=s.settings.sse_ping_seconds,
         ping_message_factory=_Ping,
@@ -160,6 +171,25 @@ def _after(request: Request) -> int:
             f"Last-Event-ID / after must be a non-negative integer, not {text[:40]!r}",
         )
     return int(text)
+
+
+class _CountedStream(EventSourceResponse):
+    """An event stream that holds one of its user's stream slots (`web.limits`) until it ends."""
+
+    def __init__(self, frames: AsyncIterator[bytes], *, release: Callable[[], None], **options: Any) -> None:
+        try:
+            # sse-starlette types its content loosely (a bare `dict`).
+            super().__init__(frames, **options)  # pyright: ignore[reportUnknownMemberType]
+        except BaseException:
+            release()
+            raise
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 class _Ping(ServerSentEvent):

@@ -52,7 +52,8 @@ def verify_token(secret: str, token: str, *, now: float | None = None) -> TokenC
         InvalidToken: code `invalid_token` (malformed or forged) or `token_expired`.
     """
     parts = token.split(".")
-    if len(parts) != 4 or parts[0] != _VERSION or not parts[2].isdigit():
+    # ASCII only: `compare_digest` refuses to compare other text (a TypeError, not a mismatch).
+    if not token.isascii() or len(parts) != 4 or parts[0] != _VERSION or not parts[2].isdigit():
         raise InvalidToken("invalid_token", "the bearer token is malformed")
     payload = ".".join(parts[:3])
     if not hmac.compare_digest(_sign(secret, payload), parts[3]):

@@ -1,0 +1,200 @@
+"""A soak: one real server under steady chat with approvals and reconnects, watched for leaks.
+
+    python -m bench.soak [--minutes 10] [--postgres URL] [--users 16] [--think 3] [--no-write]
+
+Starts `durable-chat serve` (demo model) on a fresh SQLite file, or a scratch PostgreSQL database
+with `--postgres` (created and dropped), and runs `bench.soak_load`'s users against it for the
+given minutes. Every `--sample` seconds it records the server's resident memory, its open file
+descriptors, and its database connections: on SQLite the descriptors open on the database's
+files (the database, its WAL and shared memory), on PostgreSQL the sessions `pg_stat_activity`
+lists for the scratch database. Prints each sample, then writes the soak section of
+`docs/benchmarks.md` (one per database): the samples a minute apart and a verdict on whether
+memory, files and connections stay flat after the warm-up (the first fifth of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from bench.sections import write_section
+from bench.soak_load import Soak, Tally, run_users
+from bench.soak_report import Sample, render
+from bench.web import POSTGRES_ENV, ROOT, ours_argv, postgres_database, server_env, snapshot
+from bench.web_process import ServerProcess, raise_open_files_limit, start_server
+from bench.web_tokens import issue_token
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+
+
+@dataclass(frozen=True)
+class Run:
+    backend: str
+    minutes: float
+    soak: Soak
+    sample_seconds: float
+    load_before: str
+
+
+def open_fds(server: ServerProcess) -> list[str]:
+    """What each of the server's open file descriptors points at."""
+    directory = f"/proc/{server.pid}/fd"
+    targets: list[str] = []
+    for name in os.listdir(directory):
+        try:
+            targets.append(os.readlink(f"{directory}/{name}"))
+        except OSError:
+            continue  # closed meanwhile
+    return targets
+
+
+@dataclass(frozen=True)
+class Watched:
+    """Where the server's database connections are counted: its SQLite file, or PostgreSQL's sessions."""
+
+    database_file: Path | None = None
+    admin: asyncpg.Connection | None = None
+    database_name: str = ""
+
+    async def connections(self, fds: list[str]) -> int:
+        if self.database_file is not None:
+            # The database, its -wal and its -shm: every connection holds the first two.
+            return sum(1 for target in fds if target.startswith(str(self.database_file)))
+        assert self.admin is not None
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+        return int(await self.admin.fetchval(query, self.database_name) or 0)
+
+
+async def sample(server: ServerProcess, started: float, tally: Tally, watched: Watched) -> Sample:
+    fds = open_fds(server)
+    connections = await watched.connections(fds)
+    return Sample(
+        seconds=time.monotonic() - started,
+        turns=tally.turns,
+        rss_kb=server.status("VmRSS") or 0,
+        fds=len(fds),
+        connections=connections,
+        threads=server.status("Threads") or 0,
+    )
+
+
+async def soak(
+    run: Run, url: str, database_file: Path | None, logs: Path, source: Path
+) -> tuple[list[Sample], Tally, ServerProcess]:
+    env = {**server_env(), "DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl")}
+    server = await start_server("soak", ours_argv(url), env, logs, cwd=source)
+    admin: asyncpg.Connection | None = None
+    tally = Tally()
+    samples: list[Sample] = []
+    try:
+        watched = Watched(database_file=database_file)
+        if database_file is None:
+            parsed = make_url(url)
+            admin = await asyncpg.connect(
+                parsed.set(drivername="postgresql", database="postgres").render_as_string(False)
+            )
+            watched = Watched(admin=admin, database_name=str(parsed.database))
+        tokens = [issue_token(env["DURABLE_CHAT_SECRET"], f"soak-{n}") for n in range(run.soak.users)]
+        started = time.monotonic()
+        deadline = started + run.minutes * 60
+        users = asyncio.create_task(run_users(server.base_url, tokens, run.soak, deadline, tally))
+        while not users.done():
+            samples.append(await sample(server, started, tally, watched))
+            last = samples[-1]
+            print(
+                f"  {last.seconds / 60:5.1f} min  {last.turns:6d} turns  RSS {last.rss_kb / 1024:6.1f} MB  "
+                f"fds {last.fds:4d}  db {last.connections:3d}  errors {sum(tally.errors.values())}",
+                flush=True,
+            )
+            await asyncio.wait([users], timeout=run.sample_seconds)
+        await users
+        await asyncio.sleep(2)  # the last streams close
+        samples.append(await sample(server, started, tally, watched))
+    finally:
+        if admin is not None:
+            await admin.close()
+        await server.stop()
+    return samples, tally, server
+
+
+async def main_async(arguments: argparse.Namespace) -> int:
+    raise_open_files_limit()
+    backend = "postgresql" if arguments.postgres else "sqlite"
+    run = Run(
+        backend=backend,
+        minutes=arguments.minutes,
+        soak=Soak(users=arguments.users, think_seconds=arguments.think),
+        sample_seconds=arguments.sample,
+        load_before=_load_average(),
+    )
+    with tempfile.TemporaryDirectory(prefix="soak-") as scratch:
+        directory = Path(scratch)
+        source = snapshot(directory / "source")
+        database_file = None if arguments.postgres else directory / "soak.db"
+        database: AbstractAsyncContextManager[str] = (
+            postgres_database(arguments.postgres)
+            if arguments.postgres
+            else nullcontext(f"sqlite+aiosqlite:///{database_file}")
+        )
+        print(
+            f"soak on {backend} for {run.minutes:g} min, {run.soak.users} users, load average {run.load_before}"
+        )
+        async with database as url:
+            samples, tally, server = await soak(run, url, database_file, directory, source)
+        trouble, statuses = server.trouble()
+    load_after = _load_average()
+    text = render(
+        backend=backend,
+        minutes=run.minutes,
+        users=run.soak.users,
+        think_seconds=run.soak.think_seconds,
+        samples=samples,
+        tally=tally,
+        trouble=trouble,
+        statuses=statuses,
+        load=(run.load_before, load_after),
+        when=datetime.now(UTC),
+    )
+    print(text)
+    if not arguments.no_write:
+        write_section(DOCS, f"soak-{backend}", text)
+        print(f"wrote the soak-{backend} section of {DOCS.relative_to(ROOT)}")
+    return 0 if not tally.errors and not trouble else 1
+
+
+def _load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages (2 cores, shared with other work)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--users", type=int, default=16)
+    parser.add_argument(
+        "--think", type=float, default=3.0, help="seconds a user waits between cycles (on average)"
+    )
+    parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        default=None,
+        help=f"a PostgreSQL server for a scratch database (e.g. ${POSTGRES_ENV})",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    return asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
