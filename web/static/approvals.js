@@ -48,6 +48,11 @@ export class Approvals {
   card(call) {
     if (!call?.tool_call_id) return null;
     let card = this.cards.get(call.tool_call_id);
+    if (card && call.outcome === "unknown" && card.dataset.decision && call.status !== card.dataset.decision) {
+      // Held again after a crash: the earlier card keeps its decision; a new one asks again.
+      this.cards.set(`${call.tool_call_id}#earlier`, card);
+      card = undefined;
+    }
     if (!card) {
       card = this.build(call);
       this.cards.set(call.tool_call_id, card);
@@ -86,15 +91,18 @@ export class Approvals {
     const heading = element("h3", null, "approval-heading");
     heading.append("Approve ", element("code", null, "tool-name", call.tool_name), "?");
     card.append(heading);
+    const unknown = call.outcome === "unknown";
+    if (unknown) card.append(unknownOutcome(call.previous));
     const context = contextList(call.context);
     if (context) card.append(context);
     card.append(element("pre", "args", "approval-args", prettyJson(args)));
 
     const actions = element("div", "actions", "approval-actions");
-    const approve = button("Approve", "primary", "approve");
+    const approve = button(unknown ? "Run it again" : "Approve", "primary", "approve");
     const edit = button("Edit", null, "edit");
     const reject = button("Reject", "danger", "reject");
-    actions.append(approve, edit, reject);
+    // A call of unknown outcome runs again as it was (the server refuses edits): no Edit.
+    actions.append(...(unknown ? [approve, reject] : [approve, edit, reject]));
 
     const editor = element("div", "editor", "editor");
     editor.hidden = true;
@@ -245,6 +253,30 @@ export class Approvals {
     }
     this.hooks.onDecided(toolCallId, decision.decision === "approved" ? decision.override_args : null);
   }
+}
+
+/** What a reviewer must know of a call held again after a crash: it may or may not have acted. */
+function unknownOutcome(previous) {
+  const notice = element("div", "outcome-unknown", "approval-outcome-unknown");
+  notice.setAttribute("role", "note");
+  notice.append(
+    element(
+      "p",
+      null,
+      null,
+      "Outcome unknown: this call was started, and the server running it stopped before it finished. " +
+        "It may or may not have happened. Check, then run it again (the service sees the same request " +
+        "and should not repeat it) or reject it, saying what you found.",
+    ),
+  );
+  if (previous?.status) {
+    const line = element("p", "decision", "approval-previous");
+    line.append(`${previous.status === "approved" ? "Approved" : "Rejected"} earlier`);
+    if (previous.decided_by) line.append(` by ${previous.decided_by}`);
+    if (previous.decided_at) line.append(" · ", timeElement(previous.decided_at, "previous-decided-at"));
+    notice.append(line);
+  }
+  return notice;
 }
 
 function contextList(context) {
