@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from starlette.testclient import TestClient
 
 from agent import ApprovalReview, ChatApp, Runtime, decide, load_app, open_runtime, run_step
 from store import Thread, idempotency_key
@@ -37,6 +38,7 @@ PAGE = REPO_ROOT / "docs" / "your-agent.md"
 REVISION = '''\
 """helpdesk licences"""
 import sqlalchemy as sa
+from starlette.testclient import TestClient
 from alembic import op
 
 revision = "helpdesk_0001"
@@ -112,9 +114,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def helpdesk(
-    project: Path, directory: Directory, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[ChatApp[Any]]:
+def helpdesk(project: Path, directory: Directory, monkeypatch: pytest.MonkeyPatch) -> Iterator[ChatApp[Any]]:
     monkeypatch.setenv("DIRECTORY_URL", directory.url)
     monkeypatch.chdir(project)
     before = set(sys.modules)
@@ -224,3 +224,14 @@ def test_the_served_helpdesk_answers_with_its_name_and_prompts(project: Path, di
         "name": "IT helpdesk",
         "starter_prompts": ["I forgot my password", "My laptop was stolen"],
     }
+
+
+def test_the_pages_own_asgi_app_signs_users_in_its_way(helpdesk: ChatApp[Any]) -> None:
+    module = sys.modules["helpdesk"]
+
+    with TestClient(module.asgi) as client:
+        vouched = client.get("/api/app", headers={"x-forwarded-user": "ada"})
+        anonymous = client.get("/api/app")
+
+    assert (vouched.status_code, vouched.json()["name"]) == (200, "IT helpdesk")
+    assert anonymous.status_code == 401
