@@ -188,6 +188,17 @@ async def test_a_toolset_wrapped_with_approval_required_pauses(opened: Opened) -
 
     assert status == "awaiting_approval"
     [call_id] = await pending_ids(runtime, thread)
+    # A toolset's tool has its schema checked as strictly as a function tool's.
+    with pytest.raises(InvalidArguments) as raised:
+        await decide(
+            runtime.db,
+            thread.thread_id,
+            call_id,
+            decision="approved",
+            decided_by="ada",
+            override_args={"what": 5},
+        )
+    assert raised.value.errors == [{"loc": ["what"], "msg": "5 is not of type 'string'"}]
     decision = await decide(
         runtime.db, thread.thread_id, call_id, decision="rejected", decided_by="ada", reason="keep them"
     )
