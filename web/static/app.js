@@ -19,6 +19,7 @@ import { follow } from "./events.js";
 import { hideRecords, wireHeader } from "./header.js";
 import { TOKEN_KEY, readFragment, userOf, writeFragment } from "./session.js";
 import { fillStarters } from "./starters.js";
+import { clearNotice, hideInline, isNearEnd, notify, scrollToEnd, setConnection, showInline, statusLabel } from "./status.js";
 import { parseArgs, Transcript } from "./transcript.js";
 
 
@@ -108,20 +109,6 @@ async function loadAppInfo() {
 }
 
 onUnauthorized(() => showSignIn("You are signed out: the sign-in link or token was not accepted, or it expired."));
-
-// ---------------------------------------------------------------- notices
-
-function notify(text, kind = "error") {
-  const bar = byTestId("notice");
-  byTestId("notice-text").textContent = text;
-  bar.dataset.kind = kind;
-  bar.hidden = false;
-}
-
-function clearNotice(kind) {
-  const bar = byTestId("notice");
-  if (!kind || bar.dataset.kind === kind) bar.hidden = true;
-}
 
 // ---------------------------------------------------------------- threads
 
@@ -236,7 +223,7 @@ async function selectThread(threadId) {
   state.lastEventId = Number(thread.messages_event_id ?? thread.last_event_id ?? 0) || 0;
   state.pinned = true;
   renderStarters();
-  scrollToEnd();
+  scrollToEnd(transcriptNode());
   revealPendingCard();
   followEvents(threadId, generation);
 }
@@ -374,7 +361,7 @@ function applyEvent(type, data) {
     default:
       break; // A newer server may send event types this page does not know yet.
   }
-  if (state.pinned) scrollToEnd();
+  if (state.pinned) scrollToEnd(transcriptNode());
   else byTestId("jump-to-latest").hidden = false;
   renderStarters();
 }
@@ -527,22 +514,7 @@ function renderStarters() {
   inThread.hidden = !prompts.length || !empty;
 }
 
-// ---------------------------------------------------------------- status, scrolling, the drawer
-
-function statusLabel(status) {
-  return (
-    {
-      idle: "Idle",
-      queued: "Starting…",
-      running: "Replying…",
-      awaiting_approval: "Waiting for approval",
-      completed: "Completed",
-      blocked: "Blocked by a guardrail",
-      failed: "Failed",
-      cancelled: "Stopped",
-    }[status] ?? status ?? ""
-  );
-}
+// ---------------------------------------------------------------- status and the pending card
 
 function setStatus(status, error) {
   state.status = status === "completed" || status === "blocked" || status === "cancelled" ? "idle" : status;
@@ -550,33 +522,6 @@ function setStatus(status, error) {
   node.dataset.status = status ?? "";
   node.textContent = error ? `${statusLabel(status)}: ${error}` : statusLabel(status);
   updateComposer();
-}
-
-function setConnection(mode) {
-  const node = byTestId("connection");
-  node.dataset.state = mode;
-  node.textContent = mode === "live" ? "● live" : mode === "reconnecting" ? "Reconnecting…" : "";
-}
-
-function showInline(node, text) {
-  node.textContent = text;
-  node.hidden = false;
-}
-
-function hideInline(node) {
-  node.textContent = "";
-  node.hidden = true;
-}
-
-function isNearEnd() {
-  const node = transcriptNode();
-  return node.scrollHeight - node.scrollTop - node.clientHeight < 80;
-}
-
-function scrollToEnd() {
-  const node = transcriptNode();
-  node.scrollTop = node.scrollHeight;
-  byTestId("jump-to-latest").hidden = true;
 }
 
 /** A card waiting for a decision is never left out of sight, wherever the user has scrolled. */
@@ -624,12 +569,12 @@ function main() {
     },
   });
   transcriptNode().addEventListener("scroll", () => {
-    state.pinned = isNearEnd();
+    state.pinned = isNearEnd(transcriptNode());
     if (state.pinned) byTestId("jump-to-latest").hidden = true;
   });
   byTestId("jump-to-latest").addEventListener("click", () => {
     state.pinned = true;
-    scrollToEnd();
+    scrollToEnd(transcriptNode());
   });
   wireDrawer();
   // Another tab signed in or out: follow it.
