@@ -42,6 +42,7 @@ from agent import RunRecords, RunScope, Runtime, RuntimeOptions, ToolLedger, ope
 from agent.demo import shop_app
 from bench.sections import write_section
 from bench.step_baseline import run_bare
+from bench.step_harness import Harness
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
 from store import Database
@@ -86,6 +87,8 @@ class Bench:
     closing: AsyncExitStack
     history: list[ModelMessage]
     """The conversation after `EARLIER_TURNS`, which a long case's thread starts from."""
+    harness: Harness | None = None
+    """pydantic-ai-harness's `StepPersistence` on SQLite, when installed: a third side."""
 
     @property
     def db(self) -> Database:
@@ -124,8 +127,12 @@ class Bench:
         run_id = await self.queue(long)
         return lambda: self.complete(run_id)
 
-    async def bare(self, long: bool) -> Turn:
-        """The same turn with no persistence, ready to run on a copy of the same history."""
+    async def bare(self, long: bool, *, harness: bool = False) -> Turn:
+        """The same turn with no persistence (or the harness's), ready to run on a copy of the same history.
+
+        The harness's side gets the history from memory too, as the bare turn does: its store is
+        written, not read (generous to it; loading it back is what ours' turn pays for).
+        """
         conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
         runtime = self.runtime
         thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
@@ -140,7 +147,8 @@ class Bench:
         )
 
         async def turn() -> None:
-            output = await run_bare(runtime, scope, PROMPT, conversation)
+            extra = [self.harness.capability()] if harness and self.harness is not None else []
+            output = await run_bare(runtime, scope, PROMPT, conversation, extra)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 
@@ -164,11 +172,14 @@ CASES: tuple[tuple[str, bool], ...] = (
 async def measure(bench: Bench, settings: Settings, title: str) -> list[Case]:
     """Both sides of every case, alternating which goes first, warm-ups dropped."""
     sides: dict[str, Callable[[bool], Awaitable[Turn]]] = {"ours": bench.ours, "bare": bench.bare}
+    if bench.harness is not None:
+        sides["harness"] = lambda long: bench.bare(long, harness=True)
+    names = list(sides)
     samples: dict[tuple[str, str], list[float]] = {}
     rounds = settings.warmup + settings.repeats
     for number in range(rounds):
         for label, long in CASES:
-            for side in ("ours", "bare") if number % 2 == 0 else ("bare", "ours"):
+            for side in names[number % len(names) :] + names[: number % len(names)]:
                 turn = await sides[side](long)
                 gc.collect()
                 started = time.perf_counter()
@@ -183,6 +194,7 @@ async def measure(bench: Bench, settings: Settings, title: str) -> list[Case]:
             ours=statistics.median(samples[label, "ours"]),
             bare=statistics.median(samples[label, "bare"]),
             rounds=settings.repeats,
+            harness=statistics.median(samples[label, "harness"]) if (label, "harness") in samples else None,
         )
         for label, _ in CASES
     ]
@@ -241,9 +253,18 @@ async def postgres_database(url: str) -> AsyncGenerator[tuple[str, str]]:
         await admin.dispose()
 
 
-async def run_dialect(title: str, url: str, settings: Settings, report: Report) -> None:
+async def run_dialect(
+    title: str, url: str, settings: Settings, report: Report, directory: str | None
+) -> None:
     started = time.perf_counter()
     bench = await Bench.open(url)
+    folder = Path(tempfile.mkdtemp(prefix="bench-step-harness-", dir=directory))
+    if title == "SQLite":  # its SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's
+        bench.harness, missing = Harness.open(folder)
+        report.harness_version = bench.harness.version if bench.harness is not None else None
+        if missing:
+            report.notes.append(missing)
+            print(missing, flush=True)
     try:
         report.cases[title] = await measure(bench, settings, title)
         if title == "SQLite":
@@ -251,6 +272,7 @@ async def run_dialect(title: str, url: str, settings: Settings, report: Report) 
             report.breakdown = await breakdown(bench, settings.breakdown_turns)
     finally:
         await bench.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"{title}: {time.perf_counter() - started:.0f}s", flush=True)
 
 
@@ -262,12 +284,12 @@ async def main(arguments: argparse.Namespace) -> int:
     report.load_before = os.getloadavg()[0]
     started = time.perf_counter()
     async with sqlite_database(arguments.dir) as url:
-        await run_dialect("SQLite", url, settings, report)
+        await run_dialect("SQLite", url, settings, report, arguments.dir)
     if arguments.postgres:
         try:
             async with postgres_database(arguments.postgres) as (url, version):
                 report.postgres_version = version
-                await run_dialect("PostgreSQL", url, settings, report)
+                await run_dialect("PostgreSQL", url, settings, report, arguments.dir)
         except (OSError, SQLAlchemyError) as error:
             where = make_url(arguments.postgres).render_as_string(hide_password=True)
             print(f"PostgreSQL skipped: {where!r}: {error!r}", flush=True)

@@ -10,6 +10,10 @@ guardrails run on both sides.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import (
     FunctionToolResultEvent,
@@ -38,8 +42,17 @@ from stream import (
 __all__ = ("run_bare",)
 
 
-async def run_bare(runtime: Runtime, scope: RunScope, prompt: str, conversation: Conversation) -> str:
-    """Run one turn of `conversation` in memory and return its output; events are built and dropped."""
+async def run_bare(
+    runtime: Runtime,
+    scope: RunScope,
+    prompt: str,
+    conversation: Conversation,
+    extra: Sequence[AbstractCapability[Any]] = (),
+) -> str:
+    """Run one turn of `conversation` in memory and return its output; events are built and dropped.
+
+    `extra` capabilities join the runtime's: another library's persistence, measured on the same turn.
+    """
     app, guardrails = runtime.app, runtime.guardrails
     agent = app.agent
     run_id = scope.run_id
@@ -63,6 +76,7 @@ async def run_bare(runtime: Runtime, scope: RunScope, prompt: str, conversation:
             app.model_retries,
             runtime.tool_failures,
             instrumentation(include_content=runtime.trace_content),
+            *extra,
         ],
     ) as agent_run:
         async for node in agent_run:

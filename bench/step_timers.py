@@ -83,10 +83,12 @@ class Timers:
             setattr(owner, method_name, timers._timed(label, getattr(owner, method_name)))
         insert = db.events.insert
 
-        async def maybe_insert(thread_id: str, events: Sequence[tuple[int, NewEvent]]) -> None:
+        async def maybe_insert(
+            thread_id: str, events: Sequence[tuple[int, NewEvent]], **fence: str | None
+        ) -> None:
             # Only the background stores are skipped; a checkpoint stores its events in its own transaction.
             if not timers.event_log_off:
-                await insert(thread_id, events)
+                await insert(thread_id, events, **fence)
 
         setattr(db.events, "insert", maybe_insert)  # noqa: B010 -- replacing a method on one instance
         return timers
