@@ -50,8 +50,8 @@ from store import Database
 
 SERVER_CORE, CLIENT_CORE = 1, 0
 LEVELS, QUICK_LEVELS = (20, 200), (20,)
-ROUNDS, QUICK_ROUNDS = 4, 2
-SECONDS, QUICK_SECONDS = 4.0, 2.0
+ROUNDS, QUICK_ROUNDS = 3, 2
+SECONDS, QUICK_SECONDS = 3.0, 2.0
 ALONE_TURNS, QUICK_ALONE_TURNS = 15, 4
 SETTLE = 1.2
 """Seconds after a round's last turn before its CPU is read: the trace exporter's 1 s batch lands in it."""
@@ -97,9 +97,15 @@ async def servers(
 
 
 async def measure(
-    server: ServerProcess, side: str, users: int, *, seconds: float | None, turns: int | None = None
+    server: ServerProcess,
+    side: str,
+    users: int,
+    *,
+    seconds: float | None,
+    turns: int | None = None,
+    settle: float = SETTLE,
 ) -> tuple[RoundResult, float, float]:
-    """One round: its result, the server's CPU seconds and this process's, from start to settled."""
+    """One round: its result, the server's CPU seconds and this process's, from start to `settle` after."""
     marks: dict[str, float] = {}
 
     def start() -> None:
@@ -114,7 +120,7 @@ async def measure(
         secret=SECRET,
         on_start=start,
     )
-    await asyncio.sleep(SETTLE)
+    await asyncio.sleep(settle)
     return result, server.cpu_seconds() - marks["server"], time.process_time() - marks["client"]
 
 
@@ -124,11 +130,11 @@ async def run_database(database: str, arguments: argparse.Namespace, report: Rep
     async with AsyncExitStack() as stack:
         by_side = await servers(stack, database, arguments.postgres, source, logs)
         for side in SIDES:  # warm-up: imports, first connections, caches
-            await measure(by_side[side], side, 2, seconds=None, turns=3)
+            await measure(by_side[side], side, 2, seconds=None, turns=3, settle=0)
         for turn in range(QUICK_ALONE_TURNS if quick else ALONE_TURNS):
             order = SIDES[turn % 3 :] + SIDES[: turn % 3]
             for side in order:
-                result = (await measure(by_side[side], side, 1, seconds=None, turns=1))[0]
+                result = (await measure(by_side[side], side, 1, seconds=None, turns=1, settle=0))[0]
                 report.alone.setdefault((database, side), []).extend(result.first_delta)
                 _count(report, database, side, result)
         levels = arguments.users or (QUICK_LEVELS if quick else LEVELS)

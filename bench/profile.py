@@ -1,0 +1,217 @@
+"""Where the server's CPU goes per turn: py-spy on a real server, in issue 14's categories.
+
+    python -m bench.profile [--turns 300] [--users 20] [--postgres URL] [--quick] [--no-write]
+
+A real `durable-chat serve` (SQLite; PostgreSQL in a scratch database too with `--postgres`),
+pinned to core 1, tracing at its default, takes the demo's 3-node turn "Where is ORD-5678?" from
+`--users` users over the native API (POST and the thread's SSE stream) while `py-spy record
+--native` samples every thread of it. The CPU it used in that window comes from /proc: the loop
+thread's user time is shared out by its samples' categories (`bench.profile_categories`), its
+system time is the kernel's row, and the other threads' CPU (the process's less the loop
+thread's) is shared out by theirs. Samples of a thread blocked on a lock or in `epoll` are no
+CPU and are left out. Writes the `profile-sqlite` (and `profile-postgresql`) section of
+`docs/benchmarks.md` (a full run only, unless `--write`). ~1 minute per database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import AsyncExitStack
+from importlib import metadata
+from pathlib import Path
+
+from bench.cpu import pinned, scratch
+from bench.cpu_clients import run_round
+from bench.profile_categories import CATEGORIES, KERNEL, attribute, is_waiting, parse_raw
+from bench.report import environment
+from bench.sections import write_section
+from bench.web import DOCS, POSTGRES_ENV, SECRET, ours_argv, postgres_version, server_env, snapshot
+from bench.web_process import ServerProcess, start_server
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+RATE = 100
+TURNS, QUICK_TURNS = 300, 40
+
+
+def _times(path: Path) -> tuple[float, float]:
+    fields = path.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def cpu_marks(server: ServerProcess) -> tuple[float, float, float]:
+    """The process's CPU seconds (every thread, ended ones too), the loop thread's user and system time."""
+    user, system = _times(Path(f"/proc/{server.pid}/stat"))
+    loop_user, loop_system = _times(Path(f"/proc/{server.pid}/task/{server.pid}/stat"))
+    return user + system, loop_user, loop_system
+
+
+def py_spy() -> str | None:
+    found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return found if Path(found).exists() else None
+
+
+def share(
+    samples: list[tuple[str, list[str], int]], process: float, loop_user: float, loop_system: float
+) -> dict[str, float]:
+    """CPU seconds per category: the loop thread's user time and the other threads' by their samples."""
+    working = [(thread, frames, count) for thread, frames, count in samples if not is_waiting(frames)]
+    loop = attribute(s for s in working if "MainThread" in s[0])
+    others = attribute(s for s in working if "MainThread" not in s[0])
+    seconds: Counter[str] = Counter({KERNEL: loop_system})
+    for counted, total in ((loop, loop_user), (others, max(process - loop_user - loop_system, 0.0))):
+        samples_in = sum(counted.values())
+        for category, count in counted.items():
+            seconds[category] += total * count / samples_in if samples_in else 0.0
+        if not samples_in and total:
+            seconds["other"] += total
+    return dict(seconds)
+
+
+async def profile(database: str, arguments: argparse.Namespace, source: Path) -> list[str]:
+    logs = Path(tempfile.mkdtemp(prefix=f"bench-profile-{database.lower()}-"))
+    spy = py_spy()
+    async with AsyncExitStack() as stack:
+        url = await stack.enter_async_context(scratch(database, arguments.postgres, logs, "ours"))
+        env = server_env()
+        env["DURABLE_CHAT_MESSAGES_PER_MINUTE"] = "1000000"
+        server = await start_server(f"ours-{database}", pinned(ours_argv(url)), env, logs, cwd=source)
+        stack.push_async_callback(server.stop)
+        await run_round(server.base_url, "native", users=2, seconds=0, turns=3, secret=SECRET)  # warm-up
+        output = logs / "py-spy.txt"
+        recorder: asyncio.subprocess.Process | None = None
+        if spy is not None:
+            argv = [spy, "record", "--pid", str(server.pid), "--native", "--threads", "--rate", str(RATE)]
+            argv += ["--format", "raw", "--output", str(output)]
+            with (logs / "py-spy.err").open("wb") as errors:
+                recorder = await asyncio.create_subprocess_exec(
+                    *argv, stdout=subprocess.DEVNULL, stderr=errors
+                )
+            await asyncio.sleep(1.0)  # attached, and its first samples of the idle server dropped below
+        users = arguments.users
+        per_user = max(1, (arguments.turns or (QUICK_TURNS if arguments.quick else TURNS)) // users)
+        marks: list[tuple[float, float, float]] = []
+        result = await run_round(
+            server.base_url,
+            "native",
+            users=users,
+            seconds=0,
+            turns=per_user,
+            secret=SECRET,
+            on_start=lambda: marks.append(cpu_marks(server)),
+        )
+        await asyncio.sleep(1.2)  # the trace exporter's batch
+        end = cpu_marks(server)
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            await asyncio.wait_for(recorder.wait(), 60)
+    process, loop_user, loop_system = (after - before for after, before in zip(end, marks[0], strict=True))
+    turns = max(result.turns, 1)
+    notes = [
+        f"{result.turns} turns by {users} users in {result.elapsed:.1f} s; errors: {dict(result.errors) or 'none'}"
+    ]
+    if recorder is None or not output.exists():
+        why = "py-spy is not installed" if spy is None else (logs / "py-spy.err").read_text()[-300:]
+        return _render(database, arguments, {}, process / turns, 0, [*notes, f"no samples: {why}"])
+    samples = parse_raw(output.read_text().splitlines())
+    seconds = share(samples, process, loop_user, loop_system)
+    per_turn = {category: value / turns for category, value in seconds.items()}
+    notes.append(
+        f"loop thread {(loop_user + loop_system) / turns * 1000:.1f} ms/turn "
+        f"({loop_system / turns * 1000:.1f} of it system time), other threads "
+        f"{(process - loop_user - loop_system) / turns * 1000:.1f} ms/turn"
+    )
+    return _render(database, arguments, per_turn, process / turns, sum(c for _, _, c in samples), notes)
+
+
+def _render(
+    database: str,
+    arguments: argparse.Namespace,
+    per_turn: dict[str, float],
+    total: float,
+    samples: int,
+    notes: list[str],
+) -> list[str]:
+    try:
+        version = metadata.version("py-spy")
+    except metadata.PackageNotFoundError:
+        version = "not installed"
+    lines = [
+        f"## Profile: server CPU per turn by category ({database})",
+        "",
+        f"`py-spy record --native --threads --rate {RATE}` (py-spy {version}, blocking: it pauses the server "
+        "for each sample) on a real server pinned to one core, during the demo's 3-node turn over the native "
+        "API; CPU from /proc, shared out by samples as `bench/profile.py` says.",
+        "",
+        *environment(arguments.command, arguments.postgres_version if database == "PostgreSQL" else None, []),
+        *(f"- {note}" for note in notes),
+        f"- {samples} samples; total server CPU {total * 1000:.1f} ms per turn",
+        "",
+        "| category | ms per turn | share |",
+        "|---|---:|---:|",
+    ]
+    for category in CATEGORIES:
+        if category in per_turn:
+            lines.append(
+                f"| {category} | {per_turn[category] * 1000:.1f} | {per_turn[category] / total:.0%} |"
+            )
+    return lines
+
+
+async def run(arguments: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    source = snapshot(Path(tempfile.mkdtemp(prefix="bench-profile-src-")))
+    databases = ["SQLite"]
+    if arguments.postgres:
+        arguments.postgres_version = await postgres_version(arguments.postgres)
+        databases.append("PostgreSQL")
+    sections: list[tuple[str, list[str]]] = []
+    for database in databases:
+        started = time.monotonic()
+        sections.append((database, await profile(database, arguments, source)))
+        print(f"{database}: {time.monotonic() - started:.0f} s", flush=True)
+    return sections
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--turns", type=int, help=f"turns in all (default {TURNS})")
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help=f"also profile on PostgreSQL (e.g. ${POSTGRES_ENV}) in a scratch database",
+    )
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_TURNS} turns, SQLite: a smoke run")
+    parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--output", type=Path, default=DOCS)
+    arguments = parser.parse_args()
+    arguments.command = shlex.join(
+        ["python", "-m", "bench.profile", *(a for a in sys.argv[1:] if "://" not in a)]
+    )
+    arguments.postgres_version = None
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, {0})
+    sections = asyncio.run(run(arguments))
+    write = arguments.write if arguments.write is not None else not (arguments.quick or arguments.turns)
+    for database, lines in sections:
+        print("\n" + "\n".join(lines), flush=True)
+        if write:
+            write_section(arguments.output, f"profile-{database.lower()}", "\n".join(lines))
+    if write:
+        print(f"wrote the profile sections of {arguments.output}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

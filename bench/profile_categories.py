@@ -1,0 +1,135 @@
+"""Where a py-spy sample of the server goes: issue 14's categories, one per sample.
+
+A sample is one thread's stack (py-spy's raw format: `thread (tid): name;root;…;leaf count`),
+frames as `function (path:line)` with paths relative to `sys.path` (`pydantic_ai/_agent_graph.py`,
+`asyncio/tasks.py`) or a native library (`(libc.so.6)`, `gcmodule.c`). The rules, in order:
+
+1. Garbage collection anywhere in the stack (`gc_collect_main` and friends): **gc**.
+2. A thread other than the event loop's: the database drivers' worker threads (aiosqlite,
+   sqlite3, asyncpg) are **drivers**; the span exporter's thread **OpenTelemetry**; any other
+   thread **other**.
+3. On the loop thread, from the leaf up, the first frame of a package with a category names it.
+   The standard library, pydantic and pydantic-core, anyio and native frames have none: their
+   time goes to whoever called them (the store's JSON encoding is ours, pydantic-ai's validation
+   pydantic-ai's). pydantic-ai's own instrumentation (`*instrumentation*` files) counts as
+   **OpenTelemetry**, as the spans it records are.
+4. No such frame: the loop waiting in `epoll`/`select` is **kernel wake-ups**, anything else of
+   asyncio's (or uvloop's) own machinery **asyncio loop**, and the rest **other**.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+__all__ = ("CATEGORIES", "attribute", "categorize", "is_waiting", "parse_raw")
+
+PYDANTIC_AI = "pydantic-ai's own run"
+SQLALCHEMY = "SQLAlchemy (Core, ORM-less statements, greenlet bridge)"
+DRIVERS = "database drivers (aiosqlite/sqlite3 threads, asyncpg)"
+OTEL = "OpenTelemetry (spans recorded and exported, pydantic-ai's instrumentation)"
+WEB = "uvicorn, h11/httptools, Starlette, sse-starlette"
+KERNEL = "kernel: the loop thread's system time (socket I/O, epoll wake-ups)"
+LOOP = "asyncio loop (its own scheduling)"
+GC = "garbage collection"
+OURS = "our own code (agent, store, stream, web, cli)"
+OTHER = "other"
+CATEGORIES = (PYDANTIC_AI, SQLALCHEMY, DRIVERS, OTEL, WEB, KERNEL, LOOP, GC, OURS, OTHER)
+
+_PACKAGES = {
+    "pydantic_ai": PYDANTIC_AI,
+    "pydantic_graph": PYDANTIC_AI,
+    "genai_prices": PYDANTIC_AI,
+    "sqlalchemy": SQLALCHEMY,
+    "greenlet": SQLALCHEMY,
+    "alembic": SQLALCHEMY,
+    "aiosqlite": DRIVERS,
+    "asyncpg": DRIVERS,
+    "sqlite3": DRIVERS,
+    "opentelemetry": OTEL,
+    "uvicorn": WEB,
+    "h11": WEB,
+    "httptools": WEB,
+    "starlette": WEB,
+    "sse_starlette": WEB,
+    "agent": OURS,
+    "store": OURS,
+    "stream": OURS,
+    "web": OURS,
+    "cli": OURS,
+}
+_GC = re.compile(r"\bgc_collect|\bcollect_generation|\bgc_collect_main|\(gcmodule\.c")
+_POLL = re.compile(r"epoll|\bselect \(selectors\.py|\bpoll \(|uv__io_poll")
+_LOOP = ("asyncio/", "uvloop/", "_asynciomodule.c", "selectors.py")
+_WAIT = re.compile(
+    r"epoll_wait|select_epoll_poll|pthread_cond_(timed)?wait|sem_(timed)?wait|PyThread_acquire_lock|futex|"
+    r"Condition\.wait|SimpleQueue\.get|Queue\.get \(queue\.py"
+)
+_FRAME = re.compile(r"^(?P<function>.*?) \((?P<where>[^()]*)\)$")
+
+
+def _where(frame: str) -> str:
+    match = _FRAME.match(frame.strip())
+    return match.group("where") if match else frame
+
+
+def _package(frame: str) -> str | None:
+    where = _where(frame)
+    if "sqlite3" in where or "_sqlite" in where:
+        return DRIVERS
+    if "instrumentation" in where and where.startswith("pydantic_ai/"):
+        return OTEL
+    head = where.split("/", 1)[0] if "/" in where else ""
+    return _PACKAGES.get(head)
+
+
+def is_waiting(frames: list[str]) -> bool:
+    """Whether a sample caught its thread blocked (on a lock, a condition, `epoll`): no CPU used.
+
+    py-spy's `--native` samples blocked threads too; their time is not CPU.
+    """
+    return any(_WAIT.search(frame) for frame in frames[-4:])
+
+
+def categorize(thread: str, frames: list[str]) -> str:
+    """The category of one sample: `thread` is py-spy's thread label, `frames` root first."""
+    stack = ";".join(frames)
+    if _GC.search(stack):
+        return GC
+    if "MainThread" not in thread:
+        if "aiosqlite" in stack or "sqlite3" in stack or "asyncpg" in stack:
+            return DRIVERS
+        if "opentelemetry" in stack or "Otel" in thread or "agent/tracing.py" in stack:
+            return OTEL
+        return OTHER
+    for frame in reversed(frames):
+        found = _package(frame)
+        if found is not None:
+            return found
+    if frames and _POLL.search(frames[-1]):
+        return KERNEL
+    if any(marker in frame for frame in frames[-3:] for marker in _LOOP):
+        return LOOP
+    return OTHER
+
+
+def parse_raw(lines: Iterable[str]) -> list[tuple[str, list[str], int]]:
+    """py-spy's raw (collapsed) output: `(thread, frames root first, count)` per line."""
+    samples: list[tuple[str, list[str], int]] = []
+    for line in lines:
+        line = line.rstrip("\n")
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        thread, *frames = stack.split(";")
+        samples.append((thread, frames, int(count)))
+    return samples
+
+
+def attribute(samples: Iterable[tuple[str, list[str], int]]) -> Counter[str]:
+    """Samples per category."""
+    found: Counter[str] = Counter()
+    for thread, frames, count in samples:
+        found[categorize(thread, frames)] += count
+    return found

@@ -1,0 +1,90 @@
+"""`bench.profile`'s attribution of py-spy samples to issue 14's categories, and its share of CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.profile import share
+from bench.profile_categories import (
+    DRIVERS,
+    GC,
+    KERNEL,
+    OTEL,
+    OURS,
+    PYDANTIC_AI,
+    SQLALCHEMY,
+    WEB,
+    categorize,
+    is_waiting,
+    parse_raw,
+)
+
+LOOP = "thread (10): MainThread"
+ROOT = ["_run_module_as_main (<frozen runpy>:198)", "BaseEventLoop._run_once (asyncio/base_events.py:1922)"]
+
+
+def test_the_first_frame_with_a_category_from_the_leaf_up_names_the_sample() -> None:
+    # The standard library and pydantic go to their caller: the store's JSON is ours, not json's.
+    store = [
+        *ROOT,
+        "run_step (agent/step.py:122)",
+        "encode (store/codec.py:40)",
+        "dumps (json/__init__.py:231)",
+    ]
+    assert categorize(LOOP, store) == OURS
+    validated = [
+        *ROOT,
+        "_drive (agent/step.py:158)",
+        "run (pydantic_ai/_agent_graph.py:10)",
+        "x (pydantic/main.py:5)",
+    ]
+    assert categorize(LOOP, validated) == PYDANTIC_AI
+    statement = [*ROOT, "save (store/conversations.py:9)", "execute (sqlalchemy/engine/base.py:1)"]
+    assert categorize(LOOP, statement) == SQLALCHEMY
+    http = [*ROOT, "run_asgi (uvicorn/protocols/http/h11_impl.py:1)", "send (starlette/responses.py:3)"]
+    assert categorize(LOOP, http) == WEB
+    spans = [*ROOT, "stream (pydantic_ai/_agent_graph.py:1)", "attrs (pydantic_ai/_instrumentation.py:1044)"]
+    assert categorize(LOOP, spans) == OTEL
+    native_sqlite = [*ROOT, "execute (aiosqlite/core.py:1)", "pysqlite_step (libsqlite3.so.0)"]
+    assert categorize(LOOP, native_sqlite) == DRIVERS
+
+
+def test_garbage_collection_and_other_threads_go_by_what_they_are() -> None:
+    collecting = [*ROOT, "encode (store/codec.py:40)", "gc_collect_main (gcmodule.c:1200)"]
+    assert categorize(LOOP, collecting) == GC
+    worker = [
+        "run (threading.py:975)",
+        "_connection_worker_thread (aiosqlite/core.py:50)",
+        "execute (libsqlite3.so)",
+    ]
+    assert categorize("thread (11): Thread-2 (_connection_worker_thread)", worker) == DRIVERS
+    exporter = ["run (threading.py:975)", "export (agent/tracing.py:170)", "redact (agent/redaction.py:66)"]
+    assert categorize("thread (12): OtelBatchSpanRecordProcessor", exporter) == OTEL
+
+
+def test_blocked_samples_are_no_cpu_and_the_loop_threads_system_time_is_the_kernels() -> None:
+    waiting = [
+        *ROOT,
+        "select (selectors.py:468)",
+        "select_epoll_poll_impl (selectmodule.c)",
+        "epoll_wait (libc.so.6)",
+    ]
+    assert is_waiting(waiting)
+    raw = [
+        f"{LOOP};{';'.join(waiting)} 50",
+        f"{LOOP};{';'.join([*ROOT, 'encode (store/codec.py:40)'])} 30",
+        f"{LOOP};{';'.join([*ROOT, 'run (pydantic_ai/_agent_graph.py:1)'])} 10",
+        "thread (11): Thread-2 (_connection_worker_thread);run (threading.py:975);step (aiosqlite/core.py:1) 5",
+    ]
+    samples = parse_raw(raw)
+    assert [count for _, _, count in samples] == [50, 30, 10, 5]
+    # 0.4 s of the loop's user time shared 3:1 between ours and pydantic-ai; its 0.1 s system time is the
+    # kernel's; the other threads' 0.5 s (1.0 in all, less the loop's) all the drivers'.
+    assert share(samples, process=1.0, loop_user=0.4, loop_system=0.1) == pytest.approx(
+        {
+            KERNEL: 0.1,
+            OURS: 0.3,
+            PYDANTIC_AI: 0.1,
+            DRIVERS: 0.5,
+        }
+    )
