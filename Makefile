@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev run test check lint typecheck bench screenshots clean
+.PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step bench-profile \
+	bench-targets screenshots clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed" >&2; exit 1; }
@@ -48,6 +49,25 @@ screenshots: $(BIN)/.installed-dev
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store
+
+# What the server benchmarks need besides the dev tools: py-spy (the `bench` extra has it too) for
+# bench.profile, and pydantic-ai-harness for bench.step's third column. The harness pins an older
+# pydantic-ai than ours, so it is installed WITHOUT its dependencies, for the benchmark only.
+bench-tools: $(BIN)/.installed-dev
+	$(BIN)/python -m pip install --quiet 'py-spy>=0.4'
+	$(BIN)/python -m pip install --quiet --no-deps pydantic-ai-harness
+
+# Issue 14's targets, each in one command (see bench/README.md; PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL).
+bench-cpu: $(BIN)/.installed-dev
+	$(BIN)/python -m bench.cpu
+
+bench-step: bench-tools
+	$(BIN)/python -m bench.step
+
+bench-profile: bench-tools
+	$(BIN)/python -m bench.profile
+
+bench-targets: bench-cpu bench-step bench-profile
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

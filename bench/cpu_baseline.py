@@ -85,7 +85,8 @@ def main() -> None:
     parser.add_argument("--db", required=True, help="the database with the shop's business tables")
     arguments = parser.parse_args()
     app = create_app(os.environ[SECRET_ENV], arguments.db)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off", log_level="warning")
+    # uvicorn's defaults, access log included, as `durable-chat serve` runs it.
+    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 
 if __name__ == "__main__":
