@@ -53,6 +53,9 @@ LEVELS, QUICK_LEVELS = (20, 200), (20,)
 ROUNDS, QUICK_ROUNDS = 3, 2
 SECONDS, QUICK_SECONDS = 3.0, 2.0
 ALONE_TURNS, QUICK_ALONE_TURNS = 15, 4
+BUDGET, QUICK_BUDGET = 400.0, 30.0
+"""Seconds for all the rounds of a run, shared equally by every (database, users) cell: a cell starts
+no new round (of all three sides) that it would likely finish past its share, but runs one at least."""
 SETTLE = 1.2
 """Seconds after a round's last turn before its CPU is read: the trace exporter's 1 s batch lands in it."""
 PROTOCOLS: dict[str, Protocol] = {BASELINE: "ai-sdk", NATIVE: "native", AI_SDK: "ai-sdk"}
@@ -124,7 +127,9 @@ async def measure(
     return result, server.cpu_seconds() - marks["server"], time.process_time() - marks["client"]
 
 
-async def run_database(database: str, arguments: argparse.Namespace, report: Report, source: Path) -> None:
+async def run_database(
+    database: str, arguments: argparse.Namespace, report: Report, source: Path, share: float
+) -> None:
     logs = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{database.lower()}-"))
     quick = arguments.quick
     async with AsyncExitStack() as stack:
@@ -138,8 +143,16 @@ async def run_database(database: str, arguments: argparse.Namespace, report: Rep
                 report.alone.setdefault((database, side), []).extend(result.first_delta)
                 _count(report, database, side, result)
         levels = arguments.users or (QUICK_LEVELS if quick else LEVELS)
+        rounds = arguments.rounds or (QUICK_ROUNDS if quick else ROUNDS)
         for users in levels:
-            for number in range(arguments.rounds or (QUICK_ROUNDS if quick else ROUNDS)):
+            started = time.monotonic()
+            for number in range(rounds):
+                if number and (time.monotonic() - started) * (number + 1) / number > share:
+                    report.notes.append(
+                        f"{database}, {users} users: {number} of {rounds} rounds, the time budget's share "
+                        f"({share:.0f} s) spent"
+                    )
+                    break
                 for side in SIDES[number % 3 :] + SIDES[: number % 3]:
                     seconds = arguments.seconds or (QUICK_SECONDS if quick else SECONDS)
                     result, server_cpu, client_cpu = await measure(
@@ -195,9 +208,11 @@ async def run(arguments: argparse.Namespace, report: Report) -> None:
     elif not arguments.quick:
         report.notes.append(f"PostgreSQL not measured: pass --postgres URL or set {POSTGRES_ENV}")
     report.environment = environment(report.command, postgres, [])
+    levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
+    budget = arguments.budget or (QUICK_BUDGET if arguments.quick else BUDGET)
     for database in databases:
         started = time.monotonic()
-        await run_database(database, arguments, report, source)
+        await run_database(database, arguments, report, source, budget / (len(databases) * len(levels)))
         print(f"{database}: {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -209,6 +224,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, nargs="+", help=f"concurrent users (default {LEVELS})")
     parser.add_argument("--rounds", type=int, help=f"rounds per side and level (default {ROUNDS})")
     parser.add_argument("--seconds", type=float, help=f"seconds of turns per round (default {SECONDS:g})")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help=f"seconds for all the rounds (default {BUDGET:g}; the set-up comes on top)",
+    )
     parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--output", type=Path, default=DOCS)
     return parser.parse_args(argv)
