@@ -53,7 +53,7 @@ LEVELS, QUICK_LEVELS = (20, 200), (20,)
 ROUNDS, QUICK_ROUNDS = 3, 2
 SECONDS, QUICK_SECONDS = 3.0, 2.0
 ALONE_TURNS, QUICK_ALONE_TURNS = 15, 4
-BUDGET, QUICK_BUDGET = 400.0, 30.0
+BUDGET, QUICK_BUDGET = 360.0, 30.0
 """Seconds for all the rounds of a run, shared equally by every (database, users) cell: a cell starts
 no new round (of all three sides) that it would likely finish past its share, but runs one at least."""
 SETTLE = 1.2
