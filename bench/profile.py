@@ -1,8 +1,9 @@
 """Where the server's CPU goes per turn: py-spy on a real server, in issue 14's categories.
 
-    python -m bench.profile [--turns 300] [--users 20] [--postgres URL] [--quick] [--no-write]
+    python -m bench.profile [--turns 300] [--users 20] [--postgres URL | --no-postgres] [--quick] [--no-write]
 
-A real `durable-chat serve` (SQLite; PostgreSQL in a scratch database too with `--postgres`),
+A real `durable-chat serve` (SQLite; PostgreSQL in a scratch database too when `--postgres` or
+$DURABLE_CHAT_TEST_POSTGRES_URL names a server; not with `--quick`),
 pinned to core 1, tracing at its default, takes the demo's 3-node turn "Where is ORD-5678?" from
 `--users` users over the native API (POST and the thread's SSE stream) while `py-spy record
 --native` samples every thread of it. The CPU it used in that window comes from /proc: the loop
@@ -170,7 +171,7 @@ def _render(
 async def run(arguments: argparse.Namespace) -> list[tuple[str, list[str]]]:
     source = snapshot(Path(tempfile.mkdtemp(prefix="bench-profile-src-")))
     databases = ["SQLite"]
-    if arguments.postgres:
+    if arguments.postgres and not arguments.quick:
         arguments.postgres_version = await postgres_version(arguments.postgres)
         databases.append("PostgreSQL")
     sections: list[tuple[str, list[str]]] = []
@@ -190,8 +191,10 @@ def main() -> int:
     parser.add_argument(
         "--postgres",
         metavar="URL",
-        help=f"also profile on PostgreSQL (e.g. ${POSTGRES_ENV}) in a scratch database",
+        default=os.environ.get(POSTGRES_ENV),
+        help=f"also profile on PostgreSQL in a scratch database (default ${POSTGRES_ENV})",
     )
+    parser.add_argument("--no-postgres", dest="postgres", action="store_const", const=None)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_TURNS} turns, SQLite: a smoke run")
     parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--output", type=Path, default=DOCS)
