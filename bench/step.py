@@ -272,6 +272,8 @@ async def run_dialect(
             report.breakdown = await breakdown(bench, settings.breakdown_turns)
     finally:
         await bench.aclose()
+        if bench.harness is not None:
+            bench.harness.close()
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{title}: {time.perf_counter() - started:.0f}s", flush=True)
 

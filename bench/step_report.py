@@ -78,7 +78,8 @@ def render(report: Report) -> list[str]:
         "demo model driven the same way with nothing stored (events built and dropped): the 3-node turn "
         '"Where is ORD-5678?" (model, `lookup_order`, model). Both sides alternate in one process on one '
         "database; the tool's order lookup reads it on both. A third side, when installed: the same bare turn "
-        "with pydantic-ai-harness's `StepPersistence` capability on its `SqliteStepStore` (SQLite only; "
+        "with pydantic-ai-harness's `StepPersistence` capability on its `SqliteStepStore`, on one connection with "
+        "ours' journal settings (SQLite only; "
         "installed with `pip install --no-deps pydantic-ai-harness`, as it pins an older pydantic-ai; it "
         "gets the history from memory as the bare turn does, so its store is written, not read).",
         "",
