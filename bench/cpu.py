@@ -79,8 +79,8 @@ async def scratch(database: str, postgres: str | None, folder: Path, name: str) 
         yield f"sqlite+aiosqlite:///{folder / f'{name}.db'}"
 
 
-def pinned(argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(SERVER_CORE), *argv] if shutil.which("taskset") else argv
+def pinned(argv: list[str], core: int = SERVER_CORE) -> list[str]:
+    return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") else argv
 
 
 async def servers(

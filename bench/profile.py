@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shlex
 import shutil
@@ -33,14 +34,24 @@ from pathlib import Path
 
 from bench.cpu import pinned, scratch
 from bench.cpu_clients import run_round
-from bench.profile_categories import CATEGORIES, KERNEL, attribute, is_waiting, parse_raw
+from bench.profile_categories import (
+    CATEGORIES,
+    GC,
+    KERNEL,
+    UNKNOWN,
+    attribute,
+    categorize,
+    is_waiting,
+    parse_raw,
+)
+from bench.profile_serve import GC_FILE_ENV
 from bench.report import environment
 from bench.sections import write_section
 from bench.web import DOCS, POSTGRES_ENV, SECRET, ours_argv, postgres_version, server_env, snapshot
 from bench.web_process import ServerProcess, start_server
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-RATE = 100
+RATE = 200
 TURNS, QUICK_TURNS = 300, 40
 
 
@@ -49,11 +60,16 @@ def _times(path: Path) -> tuple[float, float]:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
-def cpu_marks(server: ServerProcess) -> tuple[float, float, float]:
-    """The process's CPU seconds (every thread, ended ones too), the loop thread's user and system time."""
+def cpu_marks(server: ServerProcess, gc_file: Path) -> tuple[float, float, float, float]:
+    """The process's CPU seconds (every thread, ended ones too), the loop thread's user and system
+    time, and the garbage collector's CPU so far (`bench.profile_serve`'s count)."""
     user, system = _times(Path(f"/proc/{server.pid}/stat"))
     loop_user, loop_system = _times(Path(f"/proc/{server.pid}/task/{server.pid}/stat"))
-    return user + system, loop_user, loop_system
+    try:
+        collected = float(json.loads(gc_file.read_text())["seconds"])
+    except (OSError, ValueError, KeyError):
+        collected = 0.0
+    return user + system, loop_user, loop_system, collected
 
 
 def py_spy() -> str | None:
@@ -62,14 +78,24 @@ def py_spy() -> str | None:
 
 
 def share(
-    samples: list[tuple[str, list[str], int]], process: float, loop_user: float, loop_system: float
+    samples: list[tuple[str, list[str], int]],
+    process: float,
+    loop_user: float,
+    loop_system: float,
+    collected: float = 0.0,
 ) -> dict[str, float]:
-    """CPU seconds per category: the loop thread's user time and the other threads' by their samples."""
+    """CPU seconds per category: the loop thread's user time (less the collector's) and the other
+    threads' CPU shared out by their samples; the loop thread's system time is the kernel's."""
     working = [(thread, frames, count) for thread, frames, count in samples if not is_waiting(frames)]
     loop = attribute(s for s in working if "MainThread" in s[0])
     others = attribute(s for s in working if "MainThread" not in s[0])
+    for counted in (loop, others):
+        counted.pop(UNKNOWN, None)
     seconds: Counter[str] = Counter({KERNEL: loop_system})
-    for counted, total in ((loop, loop_user), (others, max(process - loop_user - loop_system, 0.0))):
+    if collected:
+        seconds[GC] = collected
+    rest = max(loop_user - collected, 0.0)
+    for counted, total in ((loop, rest), (others, max(process - loop_user - loop_system, 0.0))):
         samples_in = sum(counted.values())
         for category, count in counted.items():
             seconds[category] += total * count / samples_in if samples_in else 0.0
@@ -85,22 +111,27 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
         url = await stack.enter_async_context(scratch(database, arguments.postgres, logs, "ours"))
         env = server_env()
         env["DURABLE_CHAT_MESSAGES_PER_MINUTE"] = "1000000"
-        server = await start_server(f"ours-{database}", pinned(ours_argv(url)), env, logs, cwd=source)
+        gc_file = logs / "gc.json"
+        env[GC_FILE_ENV] = str(gc_file)
+        argv = ours_argv(url)
+        argv[argv.index("cli")] = "bench.profile_serve"
+        server = await start_server(f"ours-{database}", pinned(argv), env, logs, cwd=source)
         stack.push_async_callback(server.stop)
         await run_round(server.base_url, "native", users=2, seconds=0, turns=3, secret=SECRET)  # warm-up
         output = logs / "py-spy.txt"
         recorder: asyncio.subprocess.Process | None = None
         if spy is not None:
-            argv = [spy, "record", "--pid", str(server.pid), "--native", "--threads", "--rate", str(RATE)]
-            argv += ["--format", "raw", "--output", str(output)]
+            argv = [spy, "record", "--pid", str(server.pid), "--nonblocking", "--threads", "--full-filenames"]
+            argv += ["--rate", str(RATE), "--format", "raw", "--output", str(output)]
             with (logs / "py-spy.err").open("wb") as errors:
+                # On the clients' core, so that it takes nothing from the server's.
                 recorder = await asyncio.create_subprocess_exec(
-                    *argv, stdout=subprocess.DEVNULL, stderr=errors
+                    *pinned(argv, core=0), stdout=subprocess.DEVNULL, stderr=errors
                 )
             await asyncio.sleep(1.0)  # attached, and its first samples of the idle server dropped below
         users = arguments.users
         per_user = max(1, (arguments.turns or (QUICK_TURNS if arguments.quick else TURNS)) // users)
-        marks: list[tuple[float, float, float]] = []
+        marks: list[tuple[float, float, float, float]] = []
         result = await run_round(
             server.base_url,
             "native",
@@ -108,14 +139,17 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
             seconds=0,
             turns=per_user,
             secret=SECRET,
-            on_start=lambda: marks.append(cpu_marks(server)),
+            on_start=lambda: marks.append(cpu_marks(server, gc_file)),
         )
         await asyncio.sleep(1.2)  # the trace exporter's batch
-        end = cpu_marks(server)
+        await asyncio.sleep(0.3)  # the collector's totals written once more
+        end = cpu_marks(server, gc_file)
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)
             await asyncio.wait_for(recorder.wait(), 60)
-    process, loop_user, loop_system = (after - before for after, before in zip(end, marks[0], strict=True))
+    process, loop_user, loop_system, collected = (
+        after - before for after, before in zip(end, marks[0], strict=True)
+    )
     turns = max(result.turns, 1)
     notes = [
         f"{result.turns} turns by {users} users in {result.elapsed:.1f} s; errors: {dict(result.errors) or 'none'}"
@@ -124,12 +158,15 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
         why = "py-spy is not installed" if spy is None else (logs / "py-spy.err").read_text()[-300:]
         return _render(database, arguments, {}, process / turns, 0, [*notes, f"no samples: {why}"])
     samples = parse_raw(output.read_text().splitlines())
-    seconds = share(samples, process, loop_user, loop_system)
+    seconds = share(samples, process, loop_user, loop_system, collected)
+    blocked = sum(count for _, frames, count in samples if is_waiting(frames))
+    unknown = sum(count for thread, frames, count in samples if categorize(thread, frames) == UNKNOWN)
     per_turn = {category: value / turns for category, value in seconds.items()}
     notes.append(
         f"loop thread {(loop_user + loop_system) / turns * 1000:.1f} ms/turn "
         f"({loop_system / turns * 1000:.1f} of it system time), other threads "
-        f"{(process - loop_user - loop_system) / turns * 1000:.1f} ms/turn"
+        f"{(process - loop_user - loop_system) / turns * 1000:.1f} ms/turn; of the samples, {blocked} caught a "
+        f"thread blocked and {unknown} no Python frame: both left out"
     )
     return _render(database, arguments, per_turn, process / turns, sum(c for _, _, c in samples), notes)
 
@@ -149,9 +186,10 @@ def _render(
     lines = [
         f"## Profile: server CPU per turn by category ({database})",
         "",
-        f"`py-spy record --native --threads --rate {RATE}` (py-spy {version}, blocking: it pauses the server "
-        "for each sample) on a real server pinned to one core, during the demo's 3-node turn over the native "
-        "API; CPU from /proc, shared out by samples as `bench/profile.py` says.",
+        f"`py-spy record --nonblocking --threads --full-filenames --rate {RATE}` (py-spy {version}; Python stacks, the server "
+        "never paused) on a real server pinned to one core, during the demo's 3-node turn over the native "
+        "API; CPU from /proc, shared out by samples as `bench/profile.py` says; garbage collection timed "
+        "in the server by `gc.callbacks` (`bench/profile_serve.py`) and taken off the loop thread's share.",
         "",
         *environment(arguments.command, arguments.postgres_version if database == "PostgreSQL" else None, []),
         *(f"- {note}" for note in notes),

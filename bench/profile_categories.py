@@ -1,20 +1,28 @@
 """Where a py-spy sample of the server goes: issue 14's categories, one per sample.
 
 A sample is one thread's stack (py-spy's raw format: `thread (tid): name;root;…;leaf count`),
-frames as `function (path:line)` with paths relative to `sys.path` (`pydantic_ai/_agent_graph.py`,
-`asyncio/tasks.py`) or a native library (`(libc.so.6)`, `gcmodule.c`). The rules, in order:
+frames as `function (path:line)`, paths full (`--full-filenames`: `…/site-packages/pydantic_ai/…`,
+`…/lib/python3.11/asyncio/…`, our source tree's `…/agent/step.py`) or short
+(`pydantic_ai/_agent_graph.py`), or a native library (`(libc.so.6)`, `gcmodule.c`). The rules:
 
-1. Garbage collection anywhere in the stack (`gc_collect_main` and friends): **gc**.
-2. A thread other than the event loop's: the database drivers' worker threads (aiosqlite,
+1. No frame at all, or the benchmark's own `bench-gc` thread: **unknown** (left out).
+2. Garbage collection in the stack (`gc_collect_main`, with `--native`): **gc**. Without native
+   frames the collector is invisible; `bench.profile` times it with `gc.callbacks` instead.
+3. A thread other than the event loop's: the database drivers' worker threads (aiosqlite,
    sqlite3, asyncpg) are **drivers**; the span exporter's thread **OpenTelemetry**; any other
    thread **other**.
-3. On the loop thread, from the leaf up, the first frame of a package with a category names it.
-   The standard library, pydantic and pydantic-core, anyio and native frames have none: their
-   time goes to whoever called them (the store's JSON encoding is ours, pydantic-ai's validation
-   pydantic-ai's). pydantic-ai's own instrumentation (`*instrumentation*` files) counts as
-   **OpenTelemetry**, as the spans it records are.
-4. No such frame: the loop waiting in `epoll`/`select` is **kernel wake-ups**, anything else of
-   asyncio's (or uvloop's) own machinery **asyncio loop**, and the rest **other**.
+4. On the loop thread, only the frames the loop is running count (those above `Handle._run`,
+   `_run_once`: below, uvicorn's `Server.run` and our `cli` started the loop). From the leaf up,
+   the first frame of a package with a category names it. The standard library, pydantic and
+   pydantic-core, anyio and native frames have none: their time goes to whoever called them (the
+   store's JSON encoding is ours, pydantic-ai's validation pydantic-ai's). pydantic-ai's own
+   instrumentation (`*instrumentation*` files) counts as **OpenTelemetry**, as the spans it records.
+5. No such frame: the loop in `epoll`/`select` is the **kernel**'s, the loop's own machinery
+   (scheduling, self-pipe wake-ups) the **asyncio loop**'s, anyio caught without its caller the
+   web stack's (the issue counts anyio there), the rest **other**.
+
+`is_waiting` tells a sample of a blocked thread (a lock, a condition, `epoll`): no CPU, left out
+by `bench.profile`, which counts the loop thread's system time as the kernel's from /proc.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ("CATEGORIES", "attribute", "categorize", "is_waiting", "parse_raw")
+__all__ = ("CATEGORIES", "UNKNOWN", "attribute", "categorize", "is_waiting", "parse_raw")
 
 PYDANTIC_AI = "pydantic-ai's own run"
 SQLALCHEMY = "SQLAlchemy (Core, ORM-less statements, greenlet bridge)"
@@ -31,10 +39,12 @@ DRIVERS = "database drivers (aiosqlite/sqlite3 threads, asyncpg)"
 OTEL = "OpenTelemetry (spans recorded and exported, pydantic-ai's instrumentation)"
 WEB = "uvicorn, h11/httptools, Starlette, sse-starlette"
 KERNEL = "kernel: the loop thread's system time (socket I/O, epoll wake-ups)"
-LOOP = "asyncio loop (its own scheduling)"
+LOOP = "asyncio loop (its own scheduling, self-pipe wake-ups from threads)"
 GC = "garbage collection"
 OURS = "our own code (agent, store, stream, web, cli)"
 OTHER = "other"
+UNKNOWN = "unknown"
+"""Samples with no Python frame (caught between frames), and the benchmark's own thread: left out."""
 CATEGORIES = (PYDANTIC_AI, SQLALCHEMY, DRIVERS, OTEL, WEB, KERNEL, LOOP, GC, OURS, OTHER)
 
 _PACKAGES = {
@@ -60,12 +70,13 @@ _PACKAGES = {
     "cli": OURS,
 }
 _GC = re.compile(r"\bgc_collect|\bcollect_generation|\bgc_collect_main|\(gcmodule\.c")
-_POLL = re.compile(r"epoll|\bselect \(selectors\.py|\bpoll \(|uv__io_poll")
+_POLL = re.compile(r"epoll|\bselect \([^)]*selectors\.py|\bpoll \(|uv__io_poll")
 _LOOP = ("asyncio/", "uvloop/", "_asynciomodule.c", "selectors.py")
 _WAIT = re.compile(
-    r"epoll_wait|select_epoll_poll|pthread_cond_(timed)?wait|sem_(timed)?wait|PyThread_acquire_lock|futex|"
+    r"epoll_wait|select_epoll_poll|select \([^)]*selectors\.py|pthread_cond_(timed)?wait|sem_(timed)?wait|PyThread_acquire_lock|futex|"
     r"Condition\.wait|SimpleQueue\.get|Queue\.get \(queue\.py"
 )
+_RUNS = re.compile(r"^(Handle\._run|BaseEventLoop\._run_once|task_step|TaskStepMethWrapper) ")
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<where>[^()]*)\)$")
 
 
@@ -74,13 +85,30 @@ def _where(frame: str) -> str:
     return match.group("where") if match else frame
 
 
+_OWN = {"agent", "store", "stream", "web", "cli"}
+_STDLIB = re.compile(r"/lib/python3\.\d+/")
+
+
+def _head(where: str) -> str:
+    """The top-level package of a frame's file: from a full path (`--full-filenames`) or a short one."""
+    if "/site-packages/" in where:
+        return where.split("/site-packages/", 1)[1].split("/", 1)[0]
+    if where.startswith("/"):
+        if _STDLIB.search(where):
+            return ""
+        # A source tree (the benchmark's snapshot of ours): the package is the folder holding our code.
+        parts = where.split("/")[:-1]
+        return next((part for part in reversed(parts) if part in _OWN), "")
+    return where.split("/", 1)[0] if "/" in where else ""
+
+
 def _package(frame: str) -> str | None:
     where = _where(frame)
     if "sqlite3" in where or "_sqlite" in where:
         return DRIVERS
-    if "instrumentation" in where and where.startswith("pydantic_ai/"):
+    head = _head(where)
+    if head == "pydantic_ai" and "instrumentation" in where.rsplit("/", 1)[-1]:
         return OTEL
-    head = where.split("/", 1)[0] if "/" in where else ""
     return _PACKAGES.get(head)
 
 
@@ -95,22 +123,30 @@ def is_waiting(frames: list[str]) -> bool:
 def categorize(thread: str, frames: list[str]) -> str:
     """The category of one sample: `thread` is py-spy's thread label, `frames` root first."""
     stack = ";".join(frames)
+    if not frames:
+        return UNKNOWN
     if _GC.search(stack):
         return GC
+    if thread.endswith("bench-gc"):
+        return UNKNOWN  # `bench.profile_serve`'s own thread, asleep but sampled as running
     if "MainThread" not in thread:
         if "aiosqlite" in stack or "sqlite3" in stack or "asyncpg" in stack:
             return DRIVERS
         if "opentelemetry" in stack or "Otel" in thread or "agent/tracing.py" in stack:
             return OTEL
         return OTHER
-    for frame in reversed(frames):
+    # Only the frames the loop is running: below them, uvicorn's `Server.run` and our `cli` started it.
+    start = max((n + 1 for n, frame in enumerate(frames) if _RUNS.search(frame)), default=0)
+    for frame in reversed(frames[start:]):
         found = _package(frame)
         if found is not None:
             return found
     if frames and _POLL.search(frames[-1]):
         return KERNEL
-    if any(marker in frame for frame in frames[-3:] for marker in _LOOP):
+    if start == len(frames) or any(marker in frame for frame in frames[-3:] for marker in _LOOP):
         return LOOP
+    if any(_head(_where(frame)) == "anyio" for frame in frames):
+        return WEB  # a stack caught without its caller, in anyio: the issue counts anyio with the web stack
     return OTHER
 
 

@@ -13,11 +13,13 @@ from bench.profile_categories import (
     OURS,
     PYDANTIC_AI,
     SQLALCHEMY,
+    UNKNOWN,
     WEB,
     categorize,
     is_waiting,
     parse_raw,
 )
+from bench.profile_categories import LOOP as LOOP_CATEGORY
 
 LOOP = "thread (10): MainThread"
 ROOT = ["_run_module_as_main (<frozen runpy>:198)", "BaseEventLoop._run_once (asyncio/base_events.py:1922)"]
@@ -88,3 +90,37 @@ def test_blocked_samples_are_no_cpu_and_the_loop_threads_system_time_is_the_kern
             DRIVERS: 0.5,
         }
     )
+
+
+SITE = "/venv/lib/python3.11/site-packages"
+LIB = "/python/lib/python3.11"
+SERVED = [
+    f"Server.run ({SITE}/uvicorn/server.py:86)",
+    "_serve (/tmp/src/cli/main.py:155)",
+    f"BaseEventLoop._run_once ({LIB}/asyncio/base_events.py:1922)",
+    f"Handle._run ({LIB}/asyncio/events.py:80)",
+]
+
+
+def test_full_paths_name_packages_and_only_the_frames_the_loop_runs_count() -> None:
+    # uvicorn and our cli started the loop: the loop's own work is not theirs.
+    assert categorize(LOOP, SERVED) == LOOP_CATEGORY
+    assert categorize(LOOP, [*SERVED, f"call_soon ({LIB}/asyncio/base_events.py:765)"]) == LOOP_CATEGORY
+    assert (
+        categorize(
+            LOOP, [*SERVED, "run_step (/tmp/src/agent/step.py:122)", f"dumps ({LIB}/json/__init__.py:1)"]
+        )
+        == OURS
+    )
+    assert categorize(LOOP, [*SERVED, f"start_span ({SITE}/opentelemetry/sdk/trace/__init__.py:1)"]) == OTEL
+    instrumented = [
+        *SERVED,
+        f"x ({SITE}/pydantic_ai/_agent_graph.py:1)",
+        f"y ({SITE}/pydantic_ai/_instrumentation.py:1)",
+    ]
+    assert categorize(LOOP, instrumented) == OTEL
+    assert categorize(LOOP, [f"Lock.acquire ({SITE}/anyio/_backends/_asyncio.py:2036)"]) == WEB
+    assert categorize(LOOP, []) == UNKNOWN
+    polling = [*SERVED[:3], f"EpollSelector.select ({LIB}/selectors.py:468)"]
+    assert is_waiting(polling)
+    assert categorize(LOOP, polling) == KERNEL

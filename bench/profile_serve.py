@@ -1,0 +1,56 @@
+"""`python -m cli …` with its garbage collections timed: how `bench.profile` runs the server.
+
+    BENCH_GC_FILE=/path python -m bench.profile_serve serve --port N --db URL --model demo
+
+A sampling profiler that reads Python stacks only (py-spy without `--native`, which pauses the
+server for every sample and slowed it several times over here) cannot see the collector, so
+`gc.callbacks` time every collection (CPU of the thread it runs on) and a thread writes the
+running totals to `$BENCH_GC_FILE` as JSON (`{"seconds", "collections"}`) four times a second,
+for the benchmark to read before and after its window. Nothing else changes.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+from pathlib import Path
+
+__all__ = ("GC_FILE_ENV",)
+
+GC_FILE_ENV = "BENCH_GC_FILE"
+_spent = {"seconds": 0.0, "collections": 0}
+_started = [0.0]
+
+
+def _timed(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _started[0] = time.thread_time()
+    else:
+        _spent["seconds"] += time.thread_time() - _started[0]
+        _spent["collections"] += 1
+
+
+def _write(path: Path) -> None:
+    partial = path.with_suffix(".partial")
+    while True:
+        partial.write_text(json.dumps(_spent))
+        partial.replace(path)
+        time.sleep(0.25)
+
+
+def main() -> None:
+    path = os.environ.get(GC_FILE_ENV)
+    if path:
+        gc.callbacks.append(_timed)
+        threading.Thread(target=_write, args=(Path(path),), name="bench-gc", daemon=True).start()
+    sys.argv = ["durable-chat", *sys.argv[1:]]
+    runpy.run_module("cli", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
