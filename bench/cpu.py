@@ -99,6 +99,17 @@ async def servers(
     return {BASELINE: baseline, NATIVE: ours, AI_SDK: ours}
 
 
+def run_queue_wait(pid: int | str) -> float:
+    """Seconds the process's main thread has spent runnable but waiting for a core (`/proc/…/schedstat`).
+
+    A round's share of it says how much other work on the machine kept that side off its core.
+    """
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 async def measure(
     server: ServerProcess,
     side: str,
@@ -107,12 +118,14 @@ async def measure(
     seconds: float | None,
     turns: int | None = None,
     settle: float = SETTLE,
-) -> tuple[RoundResult, float, float]:
-    """One round: its result, the server's CPU seconds and this process's, from start to `settle` after."""
+) -> tuple[RoundResult, float, float, tuple[float, float]]:
+    """One round: its result, the server's CPU seconds and this process's from start to `settle` after,
+    and how long each waited for its core during the turns."""
     marks: dict[str, float] = {}
 
     def start() -> None:
         marks["server"], marks["client"] = server.cpu_seconds(), time.process_time()
+        marks["server wait"], marks["client wait"] = run_queue_wait(server.pid), run_queue_wait("self")
 
     result = await run_round(
         server.base_url,
@@ -123,8 +136,12 @@ async def measure(
         secret=SECRET,
         on_start=start,
     )
+    waits = (
+        run_queue_wait(server.pid) - marks["server wait"],
+        run_queue_wait("self") - marks["client wait"],
+    )
     await asyncio.sleep(settle)
-    return result, server.cpu_seconds() - marks["server"], time.process_time() - marks["client"]
+    return result, server.cpu_seconds() - marks["server"], time.process_time() - marks["client"], waits
 
 
 async def run_database(
@@ -155,7 +172,7 @@ async def run_database(
                     break
                 for side in SIDES[number % 3 :] + SIDES[: number % 3]:
                     seconds = arguments.seconds or (QUICK_SECONDS if quick else SECONDS)
-                    result, server_cpu, client_cpu = await measure(
+                    result, server_cpu, client_cpu, waits = await measure(
                         by_side[side], side, users, seconds=seconds
                     )
                     _count(report, database, side, result)
@@ -170,6 +187,7 @@ async def run_database(
                         result.turns,
                         tuple(result.first_delta),
                         sum(result.errors.values()),
+                        *waits,
                     )
                     report.rounds.append(found)
                     per_turn = found.cpu_per_turn
@@ -178,7 +196,8 @@ async def run_database(
                         f"{result.turns / max(result.elapsed, 1e-9):6.1f}/s, CPU "
                         f"{'—' if per_turn is None else f'{per_turn * 1000:.1f}'} ms/turn, server busy "
                         f"{server_cpu / max(result.elapsed, 1e-9):.0%}, client busy "
-                        f"{client_cpu / max(result.elapsed, 1e-9):.0%}"
+                        f"{client_cpu / max(result.elapsed, 1e-9):.0%}, waited for a core: server "
+                        f"{waits[0] / max(result.elapsed, 1e-9):.0%} client {waits[1] / max(result.elapsed, 1e-9):.0%}"
                         + (f", errors {dict(result.errors)}" if result.errors else ""),
                         flush=True,
                     )

@@ -42,6 +42,9 @@ class Round:
     turns: int
     first_delta: tuple[float, ...] = ()
     errors: int = 0
+    server_wait: float = 0.0
+    """Seconds the server's loop thread was runnable but off its core (other work on the machine)."""
+    client_wait: float = 0.0
 
     @property
     def cpu_per_turn(self) -> float | None:
@@ -109,7 +112,12 @@ def render_cpu(report: Report) -> list[str]:
         "(one `POST /api/ai-sdk/chat` per turn). The sides take rounds in turn, the order rotating; a "
         "round's CPU is the server's utime+stime (`/proc/PID/stat`, every thread) over the round, divided "
         "by the turns completed in it. Ratios are medians of per-round ratios (a round of ours against "
-        "the baseline's round of the same number).",
+        "the baseline's round of the same number). *Busy* is CPU over the round's wall time; *kept off its "
+        "core* the time the server's main thread was runnable but waiting for its core (`/proc/PID/schedstat`): "
+        "other work on that core (another process pinned there, or the server's own threads). A server kept "
+        "off its core, or neither busy nor kept off it (waiting on its clients or its database), still has "
+        "its own CPU per turn, measured at a lighter load; a client near 100% busy or often kept off its core "
+        "would be the bottleneck.",
         "",
         "### Environment",
         "",
@@ -120,8 +128,8 @@ def render_cpu(report: Report) -> list[str]:
         "### Results",
         "",
         "| database | users | server | rounds | turns | CPU ms/turn | turns/s per core | turns/s achieved "
-        "| server busy | client busy | first delta p50 / p99 (ms) | errors |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| server busy | client busy | server / client kept off its core | first delta p50 / p99 (ms) | errors |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for database, users in report.cells():
         for side in SIDES:
@@ -137,6 +145,7 @@ def render_cpu(report: Report) -> list[str]:
                 f"| {database} | {users} | {side} | {len(rounds)} | {turns} | {_ms(per_turn)} | "
                 f"{(1 / per_turn if per_turn else 0):.0f} | {turns / elapsed:.0f} | {cpu / elapsed:.0%} | "
                 f"{sum(r.client_cpu for r in rounds) / elapsed:.0%} | "
+                f"{sum(r.server_wait for r in rounds) / elapsed:.0%} / {sum(r.client_wait for r in rounds) / elapsed:.0%} | "
                 f"{_ms(quantile(deltas, 0.5))} / {_ms(quantile(deltas, 0.99))} | {sum(r.errors for r in rounds)} |"
             )
     lines += [
