@@ -10,7 +10,8 @@ pinned to core 1, tracing at its default, takes the demo's 3-node turn "Where is
 thread's user time is shared out by its samples' categories (`bench.profile_categories`), its
 system time is the kernel's row, and the other threads' CPU (the process's less the loop
 thread's) is shared out by theirs. Samples of a thread blocked on a lock or in `epoll` are no
-CPU and are left out. Writes the `profile-sqlite` (and `profile-postgresql`) section of
+CPU and are left out, and so are those in a system call (a socket write: system time, the kernel's
+row). Writes the `profile-sqlite` (and `profile-postgresql`) section of
 `docs/benchmarks.md` (a full run only, unless `--write`). ~1 minute per database.
 """
 
@@ -41,6 +42,7 @@ from bench.profile_categories import (
     UNKNOWN,
     attribute,
     categorize,
+    in_system_call,
     is_waiting,
     parse_raw,
 )
@@ -86,7 +88,7 @@ def share(
 ) -> dict[str, float]:
     """CPU seconds per category: the loop thread's user time (less the collector's) and the other
     threads' CPU shared out by their samples; the loop thread's system time is the kernel's."""
-    working = [(thread, frames, count) for thread, frames, count in samples if not is_waiting(frames)]
+    working = [s for s in samples if not is_waiting(s[1]) and not in_system_call(s[1])]
     loop = attribute(s for s in working if "MainThread" in s[0])
     others = attribute(s for s in working if "MainThread" not in s[0])
     for counted in (loop, others):
@@ -160,13 +162,15 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
     samples = parse_raw(output.read_text().splitlines())
     seconds = share(samples, process, loop_user, loop_system, collected)
     blocked = sum(count for _, frames, count in samples if is_waiting(frames))
+    syscalls = sum(count for _, frames, count in samples if in_system_call(frames))
     unknown = sum(count for thread, frames, count in samples if categorize(thread, frames) == UNKNOWN)
     per_turn = {category: value / turns for category, value in seconds.items()}
     notes.append(
         f"loop thread {(loop_user + loop_system) / turns * 1000:.1f} ms/turn "
         f"({loop_system / turns * 1000:.1f} of it system time), other threads "
         f"{(process - loop_user - loop_system) / turns * 1000:.1f} ms/turn; of the samples, {blocked} caught a "
-        f"thread blocked and {unknown} no Python frame: both left out"
+        f"thread blocked, {syscalls} one in a system call (the kernel's row) and {unknown} no Python frame: "
+        "all left out of the shares"
     )
     return _render(database, arguments, per_turn, process / turns, sum(c for _, _, c in samples), notes)
 

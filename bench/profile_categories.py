@@ -31,7 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ("CATEGORIES", "UNKNOWN", "attribute", "categorize", "is_waiting", "parse_raw")
+__all__ = ("CATEGORIES", "UNKNOWN", "attribute", "categorize", "in_system_call", "is_waiting", "parse_raw")
 
 PYDANTIC_AI = "pydantic-ai's own run"
 SQLALCHEMY = "SQLAlchemy (Core, ORM-less statements, greenlet bridge)"
@@ -118,6 +118,22 @@ def is_waiting(frames: list[str]) -> bool:
     py-spy's `--native` samples blocked threads too; their time is not CPU.
     """
     return any(_WAIT.search(frame) for frame in frames[-4:])
+
+
+_SYSCALL = re.compile(
+    r"^(_SelectorSocketTransport\.write|BaseSelectorEventLoop\._sock_connect|BaseSelectorEventLoop\._read_from_self|"
+    r"BaseSelectorEventLoop\._write_to_self|_SelectorSocketTransport\._read_ready__\w+) "
+)
+
+
+def in_system_call(frames: list[str]) -> bool:
+    """Whether a sample's leaf is a line that makes a system call (a socket write, the self-pipe).
+
+    Its time is the kernel's, in the thread's system time. On a shared core, too, a write that wakes
+    a database backend often hands it the core: the thread is then runnable, not running, and
+    py-spy still samples it at that line.
+    """
+    return bool(frames) and bool(_SYSCALL.search(frames[-1]))
 
 
 def categorize(thread: str, frames: list[str]) -> str:

@@ -16,6 +16,7 @@ from bench.profile_categories import (
     UNKNOWN,
     WEB,
     categorize,
+    in_system_call,
     is_waiting,
     parse_raw,
 )
@@ -124,3 +125,21 @@ def test_full_paths_name_packages_and_only_the_frames_the_loop_runs_count() -> N
     polling = [*SERVED[:3], f"EpollSelector.select ({LIB}/selectors.py:468)"]
     assert is_waiting(polling)
     assert categorize(LOOP, polling) == KERNEL
+
+
+def test_samples_in_a_system_call_are_the_kernels_not_their_callers() -> None:
+    write = [
+        *SERVED,
+        f"execute ({SITE}/asyncpg/connection.py:377)",
+        f"_SelectorSocketTransport.write ({LIB}/asyncio/selector_events.py:1057)",
+    ]
+    assert in_system_call(write)
+    assert not in_system_call([*SERVED, f"execute ({SITE}/asyncpg/connection.py:377)"])
+    raw = [
+        f"{LOOP};{';'.join(write)} 90",
+        f"{LOOP};{';'.join([*SERVED, f'execute ({SITE}/asyncpg/connection.py:377)'])} 10",
+    ]
+    # The writes' 90 samples are left out: the loop's user time all goes to the driver's own 10.
+    assert share(parse_raw(raw), process=0.5, loop_user=0.4, loop_system=0.1) == pytest.approx(
+        {KERNEL: 0.1, DRIVERS: 0.4}
+    )
