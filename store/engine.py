@@ -139,13 +139,18 @@ def create_engine(
 
     With `autocommit`, an engine for reads: its connections never open a transaction, so a read
     costs one round trip, with no BEGIN/ROLLBACK around it and no reset when it goes back to the
-    pool. Unless `options.pre_ping`, pooled connections are not pinged before use: a connection
+    pool (SQLAlchemy's DB-API `rollback()` at the end of each use is skipped too: on SQLite it is a
+    trip to the driver's thread that rolls back nothing). Unless `options.pre_ping`, pooled connections are not pinged before use: a connection
     that broke is found by the operation that uses it, which fails with `DatabaseUnavailable`
     and invalidates the pool, so the next operation reconnects.
     """
     settings: dict[str, object] = {}
     if autocommit:
-        settings = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
+        settings = {
+            "isolation_level": "AUTOCOMMIT",
+            "pool_reset_on_return": None,
+            "skip_autocommit_rollback": True,
+        }
     if url.get_backend_name() == "sqlite":
         if not autocommit:
             # SQLite has one writer at a time. Writers of this process queue for the one pooled

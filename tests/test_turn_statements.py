@@ -115,7 +115,10 @@ def _watch(engine: AsyncEngine, name: str, tally: Tally) -> None:
 
     def on_rollback(connection: Connection) -> None:
         # The end of a read's autobegun "transaction": a DB-API rollback trip, unless the dialect skips it.
-        if tally.counting and not connection.dialect.skip_autocommit_rollback:
+        dialect, dbapi_connection = connection.dialect, connection.connection.dbapi_connection
+        assert dbapi_connection is not None
+        skipped = dialect.skip_autocommit_rollback and dialect.detect_autocommit_setting(dbapi_connection)
+        if tally.counting and not skipped:
             tally.rollbacks += 1
 
     event.listen(engine.sync_engine, "before_cursor_execute", on_read)
@@ -169,7 +172,7 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
                 "statements (but events)": 18,
                 "write transactions (but the writer's)": 4,
                 "reads": ["SELECT conversation_records", "SELECT runs", "SELECT threads"],
-                "rollbacks outside a transaction": 3,
+                "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["UPDATE threads", "SELECT runs", "SELECT approvals", "INSERT runs", "UPDATE threads"],
                     ["UPDATE runs", "UPDATE threads"],
@@ -195,7 +198,7 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
                 "statements (but events)": 18,
                 "write transactions (but the writer's)": 4,
                 "reads": ["SELECT conversation_records", "SELECT runs", "SELECT threads"],
-                "rollbacks outside a transaction": 3,
+                "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["UPDATE threads", "SELECT runs", "SELECT approvals", "INSERT runs", "UPDATE threads"],
                     ["UPDATE runs", "UPDATE threads"],
