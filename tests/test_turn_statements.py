@@ -169,13 +169,12 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
-                "statements (but events)": 18,
-                "write transactions (but the writer's)": 4,
-                "reads": ["SELECT conversation_records", "SELECT runs", "SELECT threads"],
+                "statements (but events)": 12,
+                "write transactions (but the writer's)": 3,
+                "reads": ["SELECT conversation_records", "SELECT threads"],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
-                    ["UPDATE threads", "SELECT runs", "SELECT approvals", "INSERT runs", "UPDATE threads"],
-                    ["UPDATE runs", "UPDATE threads"],
+                    ["UPDATE threads", "INSERT runs"],
                     [
                         "INSERT conversation_entries",
                         "INSERT conversation_records",
@@ -195,13 +194,12 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 18,
-                "write transactions (but the writer's)": 4,
-                "reads": ["SELECT conversation_records", "SELECT runs", "SELECT threads"],
+                "statements (but events)": 12,
+                "write transactions (but the writer's)": 3,
+                "reads": ["SELECT conversation_records", "SELECT threads"],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
-                    ["UPDATE threads", "SELECT runs", "SELECT approvals", "INSERT runs", "UPDATE threads"],
-                    ["UPDATE runs", "UPDATE threads"],
+                    ["UPDATE threads", "INSERT runs"],
                     [
                         "INSERT conversation_entries",
                         "INSERT conversation_records",
