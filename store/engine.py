@@ -27,6 +27,7 @@ __all__ = (
     "dispose",
     "normalize_url",
     "options_of",
+    "own_backend",
     "reader",
     "redacted",
     "translate_errors",
@@ -173,7 +174,34 @@ def create_engine(
         **settings,
     )
     _options[engine] = chosen
+    if not chosen.transaction_pooler:
+        _track_backends(engine)
     return engine
+
+
+_backends: WeakKeyDictionary[AsyncEngine, set[int]] = WeakKeyDictionary()
+
+
+def _track_backends(engine: AsyncEngine) -> None:
+    # Each pooled connection's server process id, known to asyncpg from the connection's start
+    # (no query). Through a transaction-mode pooler a backend serves every client: not tracked.
+    backends = _backends[engine] = set()
+
+    def opened(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        backends.add(dbapi_connection.driver_connection.get_server_pid())
+
+    def closed(dbapi_connection: Any, _record: object = None, *_: object) -> None:
+        if dbapi_connection is not None:
+            backends.discard(dbapi_connection.driver_connection.get_server_pid())
+
+    event.listen(engine.sync_engine, "connect", opened)
+    for name in ("close", "close_detached", "invalidate", "soft_invalidate"):
+        event.listen(engine.sync_engine, name, closed)
+
+
+def own_backend(engine: AsyncEngine, pid: int) -> bool:
+    """Whether PostgreSQL backend `pid` serves one of `engine`'s pooled connections now (never through a pooler)."""
+    return pid in _backends.get(engine, ())
 
 
 def _postgres_connect_args(options: ConnectionOptions) -> dict[str, object]:
