@@ -23,6 +23,7 @@ from .guardrails import (
     first_tripped,
     injection_guardrail,
     leak_guardrail,
+    message_window,
 )
 from .ledger import ToolLedger
 from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
@@ -32,13 +33,14 @@ from .redaction import secrets_from_environment
 from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
-from .step import run_step
+from .step import EVENT_BLOCK, run_step
 from .texts import Texts
 from .tool_failures import ToolFailures
 from .tracing import TracingConfig, TracingUnavailable, instrumentation, setup_tracing
 
 __all__ = (
     "DEFAULT_APP",
+    "EVENT_BLOCK",
     "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
     "OWN_PACKAGES",
@@ -83,6 +85,7 @@ __all__ = (
     "last_prompt",
     "leak_guardrail",
     "load_app",
+    "message_window",
     "open_runtime",
     "resolve_model",
     "run_step",

@@ -58,6 +58,7 @@ __all__ = (
     "first_tripped",
     "injection_guardrail",
     "leak_guardrail",
+    "message_window",
     "phrase",
 )
 
@@ -70,6 +71,8 @@ class GuardrailContext:
     thread_id: str
     run_id: str
     user_id: str
+    messages_sent: tuple[timedelta, int] | None = None
+    """The user's messages within a window, counted when the run was queued (see `MessageRate`)."""
 
 
 class Guardrail(Protocol):
@@ -244,6 +247,10 @@ class MessageRate:
 
     async def check(self, text: str, context: GuardrailContext) -> bool:
         """Whether this message is beyond the user's limit."""
+        counted = context.messages_sent
+        if counted is not None and counted[0] == self.window:
+            # Counted in the transaction that queued the run: no read of its own.
+            return counted[1] > self.limit
         sent = await context.db.runs.count_messages(context.user_id, since=now_utc() - self.window)
         return sent > self.limit
 
@@ -254,6 +261,14 @@ class Guardrails:
 
     input: Sequence[Guardrail] = field(default_factory=tuple[Guardrail, ...])
     output: Sequence[Guardrail] = field(default_factory=tuple[Guardrail, ...])
+
+
+def message_window(guardrails: Guardrails) -> timedelta | None:
+    """The window of the first `MessageRate` among the input guardrails: what to count when queueing a run."""
+    for guardrail in guardrails.input:
+        if isinstance(guardrail, MessageRate):
+            return guardrail.window
+    return None
 
 
 def default_guardrails(*, messages_per_minute: int | None = 30, texts: Texts | None = None) -> Guardrails:

@@ -49,6 +49,7 @@ from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
+    Claimed,
     DatabaseUnavailable,
     LeaseLost,
     PendingCall,
@@ -107,7 +108,9 @@ class _Stopped(Exception):
     """The runtime is stopping: the run reached a checkpoint and is put back in the queue."""
 
 
-async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -> RunStatus:
+async def run_step(
+    runtime: Runtime, run_id: str, *, sink: Sink | None = None, claimed: Claimed | None = None
+) -> RunStatus:
     """Drive the queued run `run_id` to its end (or its pause) and return the status it ended with.
 
     A run this worker cannot claim (another worker holds it, or it ended) is left alone and its
@@ -117,19 +120,22 @@ async def run_step(runtime: Runtime, run_id: str, *, sink: Sink | None = None) -
 
     Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
     spans; its trace id is kept on the run's row and on every event and approval row of the run.
+    `claimed`: the run as queueing it claimed it for this worker (`Runs.queue`): no claim here.
     """
     with tracer.start_as_current_span("run", attributes=run_attributes(run_id)) as span:
-        status = await _run_step(runtime, run_id, sink)
+        status = await _run_step(runtime, run_id, sink, claimed)
         span.set_attribute("durable_chat.run.status", status)
         return status
 
 
-async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStatus:
+async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: Claimed | None) -> RunStatus:
     trace_id = current_trace_id()
-    started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK, trace_id=trace_id)
-    if started is None:
-        return (await runtime.db.runs.get(run_id)).status
-    run, user_id, first_event_id = started
+    if claimed is None or claimed.run.run_id != run_id:
+        started = await runtime.db.runs.start_reserving(run_id, events=EVENT_BLOCK, trace_id=trace_id)
+        if started is None:
+            return (await runtime.db.runs.get(run_id)).status
+        claimed = Claimed(*started)
+    run, first_event_id = claimed.run, claimed.first_event_id
     trace.get_current_span().set_attributes(run_attributes(run_id, run))
     log = EventLogSink(
         runtime.db.events,
@@ -146,7 +152,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None) -> RunStat
     if run.attempt > 1:
         # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
         out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
-    step = _Step(runtime, run, user_id, out, log, trace_id)
+    step = _Step(runtime, claimed, out, log, trace_id)
     try:
         return await _drive(runtime, run, step, out)
     finally:
@@ -178,7 +184,9 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
         try:
-            await runtime.db.runs.finish(run.run_id, "failed", error=f"{type(error).__name__}: {error}")
+            await runtime.db.runs.finish(
+                run.run_id, "failed", error=f"{type(error).__name__}: {error}", trace_id=step.trace_id
+            )
         except LeaseLost:
             return await _lost(runtime, run)
         await out.emit(
@@ -209,13 +217,14 @@ async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
 
 class _Step:
     def __init__(
-        self, runtime: Runtime, run: Run, user_id: str, out: Sink, log: EventLogSink, trace_id: str | None
+        self, runtime: Runtime, claimed: Claimed, out: Sink, log: EventLogSink, trace_id: str | None
     ) -> None:
+        run, user_id, sent = claimed.run, claimed.user_id, claimed.messages_sent
         self.runtime = runtime
         self.run = run
         self.trace_id = trace_id
         self.db = runtime.db
-        self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id)
+        self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id, sent)
         self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
         self.out = out
         self.log = log
@@ -339,7 +348,9 @@ class _Step:
                 await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
             await insert_events(connection, run.thread_id, new_events(events))
             await self.guard.blank(connection)
-            await record_checkpoint(connection, run, event_id=covered, finish=finish, error=error)
+            await record_checkpoint(
+                connection, run, event_id=covered, finish=finish, error=error, trace_id=self.trace_id
+            )
 
         conversation.messages = merged
         conversation.deferred_tool_requests = deferred

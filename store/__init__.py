@@ -28,7 +28,7 @@ from .ledger import Execution, Ledger, idempotency_key
 from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records, insert_records
-from .runs import Run, Runs, finish_run, insert_run, record_checkpoint
+from .runs import Claimed, Queued, Run, Runs, finish_run, insert_run, record_checkpoint
 from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 from .tracing import run_trace_id
@@ -41,6 +41,7 @@ __all__ = (
     "ApprovalPending",
     "ApprovalStatus",
     "Approvals",
+    "Claimed",
     "Conflict",
     "ConnectionOptions",
     "CorruptData",
@@ -62,6 +63,7 @@ __all__ = (
     "PageCursor",
     "PendingCall",
     "Purge",
+    "Queued",
     "Record",
     "Records",
     "Run",

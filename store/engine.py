@@ -27,6 +27,7 @@ __all__ = (
     "dispose",
     "normalize_url",
     "options_of",
+    "own_backend",
     "reader",
     "redacted",
     "translate_errors",
@@ -139,13 +140,18 @@ def create_engine(
 
     With `autocommit`, an engine for reads: its connections never open a transaction, so a read
     costs one round trip, with no BEGIN/ROLLBACK around it and no reset when it goes back to the
-    pool. Unless `options.pre_ping`, pooled connections are not pinged before use: a connection
+    pool (SQLAlchemy's DB-API `rollback()` at the end of each use is skipped too: on SQLite it is a
+    trip to the driver's thread that rolls back nothing). Unless `options.pre_ping`, pooled connections are not pinged before use: a connection
     that broke is found by the operation that uses it, which fails with `DatabaseUnavailable`
     and invalidates the pool, so the next operation reconnects.
     """
     settings: dict[str, object] = {}
     if autocommit:
-        settings = {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None}
+        settings = {
+            "isolation_level": "AUTOCOMMIT",
+            "pool_reset_on_return": None,
+            "skip_autocommit_rollback": True,
+        }
     if url.get_backend_name() == "sqlite":
         if not autocommit:
             # SQLite has one writer at a time. Writers of this process queue for the one pooled
@@ -168,7 +174,34 @@ def create_engine(
         **settings,
     )
     _options[engine] = chosen
+    if not chosen.transaction_pooler:
+        _track_backends(engine)
     return engine
+
+
+_backends: WeakKeyDictionary[AsyncEngine, set[int]] = WeakKeyDictionary()
+
+
+def _track_backends(engine: AsyncEngine) -> None:
+    # Each pooled connection's server process id, known to asyncpg from the connection's start
+    # (no query). Through a transaction-mode pooler a backend serves every client: not tracked.
+    backends = _backends[engine] = set()
+
+    def opened(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        backends.add(dbapi_connection.driver_connection.get_server_pid())
+
+    def closed(dbapi_connection: Any, _record: object = None, *_: object) -> None:
+        if dbapi_connection is not None:
+            backends.discard(dbapi_connection.driver_connection.get_server_pid())
+
+    event.listen(engine.sync_engine, "connect", opened)
+    for name in ("close", "close_detached", "invalidate", "soft_invalidate"):
+        event.listen(engine.sync_engine, name, closed)
+
+
+def own_backend(engine: AsyncEngine, pid: int) -> bool:
+    """Whether PostgreSQL backend `pid` serves one of `engine`'s pooled connections now (never through a pooler)."""
+    return pid in _backends.get(engine, ())
 
 
 def _postgres_connect_args(options: ConnectionOptions) -> dict[str, object]:

@@ -16,10 +16,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .engine import reader, translate_errors
+from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
 from .leases import hold
-from .notifications import notify_stored
+from .notifications import EventNotice, notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
 
@@ -55,6 +55,10 @@ class EventLog:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = reader(engine)
+
+    def stored_here(self, notice: EventNotice) -> bool:
+        """Whether this process's own transaction (a connection of its pool) sent `notice`."""
+        return notice.sender is not None and own_backend(self._engine, notice.sender)
 
     async def read(self, thread_id: str, *, after: int = 0, limit: int | None = None) -> list[LoggedEvent]:
         """The thread's events with an id greater than `after`, in order."""

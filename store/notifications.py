@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
@@ -49,6 +49,8 @@ class EventNotice:
 
     thread_id: str
     event_id: int
+    sender: int | None = None
+    """The PostgreSQL backend (server process id) whose transaction stored them, when known."""
 
 
 async def notify_stored(connection: AsyncConnection, thread_id: str, newest: int) -> None:
@@ -180,11 +182,12 @@ class EventListener:
                 break
         logger.warning("the event listener connection closed; reconnecting")
 
-    def _received(self, _connection: object, _pid: int, _channel: str, payload: object) -> None:
+    def _received(self, _connection: object, pid: int, _channel: str, payload: object) -> None:
         notice = parse_notice(payload) if isinstance(payload, str) else None
         if notice is None:
             logger.warning("ignored a malformed event notification")
             return
+        notice = replace(notice, sender=pid)
         try:
             self._on_notice(notice)
         except Exception:

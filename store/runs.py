@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .leases import Worker, claim, release
+from .queueing import insert_queued, refuse_or_mark
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
@@ -29,6 +30,8 @@ from .threads import touch_thread
 from .tracing import traced
 
 __all__ = (
+    "Claimed",
+    "Queued",
     "Run",
     "Runs",
     "finish_run",
@@ -59,6 +62,30 @@ class Run:
     lease_owner: str | None = None
     """The worker that holds (or last held) the run; see `store.leases`."""
     lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A run this worker holds and started: running, its attempt counted, a block of event ids reserved."""
+
+    run: Run
+    user_id: str
+    """The user of the run's thread."""
+    first_event_id: int
+    """The first of the event ids reserved for the run."""
+    messages_sent: tuple[timedelta, int] | None = None
+    """Counted as the run was queued: the user's messages within a window, this one included."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """What queueing a run did (`Runs.queue`)."""
+
+    run: Run
+    created: bool
+    """`False`: the idempotency key named a run queued earlier, returned as it is."""
+    claimed: Claimed | None = None
+    """Set when the run was created claimed by this worker, started, ready to drive."""
 
 
 def thread_status_after(status: RunStatus) -> ThreadStatus:
@@ -96,7 +123,8 @@ class Runs:
             RunActive: The thread has a run queued or running.
             ApprovalPending: The thread waits for decisions on tool calls.
         """
-        return await self._create(thread_id, "message", content=content, idempotency_key=idempotency_key)
+        queued = await self._create(thread_id, "message", content=content, idempotency_key=idempotency_key)
+        return queued.run, queued.created
 
     @traced("queue_run")
     async def create_regenerate_run(
@@ -107,45 +135,94 @@ class Runs:
         The run drops the last reply (the store keeps it as a branch) before it answers. Keyed
         and refused like `create_message_run`.
         """
-        return await self._create(thread_id, "regenerate", content=content, idempotency_key=idempotency_key)
+        queued = await self._create(thread_id, "regenerate", content=content, idempotency_key=idempotency_key)
+        return queued.run, queued.created
+
+    @traced("queue_run")
+    async def queue(
+        self,
+        thread_id: str,
+        kind: RunKind,
+        *,
+        content: str,
+        idempotency_key: str | None = None,
+        claim_events: int | None = None,
+        count_window: timedelta | None = None,
+    ) -> Queued:
+        """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
+
+        With `claim_events`, the run is created claimed by this worker and started (as
+        `start_reserving` would, with that many event ids reserved): the worker drives it at once,
+        with no transaction of its own to claim it; with `count_window` too, the user's messages
+        within that window, across their threads, are counted for it (for a rate limit). Refused
+        like `create_message_run`.
+        """
+        return await self._create(
+            thread_id,
+            kind,
+            content=content,
+            idempotency_key=idempotency_key,
+            claim_events=claim_events,
+            count_window=count_window,
+        )
 
     async def _create(
-        self, thread_id: str, kind: RunKind, *, content: str, idempotency_key: str | None
-    ) -> tuple[Run, bool]:
+        self,
+        thread_id: str,
+        kind: RunKind,
+        *,
+        content: str,
+        idempotency_key: str | None,
+        claim_events: int | None = None,
+        count_window: timedelta | None = None,
+    ) -> Queued:
+        # Two statements. The thread's UPDATE comes first: it serializes this thread's writers
+        # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
+        # refuses a run. The active run is read, not left to the unique index: an INSERT meeting
+        # a run row another transaction is changing would wait for it while holding the thread's
+        # lock, which that transaction may want next (a checkpoint locks the run, then the thread).
         with translate_errors(f"queueing a run on thread {thread_id!r}"):
             try:
                 async with self._engine.begin() as connection:
-                    # The first write: it serializes this thread's writers before the checks below.
-                    await touch_thread(connection, thread_id, message=content if kind == "message" else None)
-                    if idempotency_key is not None:
-                        existing = await _by_key(connection, thread_id, idempotency_key)
-                        if existing is not None:
-                            return existing, False
-                    if await _active(connection, thread_id) is not None:
+                    since = None if count_window is None or claim_events is None else now_utc() - count_window
+                    state = await refuse_or_mark(
+                        connection, thread_id, kind, content, idempotency_key, claim_events, since
+                    )
+                    if state is None:
+                        raise NotFound(f"no thread {thread_id!r}")
+                    if state.keyed is not None:
+                        raise _Replayed
+                    if state.active:
                         raise RunActive(f"thread {thread_id!r} already has a run in progress")
-                    pending = await connection.execute(
-                        sa.select(sa.func.count())
-                        .select_from(_approvals)
-                        .where(_approvals.c.thread_id == thread_id, _approvals.c.status == "pending")
-                    )
-                    if pending.scalar_one():
+                    if state.pending:
                         raise ApprovalPending(f"thread {thread_id!r} waits for decisions on its tool calls")
-                    run = await insert_run(
-                        connection,
-                        thread_id,
-                        kind=kind,
-                        content=content,
-                        idempotency_key=idempotency_key,
-                    )
-                    return run, True
+                    worker = None if claim_events is None else self.worker
+                    row = await insert_queued(connection, thread_id, kind, content, idempotency_key, worker)
+            except _Replayed:
+                # Nothing changed: the transaction rolled back, and the keyed run is read as it is now.
+                existing = await self._keyed(thread_id, idempotency_key)
+                if existing is not None:
+                    return Queued(existing, False)
+                raise RunActive(f"thread {thread_id!r} already has a run in progress") from None
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.
-                if idempotency_key is not None:
-                    async with self._reader.connect() as connection:
-                        existing = await _by_key(connection, thread_id, idempotency_key)
-                    if existing is not None:
-                        return existing, False
+                existing = await self._keyed(thread_id, idempotency_key)
+                if existing is not None:
+                    return Queued(existing, False)
                 raise RunActive(f"thread {thread_id!r} already has a run in progress") from error
+        run = _run(row)
+        if claim_events is None:
+            return Queued(run, True)
+        sent = None
+        if count_window is not None and state.sent is not None:
+            sent = (count_window, state.sent + (kind == "message"))
+        return Queued(run, True, Claimed(run, state.user_id, state.last_event_id - claim_events + 1, sent))
+
+    async def _keyed(self, thread_id: str, idempotency_key: str | None) -> Run | None:
+        if idempotency_key is None:
+            return None
+        async with self._reader.connect() as connection:
+            return await _by_key(connection, thread_id, idempotency_key)
 
     async def get(self, run_id: str) -> Run:
         with translate_errors(f"reading run {run_id!r}"):
@@ -222,8 +299,12 @@ class Runs:
                 return (await connection.execute(query)).scalar_one()
 
     @traced("finish_run")
-    async def finish(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
+    async def finish(
+        self, run_id: str, status: RunStatus, *, error: str | None = None, trace_id: str | None = None
+    ) -> None:
         """End a run this worker holds with `status`, and set its thread's status to match, in one unit of work.
+
+        `trace_id`, when given, is kept on the run's row (a run claimed as it was queued has none yet).
 
         Raises:
             NotFound: No such run.
@@ -231,7 +312,9 @@ class Runs:
         """
         with translate_errors(f"finishing run {run_id!r}"):
             async with self._engine.begin() as connection:
-                await finish_run(connection, run_id, status, error=error, owner=self.worker.worker_id)
+                await finish_run(
+                    connection, run_id, status, error=error, owner=self.worker.worker_id, trace_id=trace_id
+                )
 
 
 async def finish_run(
@@ -241,6 +324,7 @@ async def finish_run(
     *,
     error: str | None = None,
     owner: str | None = None,
+    trace_id: str | None = None,
 ) -> None:
     """End a run inside the caller's unit of work; with `owner`, only if that worker holds it running.
 
@@ -251,10 +335,11 @@ async def finish_run(
     query = _runs.update().where(_runs.c.run_id == run_id)
     if owner is not None:
         query = query.where(_runs.c.lease_owner == owner, _runs.c.status == "running")
+    values: dict[str, object] = {"status": status, "error": error, "finished_at": now_utc()}
+    if trace_id is not None:
+        values["trace_id"] = trace_id
     thread_id = (
-        await connection.execute(
-            query.values(status=status, error=error, finished_at=now_utc()).returning(_runs.c.thread_id)
-        )
+        await connection.execute(query.values(**values).returning(_runs.c.thread_id))
     ).scalar_one_or_none()
     if thread_id is None:
         exists = await connection.execute(sa.select(_runs.c.run_id).where(_runs.c.run_id == run_id))
@@ -299,11 +384,13 @@ async def record_checkpoint(
     event_id: int,
     finish: RunStatus | None = None,
     error: str | None = None,
+    trace_id: str | None = None,
 ) -> None:
     """A run's bookkeeping for a checkpoint, inside its unit of work: two statements.
 
     Counts the checkpoint (and ends the run with `finish`), and records on the thread the newest
     event the stored messages now reflect (and the status the run's end gives the thread).
+    `trace_id`, when given, is kept on the run's row (a run claimed as it was queued has none yet).
 
     Raises:
         LeaseLost: `run.lease_owner` no longer holds the run; the caller's transaction must roll back.
@@ -311,6 +398,8 @@ async def record_checkpoint(
     """
     now = now_utc()
     run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
+    if trace_id is not None:
+        run_values["trace_id"] = trace_id
     thread_values: dict[str, object] = {"checkpoint_event_id": event_id, "updated_at": now}
     if finish is not None:
         run_values.update(status=finish, error=error, finished_at=now)
@@ -336,6 +425,10 @@ async def record_checkpoint(
     if touched.rowcount != 1:
         # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
         raise NotFound(f"no thread {run.thread_id!r}")
+
+
+class _Replayed(Exception):
+    """The idempotency key names a run queued earlier: roll back, and answer with that run."""
 
 
 async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:

@@ -18,7 +18,7 @@ from .errors import Conflict, NotFound
 from .retention import count_active_stale, erase_stale, erase_thread, find_stale
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
-__all__ = ("Purge", "Thread", "ThreadCursor", "Threads", "touch_thread")
+__all__ = ("Purge", "Thread", "ThreadCursor", "Threads", "touch_thread", "touched")
 
 logger = logging.getLogger(__name__)
 
@@ -239,16 +239,23 @@ async def touch_thread(
     Raises:
         NotFound: The thread does not exist (deleted meanwhile).
     """
+    result = await connection.execute(
+        _threads.update()
+        .where(_threads.c.thread_id == thread_id)
+        .values(**touched(status=status, message=message))
+    )
+    if result.rowcount != 1:
+        raise NotFound(f"no thread {thread_id!r}")
+
+
+def touched(*, status: ThreadStatus | None = None, message: str | None = None) -> dict[str, object]:
+    """The values `touch_thread` sets, for a caller's own UPDATE of the thread's row."""
     values: dict[str, object] = {"updated_at": now_utc()}
     if status is not None:
         values["status"] = status
     if message is not None and (title := title_from(message)):
         values["title"] = sa.case((_threads.c.title == "", title), else_=_threads.c.title)
-    result = await connection.execute(
-        _threads.update().where(_threads.c.thread_id == thread_id).values(**values)
-    )
-    if result.rowcount != 1:
-        raise NotFound(f"no thread {thread_id!r}")
+    return values
 
 
 def _thread(row: RowMapping) -> Thread:

@@ -3,7 +3,9 @@ message rate, custom checks; the replies are the app's texts (here the defaults)
 
 from __future__ import annotations
 
+import asyncio
 import re
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
@@ -20,7 +22,9 @@ from agent import (
     injection_guardrail,
 )
 from agent.guardrails import RATE_REPLY, leak_guardrail
+from store import Queued, RunStatus, Thread
 from stream import CollectingSink, TextDelta, transcript
+from web import Runner
 
 from .core_app import CoreFactory
 from .scripted import Calls, Script, lines
@@ -266,3 +270,36 @@ class _NoDatabase:
 
 
 _NO_CONTEXT = GuardrailContext(db=_NoDatabase(), thread_id="t", run_id="r", user_id="u")  # pyright: ignore[reportArgumentType]
+
+
+async def test_a_message_queued_by_the_runner_is_counted_in_its_own_transaction(
+    core_factory: CoreFactory,
+) -> None:
+    # The runner queues a run claimed, with the user's count read in the same statement as the
+    # thread's update: the rate holds as when the guardrail reads the store itself.
+    script = Script([], then="Sure.")
+    app = await core_factory(script, guardrails=default_guardrails(messages_per_minute=2))
+    runner = Runner(app.runtime)
+    first, second = await app.thread(), await app.thread()
+    other = await app.thread(user_id="bob")
+
+    async def queue(thread: Thread, content: str) -> tuple[Queued, RunStatus]:
+        queued = await runner.queue(thread.thread_id, "message", content=content)
+        (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"run {queued.run.run_id}"]
+        await task
+        return queued, (await app.db.runs.get(queued.run.run_id)).status
+
+    try:
+        outcomes = [await queue(first, "hello"), await queue(second, "hi"), await queue(first, "again")]
+        outcomes.append(await queue(other, "hello"))
+    finally:
+        await runner.aclose()
+    window = timedelta(minutes=1)
+    assert [(q.claimed and q.claimed.messages_sent, status) for q, status in outcomes] == [
+        ((window, 1), "completed"),
+        ((window, 2), "completed"),
+        ((window, 3), "blocked"),
+        ((window, 1), "completed"),
+    ]
+    assert len(script.requests) == 3
+    assert RATE_REPLY in str(await app.messages(first))

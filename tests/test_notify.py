@@ -156,6 +156,34 @@ async def test_a_notice_costs_a_read_only_when_a_follower_here_lacks_its_events(
         assert 1 <= relay.reads <= 2
 
 
+async def test_a_process_never_reads_back_what_its_own_transactions_notified(tmp_path: Path) -> None:
+    # This process publishes its own events once they commit; its notice, which may arrive first,
+    # costs no read. Another process's notice still does.
+    async with two_processes(tmp_path) as (here, there):
+        thread = await here.threads.create(user_id="u")
+        broker = Broker()
+        relay = Relay(here.events, broker)
+        listener = EventListener(here.engine.url, on_notice=relay.notice, on_connected=lambda: None)
+        listener.start()
+        try:
+            with anyio.fail_after(DEADLINE):
+                await listener.wait_connected()
+            with broker.subscribe(thread.thread_id, after=0) as follower:
+                await store_events(here, thread.thread_id, "mine")
+                await store_events(there, thread.thread_id, "theirs")
+                with anyio.fail_after(DEADLINE):
+                    batch = await follower.next_batch()
+                    while not any(stored.event_id == 2 for stored in batch):
+                        batch += await follower.next_batch()
+        finally:
+            await listener.aclose()
+            await relay.aclose()
+    # Notices arrive in commit order: the first, this process's own, was dropped unread. The read
+    # the second one caused brought both (the first was never published here).
+    assert relay.reads == 1
+    assert [stored.event_id for stored in batch] == [1, 2]
+
+
 async def test_a_listener_that_reconnects_catches_up_on_what_it_missed(tmp_path: Path) -> None:
     async with two_processes(tmp_path) as (here, there):
         thread = await here.threads.create(user_id="u")

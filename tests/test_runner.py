@@ -21,7 +21,7 @@ from store import Run, Worker
 from web import Runner
 
 from .conftest import MigratedDatabases
-from .core_app import core_app
+from .core_app import CoreFactory, core_app
 from .scripted import Calls, Script
 from .step_app import shapes
 
@@ -173,3 +173,29 @@ async def _running(runtime: Runtime, run_id: str) -> bool:
 async def _ended(runtime: Runtime, run_id: str) -> Run | None:
     run = await runtime.db.runs.get(run_id)
     return None if run.status in {"queued", "running"} else run
+
+
+async def test_a_run_is_queued_claimed_only_while_the_runner_has_a_free_slot(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([], then="Sure."))
+    runner = Runner(app.runtime, max_concurrent=1)
+    first, second = await app.thread(), await app.thread()
+    try:
+        claimed = await runner.queue(first.thread_id, "message", content="Hello")
+        # The only slot is taken: the next run is queued free, for this worker's next slot (or a sweep).
+        free = await runner.queue(second.thread_id, "message", content="Hello")
+        assert claimed.claimed is not None
+        assert free.claimed is None
+        me = runner.worker_id
+        assert (claimed.run.status, claimed.run.lease_owner, claimed.run.attempt) == ("running", me, 1)
+        assert (free.run.status, free.run.lease_owner, free.run.attempt) == ("queued", None, 0)
+        names = {f"run {q.run.run_id}" for q in (claimed, free)}
+        tasks = [t for t in asyncio.all_tasks() if t.get_name() in names]
+        assert len(tasks) == 2
+        await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE)
+    finally:
+        await runner.aclose()
+    ended = [await app.db.runs.get(q.run.run_id) for q in (claimed, free)]
+    # Both answered, once, whichever way they were claimed.
+    assert [(run.status, run.attempt, run.lease_owner) for run in ended] == [("completed", 1, me)] * 2

@@ -165,16 +165,15 @@ async def post_message(request: Request) -> Response:
             details=details,
         )
     try:
-        run, created = await s.db.runs.create_message_run(
-            thread.thread_id, content=body.content, idempotency_key=body.idempotency_key
+        # Driven here from the same transaction when this worker has room (see `web.runner`).
+        queued = await s.runner.queue(
+            thread.thread_id, "message", content=body.content, idempotency_key=body.idempotency_key
         )
     except (RunActive, ApprovalPending) as error:
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    if created:
-        s.runner.submit(run.run_id)
-    return JSONResponse({"run_id": run.run_id, "thread_id": thread.thread_id}, status_code=202)
+    return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread.thread_id}, status_code=202)
 
 
 async def cancel_run(request: Request) -> Response:

@@ -84,16 +84,14 @@ async def queue_message(s: Services, thread: Thread, content: str, *, idempotenc
     if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
         raise ApiError(422, "validation_error", f"a message id has at most {MAX_CHAT_ID} characters")
     try:
-        run, created = await s.db.runs.create_message_run(
-            thread.thread_id, content=content, idempotency_key=idempotency_key
+        queued = await s.runner.queue(
+            thread.thread_id, "message", content=content, idempotency_key=idempotency_key
         )
     except (RunActive, ApprovalPending) as error:
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    if created:
-        s.runner.submit(run.run_id)
-    return run
+    return queued.run
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ a thread whose run another process drives. That process's storing transactions n
 Deliberate choices:
 
 - **Only followed threads cost anything.** A notice for a thread nobody here follows, or one
-  whose events this process published already (its own runs' notices come back to it too), is
-  dropped without touching the database.
+  whose events this process published already, is dropped without touching the database.
+- **Its own notices are dropped.** This process's storing transactions notify it too, and the
+  notice may well arrive before the storing task, resumed after its commit, published the events
+  here: a notice sent by one of this process's own connections is never read back.
 - **One reader per thread.** Notices for a thread coalesce while its read is in flight: then
   one more read follows, after the newest id the broker has, so a burst of notices costs at most
   two reads, and the events are published in order.
@@ -50,6 +52,8 @@ class Relay:
 
     def notice(self, notice: EventNotice) -> None:
         """Events of a thread up to `notice.event_id` are stored: relay them if a follower here lacks them."""
+        if self._log.stored_here(notice):
+            return  # stored by this process, which publishes them itself once they commit
         position = self._broker.position(notice.thread_id)
         if position is None or position >= notice.event_id:
             return

@@ -7,6 +7,10 @@ holds its lease (see `store.leases`). Deliberate choices:
 
 - **Claims, not trust.** `submit` only asks this process to try: `run_step` claims the run in
   one statement, and of workers trying at once exactly one drives it.
+- **Claimed as it is queued.** A run queued here (`queue`) while this worker has a free slot is
+  created claimed by it, in the request's own transaction, with the user's message count the
+  rate limit needs: its task starts driving it with no transaction of its own. With no free slot
+  it is queued free, for this worker's next slot or another worker's sweep.
 - **Heartbeat.** Every `heartbeat_seconds`, one statement renews the leases of every run this
   worker holds. A run no longer held, because another worker took it over after this one
   stalled past its lease, has its task cancelled; its writes are fenced off anyway.
@@ -33,8 +37,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from agent import Runtime, run_step
-from store import DatabaseUnavailable, NotFound, StoreError
+from agent import EVENT_BLOCK, Runtime, message_window, run_step
+from store import Claimed, DatabaseUnavailable, NotFound, Queued, RunKind, StoreError
 
 __all__ = ("Runner",)
 
@@ -70,11 +74,42 @@ class Runner:
     def worker_id(self) -> str:
         return self._leases.worker.worker_id
 
-    def submit(self, run_id: str) -> None:
-        """Drive the run `run_id` in the background if this worker can claim it; a run driven here already is left alone."""
+    async def queue(
+        self, thread_id: str, kind: RunKind, *, content: str, idempotency_key: str | None = None
+    ) -> Queued:
+        """Queue a `message` or `regenerate` run (see `store.Runs.queue`) and drive it here if it is new.
+
+        Raises:
+            NotFound: No such thread.
+            RunActive: The thread has a run queued or running.
+            ApprovalPending: The thread waits for decisions on tool calls.
+        """
+        claim = not self._closed and len(self._tasks) < self._max_concurrent
+        queued = await self._runtime.db.runs.queue(
+            thread_id,
+            kind,
+            content=content,
+            idempotency_key=idempotency_key,
+            claim_events=EVENT_BLOCK if claim else None,
+            count_window=message_window(self._runtime.guardrails) if kind == "message" else None,
+        )
+        if not queued.created:
+            return queued
+        if self._closed and queued.claimed is not None:
+            # Shut down meanwhile: free it for another worker now rather than a lease later.
+            await self._runtime.db.runs.requeue(queued.run.run_id)
+            return queued
+        self.submit(queued.run.run_id, claimed=queued.claimed)
+        return queued
+
+    def submit(self, run_id: str, *, claimed: Claimed | None = None) -> None:
+        """Drive the run `run_id` in the background if this worker can claim it; a run driven here already is left alone.
+
+        `claimed`: the run as `queue` claimed it, driven without a claim of its own.
+        """
         if self._closed or run_id in self._tasks:
             return
-        task = asyncio.create_task(self._drive(run_id), name=f"run {run_id}")
+        task = asyncio.create_task(self._drive(run_id, claimed), name=f"run {run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(run_id, None))
 
@@ -185,9 +220,9 @@ class Runner:
             except Exception:
                 logger.exception("%s failed", getattr(action, "__name__", "a periodic task"))
 
-    async def _drive(self, run_id: str) -> None:
+    async def _drive(self, run_id: str, claimed: Claimed | None) -> None:
         try:
-            status = await self._drive_until_reachable(run_id)
+            status = await self._drive_until_reachable(run_id, claimed)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)
@@ -196,11 +231,11 @@ class Runner:
         else:
             logger.debug("run %s ended %s", run_id, status)
 
-    async def _drive_until_reachable(self, run_id: str) -> str:
+    async def _drive_until_reachable(self, run_id: str, claimed: Claimed | None) -> str:
         """Drive the run; while the database is unreachable, retry with backoff until shutdown.
 
         An attempt cut short by the database leaves the run `running` (requeueing it needs the
-        database too): it is requeued here before the next attempt.
+        database too): it is requeued here before the next attempt, which claims it anew.
         """
         backoff, interrupted = 0.5, False
         while True:
@@ -208,12 +243,12 @@ class Runner:
                 if interrupted:
                     await self._runtime.db.runs.requeue(run_id)
                 async with self._slots:
-                    return await run_step(self._runtime, run_id)
+                    return await run_step(self._runtime, run_id, claimed=claimed)
             except DatabaseUnavailable as error:
                 if self._closed:
                     raise  # the next start recovers it
                 logger.warning("run %s waits for the database (%s)", run_id, error)
-                interrupted = True
+                interrupted, claimed = True, None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 

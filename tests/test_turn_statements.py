@@ -1,0 +1,218 @@
+"""The statements and transactions one turn costs the database, pinned: adding one fails here.
+
+A turn as the server serves it: a POST of a user message to the native API, and its run driven by
+the runner to its end, three nodes (the model calls a tool, the tool answers, the model replies).
+Every statement either engine of the store (the writer's and the reader's) sends is counted
+through SQLAlchemy's `before_cursor_execute`, named by its verb and its first table, and grouped
+by the write transaction that committed it; every DB-API rollback a read sends is counted too (a
+trip a read need not pay).
+
+Where the events go is timing: the event log's background writer stores them in a group commit
+(at once when idle, then no sooner than 50 ms after the previous one), a checkpoint takes those
+still queued into its own transaction. So the writer's transactions are pinned by their shape,
+not their number, and the statements storing events inside a checkpoint are left out of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from inline_snapshot import snapshot
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store import reader
+from web import Settings, create_app, issue_token
+from web.services import Services
+
+from .core_app import core_app
+from .scripted import Calls, Script
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "turn-statements-secret"
+
+
+@dataclass
+class Tally:
+    """What the store sent the database: write transactions, reads, DB-API rollbacks outside a transaction."""
+
+    transactions: list[tuple[str, ...]] = field(default_factory=list[tuple[str, ...]])
+    """Each committed write transaction, as its statements in order."""
+    reads: list[str] = field(default_factory=list[str])
+    rollbacks: int = 0
+    counting: bool = False
+    _open: dict[int, list[str]] = field(default_factory=dict[int, list[str]])
+
+    def written(self, connection: Connection, sql: str) -> None:
+        if self.counting:
+            self._open.setdefault(id(connection), []).append(_named(sql))
+
+    def committed(self, connection: Connection) -> None:
+        statements = self._open.pop(id(connection), [])
+        if self.counting:
+            self.transactions.append(tuple(statements))
+
+    def summary(self) -> dict[str, object]:
+        """The turn's transactions, but the event log's group commits apart: how many there are is timing."""
+        flushes = [t for t in self.transactions if _flush(t)]
+        turn = [[s for s in t if s not in _EVENTS] for t in self.transactions if not _flush(t)]
+        shapes = sorted(set(flushes))
+        return {
+            "statements (but events)": sum(map(len, turn)) + len(self.reads),
+            "write transactions (but the writer's)": len(turn),
+            "reads": sorted(self.reads),
+            "rollbacks outside a transaction": self.rollbacks,
+            "transactions": turn,
+            "event flush": [list(shape) for shape in shapes],
+        }
+
+
+_EVENTS = frozenset({"INSERT events", "SELECT pg_notify"})
+"""Storing events (and, on PostgreSQL, notifying other processes of them)."""
+
+
+def _flush(transaction: tuple[str, ...]) -> bool:
+    """A group commit of the event log's writer: events, and nothing else of the turn."""
+    return "INSERT events" in transaction and set(transaction) <= {
+        "INSERT events",
+        "SELECT runs",
+        "SELECT pg_notify",
+    }
+
+
+def _named(sql: str) -> str:
+    """`VERB table`: what a statement does, and to which table first."""
+    if "pg_notify" in sql:
+        return "SELECT pg_notify"
+    verb = sql.split()[0].upper()
+    match = re.search(r"\b(?:FROM|INTO|UPDATE)\s+\"?(\w+)", sql, flags=re.IGNORECASE)
+    return f"{verb} {match.group(1) if match else ''}".strip()
+
+
+def _watch(engine: AsyncEngine, name: str, tally: Tally) -> None:
+    if name == "write":
+
+        def on_write(connection: Connection, _cursor: Any, sql: str, *_: Any) -> None:
+            tally.written(connection, sql)
+
+        event.listen(engine.sync_engine, "before_cursor_execute", on_write)
+        event.listen(engine.sync_engine, "commit", tally.committed)
+        return
+
+    def on_read(_connection: Connection, _cursor: Any, sql: str, *_: Any) -> None:
+        if tally.counting:
+            tally.reads.append(_named(sql))
+
+    def on_rollback(connection: Connection) -> None:
+        # The end of a read's autobegun "transaction": a DB-API rollback trip, unless the dialect skips it.
+        dialect, dbapi_connection = connection.dialect, connection.connection.dbapi_connection
+        assert dbapi_connection is not None
+        skipped = dialect.skip_autocommit_rollback and dialect.detect_autocommit_setting(dbapi_connection)
+        if tally.counting and not skipped:
+            tally.rollbacks += 1
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_read)
+    event.listen(engine.sync_engine, "rollback", on_rollback)
+
+
+Turn = Callable[[], Awaitable[Tally]]
+
+
+@pytest.fixture
+async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
+    """Serves `core_app` in process; `await one_turn()` plays one 3-node turn and returns its tally."""
+    script = Script([Calls([("lookup", {"key": "balance"})]), "The balance is 42."])
+    async with AsyncExitStack() as stack:
+        settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
+        app = create_app(settings, app=core_app(script))
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30)
+        )
+        services: Services = app.state.services
+        tally = Tally()
+        _watch(services.db.engine, "write", tally)
+        _watch(reader(services.db.engine), "read", tally)
+        headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+
+        async def play() -> Tally:
+            thread = (await client.post("/api/threads", json={}, headers=headers)).json()
+            tally.counting = True
+            answer = await client.post(
+                f"/api/threads/{thread['thread_id']}/messages", json={"content": "Balance?"}, headers=headers
+            )
+            assert answer.status_code == 202, answer.text
+            run_id = answer.json()["run_id"]
+            (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"run {run_id}"]
+            await task
+            tally.counting = False
+            run = await services.db.runs.get(run_id)
+            assert (run.status, run.checkpoints) == ("completed", 2)
+            return tally
+
+        yield play
+
+
+async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) -> None:
+    tally = await one_turn()
+    counted = tally.summary()
+    if database_url.startswith("sqlite"):
+        assert counted == snapshot(
+            {
+                "statements (but events)": 12,
+                "write transactions (but the writer's)": 3,
+                "reads": ["SELECT conversation_records", "SELECT threads"],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["UPDATE threads", "INSERT runs"],
+                    [
+                        "INSERT conversation_entries",
+                        "INSERT conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                    [
+                        "INSERT conversation_entries",
+                        "UPDATE conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                ],
+                "event flush": [["INSERT events", "SELECT runs"]],
+            }
+        )
+    else:
+        assert counted == snapshot(
+            {
+                "statements (but events)": 12,
+                "write transactions (but the writer's)": 3,
+                "reads": ["SELECT conversation_records", "SELECT threads"],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["UPDATE threads", "INSERT runs"],
+                    [
+                        "INSERT conversation_entries",
+                        "INSERT conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                    [
+                        "INSERT conversation_entries",
+                        "UPDATE conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                ],
+                "event flush": [["INSERT events", "SELECT pg_notify", "SELECT runs"]],
+            }
+        )
