@@ -38,14 +38,23 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from agent import RunRecords, RunScope, Runtime, RuntimeOptions, ToolLedger, open_runtime, run_step
+from agent import (
+    EVENT_BLOCK,
+    RunRecords,
+    RunScope,
+    Runtime,
+    RuntimeOptions,
+    ToolLedger,
+    open_runtime,
+    run_step,
+)
 from agent.demo import shop_app
 from bench.sections import write_section
 from bench.step_baseline import run_bare
 from bench.step_harness import Harness
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
-from store import Database
+from store import Claimed, Database
 
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -112,20 +121,24 @@ class Bench:
         bench.history = loaded.messages
         return bench
 
-    async def queue(self, long: bool) -> str:
-        """A new thread (holding a copy of `history` if `long`) with `PROMPT` queued as its next run."""
+    async def queue(self, long: bool) -> Claimed:
+        """A new thread (holding a copy of `history` if `long`) with `PROMPT` queued as its next run,
+        claimed by this worker as the server's POST queues it (`web.Runner.queue`)."""
         thread = await self.db.threads.create(user_id="bench", title="bench")
         if long:
             await self.db.conversations.save(
                 Conversation(conversation_id=thread.thread_id, messages=copy.deepcopy(self.history))
             )
-        run, _ = await self.db.runs.create_message_run(thread.thread_id, content=PROMPT)
-        return run.run_id
+        queued = await self.db.runs.queue(
+            thread.thread_id, "message", content=PROMPT, claim_events=EVENT_BLOCK
+        )
+        assert queued.claimed is not None
+        return queued.claimed
 
     async def ours(self, long: bool) -> Turn:
-        """Ours, ready to run: a run queued on a new thread."""
-        run_id = await self.queue(long)
-        return lambda: self.complete(run_id)
+        """Ours, ready to run: a run queued on a new thread, claimed as the POST that queued it."""
+        claimed = await self.queue(long)
+        return lambda: self.complete(claimed.run.run_id, claimed)
 
     async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), ready to run on a copy of the same history.
@@ -154,8 +167,8 @@ class Bench:
 
         return turn
 
-    async def complete(self, run_id: str) -> None:
-        status = await run_step(self.runtime, run_id)
+    async def complete(self, run_id: str, claimed: Claimed | None = None) -> None:
+        status = await run_step(self.runtime, run_id, claimed=claimed)
         if status != "completed":
             raise RuntimeError(f"run {run_id!r} ended {status!r}, not 'completed'")
 
