@@ -355,7 +355,8 @@ class SqlConversationStore(ConversationStore):
         also = _also.get()
         with translate_errors(f"saving conversation {conversation_id!r}"):
             try:
-                async with self._engine.begin() as connection:
+                # Alone, the write commits itself (one trip); with `also`, in SQLAlchemy's transaction.
+                async with self._engine.connect() if also is None else self._engine.begin() as connection:
                     written = await histories.write(
                         connection,
                         values,

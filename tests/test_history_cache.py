@@ -181,7 +181,7 @@ async def test_the_budget_evicts_the_least_recently_used_histories(open_store: A
 
 
 def test_the_charge_counts_the_stored_bytes() -> None:
-    cache = HistoryCache(budget=20_000)
+    cache = HistoryCache(budget=15_000)
     entries = tuple(
         _entry(f"0190a0a0-0000-7000-8000-00000000000{i}", message) for i, message in enumerate(turns(1))
     )
