@@ -47,9 +47,12 @@ def budget_from_env() -> int:
         ValueError: The setting is not a non-negative number.
     """
     raw = os.environ.get(CACHE_ENV, "").strip()
-    megabytes = float(raw) if raw else float(DEFAULT_CACHE_MB)
-    if megabytes < 0:
-        raise ValueError(f"{CACHE_ENV} must not be negative, got {raw!r}")
+    try:
+        megabytes = float(raw) if raw else float(DEFAULT_CACHE_MB)
+    except ValueError:
+        megabytes = -1.0
+    if not megabytes >= 0:  # also NaN
+        raise ValueError(f"{CACHE_ENV} must be a number of megabytes, 0 or more; got {raw!r}")
     return int(megabytes * 1024 * 1024)
 
 

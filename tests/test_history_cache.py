@@ -223,9 +223,10 @@ def test_the_budget_comes_from_the_setting(monkeypatch: pytest.MonkeyPatch) -> N
     assert budget_from_env() == 0
     monkeypatch.setenv(CACHE_ENV, "1.5")
     assert budget_from_env() == 1536 * 1024
-    monkeypatch.setenv(CACHE_ENV, "-1")
-    with pytest.raises(ValueError, match=CACHE_ENV):
-        budget_from_env()
+    for wrong in ("-1", "lots", "nan"):
+        monkeypatch.setenv(CACHE_ENV, wrong)
+        with pytest.raises(ValueError, match=CACHE_ENV):
+            budget_from_env()
 
 
 async def test_a_run_on_a_cached_history_leaves_the_cache_as_stored(open_store: Any, url: str) -> None:
