@@ -259,15 +259,14 @@ class SqlConversationStore(ConversationStore):
         prefetch = _prefetch.get()
         cached = self._histories.head_of(conversation_id) if prefetch is not None else None
         with translate_errors(f"reading conversation {conversation_id!r}"):
-            async with self._reader.connect() as connection:
-                # A load: the history comes next; read what the cache lacks of it in the same trip.
-                row, rows = await histories.read_head(
-                    connection,
-                    conversation_id,
-                    cached_head=None if cached is None else cached.head_id,
-                    limit=None if prefetch is None else prefetch.limit,
-                    history=prefetch is not None,
-                )
+            # A load: the history comes next; read what the cache lacks of it in the same trip.
+            row, rows = await histories.read_head(
+                self._reader,
+                conversation_id,
+                cached_head=None if cached is None else cached.head_id,
+                limit=None if prefetch is None else prefetch.limit,
+                history=prefetch is not None,
+            )
         record = None if row is None else _record_from_row(row)
         if record is not None:
             self._remember(record)
@@ -355,19 +354,28 @@ class SqlConversationStore(ConversationStore):
         also = _also.get()
         with translate_errors(f"saving conversation {conversation_id!r}"):
             try:
-                # Alone, the write commits itself (one trip); with `also`, in SQLAlchemy's transaction.
-                async with self._engine.connect() if also is None else self._engine.begin() as connection:
+                if also is None:
+                    # Alone, the write is its own transaction, committed in its one trip.
                     written = await histories.write(
-                        connection,
+                        self._engine,
                         values,
                         entries=encoded,
                         expected_revision=expected_revision,
                         forked_from=record.forked_from,
-                        commit=also is None,
                     )
                     if not written:
                         raise ConversationConflict(conversation_id)
-                    if also is not None:
+                else:
+                    async with self._engine.begin() as connection:
+                        written = await histories.write(
+                            connection,
+                            values,
+                            entries=encoded,
+                            expected_revision=expected_revision,
+                            forked_from=record.forked_from,
+                        )
+                        if not written:
+                            raise ConversationConflict(conversation_id)
                         await also(connection)
             except exc.IntegrityError as error:
                 # The record exists already, its head names an entry a concurrent delete released,
@@ -453,8 +461,7 @@ class SqlConversationStore(ConversationStore):
         if (hit := self._histories.get(head_id)) is not None:
             return _handed_out(hit, limit)
         with translate_errors(f"reading the history ending at entry {head_id!r}"):
-            async with self._reader.connect() as connection:
-                rows = await histories.read_chain(connection, head_id, limit=limit)
+            rows = await histories.read_chain(self._reader, head_id, limit=limit)
         read = histories.decode_chain(rows, head_id, limit=limit)
         if limit is None:
             self._histories.put(None, read)

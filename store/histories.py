@@ -21,10 +21,10 @@ import sqlalchemy as sa
 from pydantic_ai.conversation_store import ConversationEntry
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec
-from .compiled import Compiled, driver_errors, executed
+from .compiled import Compiled, checkout, driver_errors, executed
 from .errors import NotFound
 from .history_cache import CachedHistory
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
@@ -186,7 +186,7 @@ def _read_on_thread(
 
 
 async def read_head(
-    connection: AsyncConnection,
+    engine: AsyncEngine,
     conversation_id: str,
     *,
     cached_head: str | None,
@@ -199,7 +199,7 @@ async def read_head(
     back to `cached_head` (excluded) or to the first entry, at most `limit` of them. The rows are
     `(entry_id, parent_id, message_bytes)`, oldest first; `None` when not read.
     """
-    compiled = statements(connection.dialect)
+    compiled = statements(engine.dialect)
     stop = cached_head if cached_head is not None and limit is None else NO_STOP
     head_slot = compiled.history.index("head_id")
     skip = (
@@ -214,8 +214,8 @@ async def read_head(
         )
     )
     raw_rows: list[Any] | None
-    async with driver_errors(connection, compiled.history.sql) as pooled:
-        if connection.dialect.name == "sqlite":
+    async with checkout(engine, compiled.history.sql) as pooled:
+        if engine.dialect.name == "sqlite":
             raw_record, raw_rows = await run_on_thread(
                 pooled.dbapi_connection,
                 _read_on_thread,
@@ -247,15 +247,15 @@ def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[An
 
 
 async def read_chain(
-    connection: AsyncConnection, head_id: str, *, limit: int | None, stop: str = NO_STOP
+    engine: AsyncEngine, head_id: str, *, limit: int | None, stop: str = NO_STOP
 ) -> list[tuple[Any, ...]]:
     """The entries from `head_id` back to `stop` (excluded) or the first one, at most `limit`, oldest first."""
-    compiled = statements(connection.dialect).history
+    compiled = statements(engine.dialect).history
     parameters = compiled.parameters(
         {"head_id": head_id, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
     )
-    async with driver_errors(connection, compiled.sql) as pooled:
-        if connection.dialect.name == "sqlite":
+    async with checkout(engine, compiled.sql) as pooled:
+        if engine.dialect.name == "sqlite":
             raw = await run_on_thread(pooled.dbapi_connection, _fetch_all, compiled.sql, parameters)
         else:
             raw = await pooled.driver_connection.fetch(compiled.sql, *parameters)
@@ -316,21 +316,20 @@ def _write_on_thread(
 
 
 async def write(
-    connection: AsyncConnection,
+    target: AsyncEngine | AsyncConnection,
     values: Mapping[str, Any],
     *,
     entries: Sequence[tuple[str, str | None, str, bytes]],
     expected_revision: str | None,
     forked_from: str | None,
-    commit: bool,
 ) -> bool:
     """Write the record `values` and the new `entries`, guarded by `expected_revision`; whether it was written.
 
-    `None` for `expected_revision` inserts the record (a fork's joins its source's family). With
-    `commit`, on SQLite the transaction commits in the same trip (it must be one `connection` has
-    not begun yet); on PostgreSQL the statement is then its own transaction.
+    `None` for `expected_revision` inserts the record (a fork's joins its source's family). Given
+    an engine, the write is its own transaction, committed in the same trip on SQLite and a single
+    statement on PostgreSQL; given a connection, it joins the connection's transaction.
     """
-    compiled = statements(connection.dialect)
+    compiled = statements(target.dialect)
     record = (
         compiled.update_record
         if expected_revision is not None
@@ -344,8 +343,9 @@ async def write(
         "b_expected": expected_revision,
         "b_forked_from": forked_from,
     }
-    async with driver_errors(connection, record.sql) as pooled:
-        if connection.dialect.name == "sqlite":
+    commit = isinstance(target, AsyncEngine)
+    async with checkout(target, record.sql) if commit else driver_errors(target, record.sql) as pooled:
+        if target.dialect.name == "sqlite":
             insert = compiled.insert_entries
             entry_rows = [
                 insert.parameters(

@@ -17,10 +17,11 @@ from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy.engine import make_url
 
-from store import SqlConversationStore, codec
+from store import DatabaseUnavailable, SqlConversationStore, codec
 from store.compiled import observing
-from store.engine import reader
+from store.engine import create_engine, normalize_url, reader
 from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, budget_from_env
 
 from .conftest import MigratedDatabases
@@ -299,3 +300,18 @@ async def _turn_cost(store: SqlConversationStore, conversation_id: str, size: in
         for engine in engines:
             sa.event.remove(engine, "before_cursor_execute", count)
     return statements, trips
+
+
+@pytest.mark.parametrize("url", ["postgresql"], indirect=True)
+async def test_a_database_gone_at_checkout_is_unavailable_not_a_crash(url: str) -> None:
+    # The hot path takes connections from the pool directly; a failure to connect must still
+    # surface as the store's DatabaseUnavailable (a 503, a run that waits), as through SQLAlchemy.
+    gone = make_url(url).set(database="dc_no_such_database")
+    store = SqlConversationStore(create_engine(normalize_url(gone)))
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            await store.load("chat")
+        with pytest.raises(DatabaseUnavailable):
+            await store.save(Conversation(conversation_id="chat", messages=[user("q")]))
+    finally:
+        await store.aclose()
