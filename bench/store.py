@@ -1,9 +1,15 @@
 """Benchmark our `SqlConversationStore` against floors and rivals measured in the same run.
 
-    python -m bench.store [--quick] [--postgres URL] [--no-write] [--profile]
+    python -m bench.store [--quick] [--postgres URL] [--no-write] [--profile] [--growth-only]
 
 Prints the tables with a verdict per target, and writes them to the store section of
 `docs/benchmarks.md` (a full run only, unless `--write`).
+
+Also measures how a turn's cost grows with its history (`history_growth`): an in-process turn of
+pydantic-ai's `Agent` on a `FunctionModel` with no persistence (the baseline) against the same
+turn with our store's load and save around it, at 10 and 1,000 history messages, alternating.
+pydantic-ai's own turn grows with the history and no store can remove that; what ours adds must
+not: (ours at 1,000 - the baseline's growth from 10 to 1,000) / ours at 10 is the flatness ratio.
 """
 
 from __future__ import annotations
@@ -11,13 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import os
 import pstats
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
 
+from pydantic_ai import Agent
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy.engine import make_url
 
 from bench.floors import AiosqliteFloor, AsyncpgFloor, SqliteFloor
@@ -35,6 +47,9 @@ POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 FULL = Settings()
 QUICK = Settings(warmup=1, repeats=3, turns=4, concurrent_runs=1)
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+GROWTH_SIZES = (10, 1_000)
+GROWTH_LIMIT = 1.2
+ASYNC_FLOOR_LIMIT = 1.5
 
 
 def sqlite_contenders(ours: Ours) -> list[Contender]:
@@ -124,6 +139,102 @@ async def profile(ours: Ours, size: int, turns: int) -> None:
         await scratch.aclose()
 
 
+def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    return ModelResponse(parts=[TextPart("Your order ORD-5678 ships tomorrow.")])
+
+
+async def history_growth(ours: Ours, scratch: Scratch, rounds: int) -> dict[str, dict[int, float]]:
+    """Median ms of one turn at each of `GROWTH_SIZES` messages: the unpersisted baseline and ours.
+
+    The two alternate turn by turn. Ours loads the conversation, runs the same agent on it and
+    saves the result; the conversation is then branched back to `size` messages (untimed), so
+    every round continues the same conversation at the same length, as a worker that served its
+    previous turns would.
+    """
+    agent = Agent(FunctionModel(_answer))
+    system = await ours.open(await scratch.new("growth"))
+    store = system.store
+    timings: dict[str, dict[int, list[float]]] = {"baseline": {}, "ours": {}, "store": {}, "added": {}}
+    try:
+        for size in GROWTH_SIZES:
+            messages = history(size)
+            conversation_id = f"growth-{size}"
+            await store.save(Conversation(conversation_id=conversation_id, messages=list(messages)))
+            for turn in range(rounds + 1):  # the first round warms up
+                # Each side starts from a collected heap, so a collection the other one left due
+                # does not land in its time.
+                gc.collect()
+                started = time.perf_counter()
+                await agent.run("Where is ORD-5678?", conversation=Conversation(messages=list(messages)))
+                baseline = time.perf_counter() - started
+                gc.collect()
+                started = time.perf_counter()
+                conversation = await store.load(conversation_id)
+                assert conversation is not None
+                loaded = time.perf_counter()
+                result = await agent.run("Where is ORD-5678?", conversation=conversation)
+                ran = time.perf_counter()
+                await store.save(result)
+                persisted = time.perf_counter() - started
+                # Back to `size` messages for the next round (a regenerate, as a user would).
+                await store.branch(conversation_id, at=size, expected_revision=result.conversation.revision)
+                if turn:
+                    timings["baseline"].setdefault(size, []).append(baseline)
+                    timings["ours"].setdefault(size, []).append(persisted)
+                    timings["store"].setdefault(size, []).append(persisted - (ran - loaded))
+                    # Paired: both turns of a round ran seconds apart, on a core of the same speed.
+                    timings["added"].setdefault(size, []).append(persisted - baseline)
+    finally:
+        await system.aclose()
+        await scratch.aclose()
+    return {
+        name: {size: statistics.median(values) * 1000 for size, values in by_size.items()}
+        for name, by_size in timings.items()
+    }
+
+
+def growth_lines(title: str, medians: dict[str, dict[int, float]]) -> tuple[list[str], float]:
+    """The growth table of one database, and its flatness ratio.
+
+    The ratio is the issue's (ours at 1,000 - the baseline's growth from 10 to 1,000) / ours at 10,
+    with ours at each size taken as the baseline at 10 plus the median of the paired differences
+    (ours - baseline, turn by turn): the agent's own run dominates a turn at 1,000 messages and
+    swings with the cores' speed, the paired difference much less.
+    """
+    small, large = GROWTH_SIZES
+    base, ours, store, added = medians["baseline"], medians["ours"], medians["store"], medians["added"]
+    ratio = (base[small] + added[large]) / (base[small] + added[small])
+    lines = [
+        f"{title}: one in-process turn (pydantic-ai `Agent` on a `FunctionModel`), median ms:",
+        "",
+        "| messages | no persistence (baseline) | ours: load + run + save | ours - baseline (paired) "
+        "| of which our load + save |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {size:,} | {base[size]:.2f} | {ours[size]:.2f} | {added[size]:.2f} | {store[size]:.2f} |"
+            for size in GROWTH_SIZES
+        ),
+        "",
+    ]
+    return lines, ratio
+
+
+def async_floor_checks(title: str, results: Results) -> list[str]:
+    """Target 5: load+save within 1.5x of the async floor (aiosqlite on SQLite, asyncpg on PostgreSQL)."""
+    floor = "async" if title == "SQLite" else "fair"
+    rows: list[str] = []
+    for size in (10, 100):
+        ratio = results.ratio("ours", floor, size, "total")
+        if ratio is None:
+            continue
+        verdict = "PASS" if ratio <= ASYNC_FLOOR_LIMIT else "FAIL"
+        rows.append(
+            f"| {title}: load+save at {size:,} messages, ours / async floor | {ratio:.2f}x "
+            f"| at most {ASYNC_FLOOR_LIMIT:g}x | **{verdict}** |"
+        )
+    return rows
+
+
 async def main(arguments: argparse.Namespace) -> int:
     settings = QUICK if arguments.quick else FULL
     ours = find_ours()
@@ -140,6 +251,23 @@ async def main(arguments: argparse.Namespace) -> int:
         await profile(ours, arguments.profile, arguments.profile_turns)
         return 0
     started, load_before = time.perf_counter(), os.getloadavg()[0]
+    growth_rounds = 10 if arguments.quick else 40
+    growth: list[tuple[str, dict[str, dict[int, float]]]] = []
+    print(f"SQLite: history growth, {growth_rounds} turns at {GROWTH_SIZES} messages", flush=True)
+    growth.append(("SQLite", await history_growth(ours, SqliteScratch(arguments.dir), growth_rounds)))
+    if arguments.postgres:
+        try:
+            growth_scratch = await PostgresScratch.connect(arguments.postgres)
+        except Exception as error:  # reported with the PostgreSQL section below
+            print(f"PostgreSQL history growth skipped: {error!r}", flush=True)
+        else:
+            print(f"PostgreSQL: history growth, {growth_rounds} turns", flush=True)
+            growth.append(("PostgreSQL", await history_growth(ours, growth_scratch, growth_rounds)))
+    if arguments.growth_only:
+        for title, medians in growth:
+            table, ratio = growth_lines(title, medians)
+            print("\n".join(table) + f"flatness ratio {ratio:.2f} (target at most {GROWTH_LIMIT:g})")
+        return 0
     sqlite = await measure(sqlite_contenders(ours), SqliteScratch(arguments.dir), settings)
     sections = [Section("SQLite", sqlite, dict(ours.pragmas))]
     postgres_version: str | None = None
@@ -164,6 +292,20 @@ async def main(arguments: argparse.Namespace) -> int:
     # The URL may carry a password: the command is written down without it.
     command = shlex.join(["python", "-m", "bench.store", *(arg for arg in sys.argv[1:] if "://" not in arg)])
     lines = render(sections, settings, environment(command, postgres_version, notes))
+    extra = ["", "### History growth and the async floor", ""]
+    verdicts: list[str] = []
+    for title, medians in growth:
+        table, ratio = growth_lines(title, medians)
+        extra += table
+        verdict = "PASS" if ratio <= GROWTH_LIMIT else "FAIL"
+        verdicts.append(
+            f"| {title}: (ours at 1,000 - baseline growth 10 to 1,000) / ours at 10 | {ratio:.2f}x "
+            f"| at most {GROWTH_LIMIT:g}x | **{verdict}** |"
+        )
+    for section in sections:
+        verdicts += async_floor_checks(section.title, section.results)
+    extra += ["| target | ratio | limit | verdict |", "|---|---|---|---|", *verdicts]
+    lines += extra
     print("\n" + "\n".join(lines), flush=True)
     write = arguments.write if arguments.write is not None else not arguments.quick
     if write:
@@ -205,6 +347,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="instead, profile our store's turns at this many messages (default 1,000) on SQLite",
     )
     parser.add_argument("--profile-turns", type=int, default=20)
+    parser.add_argument(
+        "--growth-only", action="store_true", help="only measure how a turn's cost grows with its history"
+    )
     return parser.parse_args(argv)
 
 

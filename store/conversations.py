@@ -17,8 +17,9 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +39,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import URL, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from . import codec
+from . import codec, histories
 from .engine import (
     ConnectionOptions,
     check_reachable,
@@ -50,6 +51,10 @@ from .engine import (
     translate_errors,
 )
 from .errors import CorruptData, NotFound
+from .histories import HISTORY as _HISTORY  # noqa: F401  # pyright: ignore[reportUnusedImport] - for bench/query_plans.py
+from .histories import NO_STOP
+from .histories import RECORD_COLUMNS as _RECORD_COLUMNS
+from .history_cache import CachedHistory, HistoryCache, budget_from_env
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 from .tracing import store_span, traced
@@ -58,7 +63,6 @@ __all__ = ("PageCursor", "SqlConversationStore", "erase_conversation")
 
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
-_NO_LIMIT = 2**62
 
 AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
 """More writes to commit in the same transaction as a save: a step's records, its run's progress."""
@@ -85,7 +89,7 @@ class _Prefetch:
 
     limit: int | None
     head_id: str | None = None
-    history: list[ConversationEntry] | None = None
+    history: CachedHistory | None = None
 
 
 _KNOWN_RECORDS = 4096
@@ -97,28 +101,6 @@ class PageCursor:
 
     updated_at: datetime
     conversation_id: str
-
-
-def _history_query() -> sa.Select[str, str | None, bytes]:
-    head = (
-        sa.select(
-            _entries.c.entry_id,
-            _entries.c.parent_id,
-            _entries.c.message,
-            sa.literal(1, sa.Integer).label("depth"),
-        )
-        .where(_entries.c.entry_id == sa.bindparam("head_id"))
-        .cte("chain", recursive=True)
-    )
-    step = (
-        sa.select(
-            _entries.c.entry_id, _entries.c.parent_id, _entries.c.message, (head.c.depth + 1).label("depth")
-        )
-        .join(head, _entries.c.entry_id == head.c.parent_id)
-        .where(head.c.depth < sa.bindparam("limit", type_=sa.BigInteger))
-    )
-    chain = head.union_all(step)
-    return sa.select(chain.c.entry_id, chain.c.parent_id, chain.c.message).order_by(chain.c.depth.desc())
 
 
 def _reachable(name: str, tips: str) -> sa.CTE:
@@ -134,20 +116,6 @@ def _reachable(name: str, tips: str) -> sa.CTE:
     )
 
 
-_HISTORY = _history_query()
-_RECORD_COLUMNS = (
-    _records.c.conversation_id,
-    _records.c.scope,
-    _records.c.head_id,
-    _records.c.revision,
-    _records.c.updated_at,
-    _records.c.usage,
-    _records.c.deferred_tool_requests,
-    _records.c.forked_from,
-    _records.c.forked_at,
-    _records.c.branches,
-    _records.c.format_version,
-)
 _NEWEST_FIRST = (_records.c.updated_at.desc(), _records.c.conversation_id.desc())
 
 
@@ -158,8 +126,13 @@ class SqlConversationStore(ConversationStore):
     date, and close it with `await store.aclose()` (or use it as an async context manager).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, history_cache_bytes: int | None = None) -> None:
+        """`history_cache_bytes`: the budget of the cache of validated histories (0 disables it);
+        by default `DURABLE_CHAT_HISTORY_CACHE_MB` megabytes, 64 unless set."""
         self._engine = engine
+        self._histories = HistoryCache(
+            budget_from_env() if history_cache_bytes is None else history_cache_bytes
+        )
         # Records by (conversation_id, revision): a revision names one immutable state, so a save
         # of a conversation loaded or saved here needs no read of its record first. A stale entry
         # is harmless: the revision-guarded write then fails as a conflict, as it must.
@@ -197,6 +170,11 @@ class SqlConversationStore(ConversationStore):
             await dispose(engine)
             raise
         return cls(engine)
+
+    @property
+    def history_cache(self) -> HistoryCache:
+        """The validated histories this store keeps in memory, by head entry (see `history_cache.py`)."""
+        return self._histories
 
     @property
     def engine(self) -> AsyncEngine:
@@ -279,24 +257,53 @@ class SqlConversationStore(ConversationStore):
             _known.set(None)  # once: a retry inside the same save reads the database
             return known
         prefetch = _prefetch.get()
+        cached = self._histories.head_of(conversation_id) if prefetch is not None else None
         with translate_errors(f"reading conversation {conversation_id!r}"):
-            async with self._reader.connect() as connection:
-                result = await connection.execute(
-                    sa.select(*_RECORD_COLUMNS).where(_records.c.conversation_id == conversation_id)
-                )
-                row = result.mappings().one_or_none()
-                record = None if row is None else _record_from_row(row)
-                if prefetch is not None and record is not None and record.head_id is not None:
-                    # A load: its history comes next; read it on the same connection now.
-                    prefetch.head_id = record.head_id
-                    prefetch.history = await _read_history(connection, record.head_id, prefetch.limit)
+            # A load: the history comes next; read what the cache lacks of it in the same trip.
+            row, rows = await histories.read_head(
+                self._reader,
+                conversation_id,
+                cached_head=None if cached is None else cached.head_id,
+                limit=None if prefetch is None else prefetch.limit,
+                history=prefetch is not None,
+            )
+        record = None if row is None else _record_from_row(row)
         if record is not None:
             self._remember(record)
+            if prefetch is not None and record.head_id is not None:
+                prefetch.head_id = record.head_id
+                prefetch.history = self._history_read(record, rows, cached, prefetch.limit)
         elif prefetch is not None:
             self._absent[conversation_id] = None
             while len(self._absent) > _KNOWN_RECORDS:
                 self._absent.popitem(last=False)
         return record
+
+    def _history_read(
+        self,
+        record: ConversationRecord,
+        rows: list[tuple[Any, ...]] | None,
+        cached: CachedHistory | None,
+        limit: int | None,
+    ) -> CachedHistory | None:
+        """The history of `record` from the cache and the `rows` a load read, or `None` to read it again."""
+        assert record.head_id is not None
+        if (hit := self._histories.get(record.head_id)) is not None:
+            return hit
+        if rows is None:
+            return None
+        stop = cached.head_id if cached is not None and limit is None else None
+        try:
+            read = histories.decode_chain(rows, record.head_id, limit=limit, stop=stop or NO_STOP)
+        except NotFound:
+            return None  # released meanwhile: `read_history` reads again, and the ABC retries
+        if limit is not None:
+            return read
+        whole = (
+            cached.extended(read.entries, read.sizes) if cached is not None and rows[0][1] == stop else read
+        )
+        self._histories.put(record.conversation_id, whole)
+        return whole
 
     def _remember(self, record: ConversationRecord) -> None:
         self._records[(record.conversation_id, record.revision)] = record
@@ -339,42 +346,78 @@ class SqlConversationStore(ConversationStore):
     ) -> None:
         conversation_id = record.conversation_id
         values = _record_values(record)
+        # Only the new messages are encoded: the stored ones are never read back for a save.
+        encoded = [
+            (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
+            for entry in new_entries
+        ]
+        also = _also.get()
         with translate_errors(f"saving conversation {conversation_id!r}"):
             try:
-                async with self._engine.begin() as connection:
-                    if new_entries:
-                        await connection.execute(
-                            _entries.insert(),
-                            [
-                                {
-                                    "entry_id": entry.id,
-                                    "parent_id": entry.parent_id,
-                                    "kind": entry.kind,
-                                    "message": codec.encode_message(entry.message),
-                                }
-                                for entry in new_entries
-                            ],
+                if also is None:
+                    # Alone, the write is its own transaction, committed in its one trip.
+                    written = await histories.write(
+                        self._engine,
+                        values,
+                        entries=encoded,
+                        expected_revision=expected_revision,
+                        forked_from=record.forked_from,
+                    )
+                    if not written:
+                        raise ConversationConflict(conversation_id)
+                else:
+                    async with self._engine.begin() as connection:
+                        written = await histories.write(
+                            connection,
+                            values,
+                            entries=encoded,
+                            expected_revision=expected_revision,
+                            forked_from=record.forked_from,
                         )
-                    if expected_revision is None:
-                        await connection.execute(
-                            _records.insert().values(**values, family_id=_family_of(record))
-                        )
-                    else:
-                        updated = await connection.execute(
-                            _records.update()
-                            .where(_records.c.conversation_id == conversation_id)
-                            .where(_records.c.revision == expected_revision)
-                            .values(**values)
-                        )
-                        if updated.rowcount != 1:
+                        if not written:
                             raise ConversationConflict(conversation_id)
-                    if (also := _also.get()) is not None:
                         await also(connection)
             except exc.IntegrityError as error:
                 # The record exists already, its head names an entry a concurrent delete released,
                 # or a fork's source was deleted since it was read: all a conflict with another writer.
                 raise ConversationConflict(conversation_id) from error
         self._remember(record)
+        self._cache_saved(record, new_entries, encoded)
+
+    def _cache_saved(
+        self,
+        record: ConversationRecord,
+        new_entries: Sequence[ConversationEntry],
+        encoded: list[tuple[str, str | None, str, bytes]],
+    ) -> None:
+        """Cache the history a save just stored, from the cached one it extends (or branches from)."""
+        if not self._histories.enabled:
+            return
+        base_id = new_entries[0].parent_id if new_entries else record.head_id
+        base: CachedHistory | None = (
+            CachedHistory((), ()) if base_id is None else self._histories.get(base_id)
+        )
+        for source in (record.conversation_id, record.forked_from):
+            if base is not None:
+                break
+            cached = self._histories.head_of(source) if source is not None else None
+            base = None if cached is None else cached.up_to(base_id)
+        if base is None:
+            return  # read from the database at the next load
+        if encoded:
+            # The cache holds what a load from the database would give: the stored bytes, validated.
+            try:
+                messages = codec.decode_messages([(row[0], row[3]) for row in encoded], where="(just saved)")
+            except CorruptData:
+                return
+            base = base.extended(
+                tuple(
+                    ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
+                    for entry, message in zip(new_entries, messages, strict=True)
+                ),
+                tuple(len(row[3]) for row in encoded),
+            )
+        self._histories.put(record.conversation_id, base)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         with translate_errors(f"deleting conversation {conversation_id!r}"):
@@ -385,6 +428,7 @@ class SqlConversationStore(ConversationStore):
             except exc.IntegrityError as error:
                 # A fork committed since the family was read points into the entries being released.
                 raise ConversationConflict(conversation_id) from error
+        self._histories.forget(conversation_id)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         if not _is_uuid(entry_id):
@@ -404,38 +448,40 @@ class SqlConversationStore(ConversationStore):
         return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        """The entries up to `head_id`, oldest first, or only the last `limit`: one recursive query."""
+        """The entries up to `head_id`, oldest first, or only the last `limit`: cached, or one recursive query."""
         prefetch = _prefetch.get()
         if prefetch is not None and prefetch.history is not None and prefetch.head_id == head_id:
             history, prefetch.history = prefetch.history, None
-            if prefetch.limit == limit:
-                return history
+            if prefetch.limit is None or (limit is not None and limit <= prefetch.limit):
+                return _handed_out(history, limit)
         if head_id is None or limit == 0:
             return []
+        if not _is_uuid(head_id):
+            raise NotFound(f"no conversation entry {head_id!r}")
+        if (hit := self._histories.get(head_id)) is not None:
+            return _handed_out(hit, limit)
         with translate_errors(f"reading the history ending at entry {head_id!r}"):
-            async with self._reader.connect() as connection:
-                return await _read_history(connection, head_id, limit)
+            rows = await histories.read_chain(self._reader, head_id, limit=limit)
+        read = histories.decode_chain(rows, head_id, limit=limit)
+        if limit is None:
+            self._histories.put(None, read)
+        return _handed_out(read, limit)
 
 
-async def _read_history(
-    connection: AsyncConnection, head_id: str, limit: int | None
-) -> list[ConversationEntry]:
-    if limit == 0:
-        return []
-    if not _is_uuid(head_id):
-        raise NotFound(f"no conversation entry {head_id!r}")
-    wanted = _NO_LIMIT if limit is None else limit
-    rows = (await connection.execute(_HISTORY, {"head_id": head_id, "limit": wanted})).all()
-    if not rows or (len(rows) < wanted and rows[0].parent_id is not None):
-        # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
-        raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
-    messages = codec.decode_messages(
-        [(row.entry_id, row.message) for row in rows], where=f"in the history ending at entry {head_id!r}"
-    )
-    return [
-        ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
-        for row, message in zip(rows, messages, strict=True)
-    ]
+def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationEntry]:
+    """A new list of `history`'s last `limit` entries, the last one's message a copy.
+
+    Messages are treated as immutable, with one exception: pydantic-ai fills in the run's metadata
+    on the last message of a history it continues when that is a request (`fill_run_metadata`),
+    so that one must not be the object the cache holds. Copying it shallowly is enough: pydantic-ai
+    replaces a message's lists rather than changing them.
+    """
+    kept = history.entries
+    entries = list(kept if limit is None else kept[max(len(kept) - limit, 0) :])
+    if entries:
+        last = entries[-1]
+        entries[-1] = ConversationEntry(id=last.id, parent_id=last.parent_id, message=copy.copy(last.message))
+    return entries
 
 
 async def erase_conversation(
@@ -461,17 +507,6 @@ async def erase_conversation(
     if tips:
         await _release_entries(connection, tips, family_id)
     return True
-
-
-def _family_of(record: ConversationRecord) -> sa.ColumnElement[str] | str:
-    if record.forked_from is None:
-        return record.conversation_id
-    # NULL when the source was deleted meanwhile: the NOT NULL constraint turns that into a conflict.
-    return (
-        sa.select(_records.c.family_id)
-        .where(_records.c.conversation_id == record.forked_from)
-        .scalar_subquery()
-    )
 
 
 def _tips(head_id: str | None, raw_branches: bytes, conversation_id: str) -> list[str]:
@@ -515,7 +550,7 @@ def _record_values(record: ConversationRecord) -> dict[str, object]:
     }
 
 
-def _record_from_row(mapping: RowMapping) -> ConversationRecord:
+def _record_from_row(mapping: Mapping[str, Any] | RowMapping) -> ConversationRecord:
     conversation_id: str = mapping["conversation_id"]
     if mapping["format_version"] != 1:
         raise CorruptData(

@@ -27,7 +27,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 )
 from sqlalchemy.util.concurrency import await_
 
-__all__ = ("ONE_TRIP_AIOSQLITE",)
+__all__ = ("ONE_TRIP_AIOSQLITE", "run_on_thread")
 
 _Description = Sequence[tuple[Any, ...]] | None
 _T = TypeVar("_T")
@@ -74,17 +74,36 @@ def _executemany(connection: sqlite3.Connection, operation: str, parameters: Any
         cursor.close()
 
 
+def _tracking(function: Callable[..., _T]) -> Callable[..., tuple[_T, bool]]:
+    """`function`, also returning whether its connection is left inside a transaction."""
+
+    def run(connection: sqlite3.Connection, *args: Any) -> tuple[_T, bool]:
+        return function(connection, *args), connection.in_transaction
+
+    return run
+
+
 async def _on_thread(
-    connection: aiosqlite.Connection,
-    function: Callable[[sqlite3.Connection, str, Any], _T],
-    operation: str,
-    parameters: Any,
-) -> _T:
-    """`function(sqlite3 connection, operation, parameters)`, run on `connection`'s thread: one trip."""
+    connection: aiosqlite.Connection, function: Callable[..., _T], *args: Any
+) -> tuple[_T, bool]:
+    """`function(sqlite3 connection, *args)`, run on `connection`'s thread: one trip.
+
+    Returns what it returned, and whether the connection is then inside a transaction.
+    """
     # aiosqlite's queue of calls, which SQLAlchemy's own adapter uses too; no public API runs a
     # function there.
-    queue: Callable[..., Awaitable[_T]] = connection._execute  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownVariableType]
-    return await queue(function, connection._conn, operation, parameters)  # pyright: ignore[reportPrivateUsage]
+    queue: Callable[..., Awaitable[tuple[_T, bool]]] = connection._execute  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownVariableType]
+    return await queue(_tracking(function), connection._conn, *args)  # pyright: ignore[reportPrivateUsage]
+
+
+async def run_on_thread(adapted: Any, function: Callable[..., _T], *args: Any) -> _T:
+    """`function(sqlite3 connection, *args)` on the thread of `adapted`, a connection of `ONE_TRIP_AIOSQLITE`.
+
+    For a unit of work of several statements that needs no answer in between: one trip in all.
+    Errors are the `sqlite3` module's, as a DB-API raises them.
+    """
+    connection: _OneTripConnection = adapted
+    return await connection.run(function, *args)
 
 
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
@@ -101,9 +120,14 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         async with self._adapt_connection._execute_mutex:  # pyright: ignore[reportPrivateUsage]
             outcome: _Outcome = self._cursor  # pyright: ignore[reportAssignmentType]
             connection: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
-            description, rows, outcome.rowcount, outcome.lastrowid = await _on_thread(
-                connection, _execute, operation, parameters
-            )
+            try:
+                (description, rows, outcome.rowcount, outcome.lastrowid), in_transaction = await _on_thread(
+                    connection, _execute, operation, parameters
+                )
+            except BaseException:
+                self._adapt_connection._idle = False  # pyright: ignore[reportAttributeAccessIssue]
+                raise
+            self._adapt_connection._idle = not in_transaction  # pyright: ignore[reportAttributeAccessIssue]
             outcome.description = description
             if rows is not None:
                 self._rows = deque(rows)
@@ -114,15 +138,53 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
             outcome: _Outcome = self._cursor  # pyright: ignore[reportAssignmentType]
             connection: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
             outcome.description = None
-            outcome.rowcount, outcome.lastrowid = await _on_thread(
-                connection, _executemany, operation, seq_of_parameters
-            )
+            try:
+                (outcome.rowcount, outcome.lastrowid), in_transaction = await _on_thread(
+                    connection, _executemany, operation, seq_of_parameters
+                )
+            except BaseException:
+                self._adapt_connection._idle = False  # pyright: ignore[reportAttributeAccessIssue]
+                raise
+            self._adapt_connection._idle = not in_transaction  # pyright: ignore[reportAttributeAccessIssue]
         return None
 
 
 class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ()
+    """SQLAlchemy's adapted aiosqlite connection; commit and rollback skip their trip outside a transaction.
+
+    Every trip reports whether it left the `sqlite3` connection inside a transaction. When it did
+    not (an autocommit read, a unit of work that committed on the thread), a commit or rollback,
+    such as the pool's reset when the connection goes back, has nothing to do and makes no trip.
+    """
+
+    __slots__ = ("_idle",)
     _cursor_cls = _OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: Any) -> None:
+        super().__init__(dbapi, connection)
+        self._idle = False  # unknown until a trip says
+
+    async def run(self, function: Callable[..., _T], *args: Any) -> _T:
+        """`function(sqlite3 connection, *args)` on the connection's thread (see `run_on_thread`)."""
+        driver: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
+        try:
+            async with self._execute_mutex:
+                result, in_transaction = await _on_thread(driver, function, *args)
+        except BaseException:
+            self._idle = False  # unknown: the next commit or rollback makes its trip
+            raise
+        self._idle = not in_transaction
+        return result
+
+    def commit(self) -> None:
+        if not self._idle:
+            super().commit()
+            self._idle = True
+
+    def rollback(self) -> None:
+        if not self._idle:
+            super().rollback()
+            self._idle = True
 
 
 class _OneTripModule(AsyncAdapt_aiosqlite_dbapi):

@@ -1,0 +1,380 @@
+"""The conversation store's hot path: a load and a save, one trip to the database each where it can be.
+
+A load reads the record and, unless the history ending at its head is cached, the entries the
+cache lacks: from the head back to the head cached for the conversation, or to the first
+entry. On SQLite both statements run in one function on aiosqlite's thread; on PostgreSQL the
+second is only sent when needed. A save writes the new entries and the record, guarded by its
+revision, in one function on SQLite's thread and in one statement on PostgreSQL (the record's
+update or insert, and the entries' insert only if it succeeded). Statements are compiled once
+per dialect (`compiled.py`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic_ai.conversation_store import ConversationEntry
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import codec
+from .compiled import Compiled, checkout, driver_errors, executed
+from .errors import NotFound
+from .history_cache import CachedHistory
+from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
+from .sqlite_driver import run_on_thread
+
+__all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
+
+_entries = metadata.tables[ConversationEntryRow.__tablename__]
+_records = metadata.tables[ConversationRecordRow.__tablename__]
+NO_LIMIT = 2**62
+NO_STOP = "00000000-0000-0000-0000-000000000000"
+"""A stop entry no history holds (entries get version-7 UUIDs): read to the first entry."""
+
+RECORD_COLUMNS = (
+    _records.c.conversation_id,
+    _records.c.scope,
+    _records.c.head_id,
+    _records.c.revision,
+    _records.c.updated_at,
+    _records.c.usage,
+    _records.c.deferred_tool_requests,
+    _records.c.forked_from,
+    _records.c.forked_at,
+    _records.c.branches,
+    _records.c.format_version,
+)
+RECORD_NAMES = tuple(column.name for column in RECORD_COLUMNS)
+_HEAD = RECORD_NAMES.index("head_id")
+_VALUES = RECORD_NAMES
+
+
+def _history_query() -> sa.Select[str, str | None, bytes]:
+    """The entries ending at `head_id`, newest last: at most `limit`, none before the entry `stop`."""
+    head = (
+        sa.select(
+            _entries.c.entry_id,
+            _entries.c.parent_id,
+            _entries.c.message,
+            sa.literal(1, sa.Integer).label("depth"),
+        )
+        .where(_entries.c.entry_id == sa.bindparam("head_id", type_=EntryId()))
+        .cte("chain", recursive=True)
+    )
+    step = (
+        sa.select(
+            _entries.c.entry_id, _entries.c.parent_id, _entries.c.message, (head.c.depth + 1).label("depth")
+        )
+        .join(head, _entries.c.entry_id == head.c.parent_id)
+        .where(head.c.depth < sa.bindparam("limit", type_=sa.BigInteger))
+        .where(head.c.parent_id != sa.bindparam("stop", type_=EntryId()))
+    )
+    chain = head.union_all(step)
+    return sa.select(chain.c.entry_id, chain.c.parent_id, chain.c.message).order_by(chain.c.depth.desc())
+
+
+HISTORY = _history_query()
+_RECORD = sa.select(*RECORD_COLUMNS).where(_records.c.conversation_id == sa.bindparam("conversation_id"))
+_INSERT_ENTRIES = _entries.insert().values(
+    entry_id=sa.bindparam("entry_id"),
+    parent_id=sa.bindparam("parent_id"),
+    kind=sa.bindparam("kind"),
+    message=sa.bindparam("message"),
+)
+_SET = {name: sa.bindparam(f"v_{name}", type_=_records.c[name].type) for name in _VALUES}
+_UPDATE_RECORD = (
+    _records.update()
+    .where(_records.c.conversation_id == sa.bindparam("b_conversation_id"))
+    .where(_records.c.revision == sa.bindparam("b_expected"))
+    .values(_SET)
+)
+_INSERT_ROOT = _records.insert().values({**_SET, "family_id": sa.bindparam("b_conversation_id")})
+# NULL when the source was deleted meanwhile: the NOT NULL constraint turns that into a conflict.
+_INSERT_FORK = _records.insert().values(
+    {
+        **_SET,
+        "family_id": sa.select(_records.c.family_id)
+        .where(_records.c.conversation_id == sa.bindparam("b_forked_from"))
+        .scalar_subquery(),
+    }
+)
+
+
+def _one_statement(record_write: Any) -> sa.Select[Any]:
+    """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
+
+    The record's foreign key to its head is checked at the end of the statement, when the entries
+    it names are in.
+    """
+    written = record_write.returning(_records.c.conversation_id).cte("written")
+    rows = (
+        sa.func.unnest(
+            sa.bindparam("entry_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam("parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam("kinds", type_=postgresql.ARRAY(sa.String)),
+            sa.bindparam("messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
+        )
+        .table_valued("entry_id", "parent_id", "kind", "message")
+        .render_derived(name="new_entries")
+    )
+    inserted = _entries.insert().from_select(
+        ["entry_id", "parent_id", "kind", "message"],
+        sa.select(rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message).where(
+            sa.exists(sa.select(written.c.conversation_id))
+        ),
+    )
+    return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The hot path's statements, compiled for one dialect."""
+
+    record: Compiled
+    history: Compiled
+    insert_entries: Compiled
+    update_record: Compiled
+    insert_root: Compiled
+    insert_fork: Compiled
+
+
+@cache
+def _statements(dialect_name: str, dialect: Dialect) -> Statements:
+    if dialect_name == "postgresql":
+        update, root, fork = (_one_statement(s) for s in (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK))
+    else:
+        update, root, fork = _UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK
+    return Statements(
+        record=Compiled.of(_RECORD, dialect),
+        history=Compiled.of(HISTORY, dialect),
+        insert_entries=Compiled.of(_INSERT_ENTRIES, dialect),
+        update_record=Compiled.of(update, dialect),
+        insert_root=Compiled.of(root, dialect),
+        insert_fork=Compiled.of(fork, dialect),
+    )
+
+
+def statements(dialect: Dialect) -> Statements:
+    # Keyed by name: a dialect instance per engine, the SQL the same for all of them.
+    return _statements(dialect.name, dialect)
+
+
+# -- a load ----------------------------------------------------------------------------------------
+
+
+def _read_on_thread(
+    connection: sqlite3.Connection,
+    record_sql: str,
+    record_parameters: tuple[Any, ...],
+    history_sql: str | None,
+    history_parameters: list[Any],
+    head_slot: int,
+    cached_head: object,
+) -> tuple[Any, list[Any] | None]:
+    row = connection.execute(record_sql, record_parameters).fetchone()
+    if row is None or history_sql is None or row[_HEAD] is None or row[_HEAD] == cached_head:
+        return row, None
+    history_parameters[head_slot] = row[_HEAD]
+    return row, connection.execute(history_sql, history_parameters).fetchall()
+
+
+async def read_head(
+    engine: AsyncEngine,
+    conversation_id: str,
+    *,
+    cached_head: str | None,
+    limit: int | None,
+    history: bool,
+) -> tuple[dict[str, Any] | None, list[tuple[Any, ...]] | None]:
+    """The record of `conversation_id` and, with `history`, the entries of its history not cached.
+
+    Reads nothing more when the record's head is `cached_head`; otherwise the entries from its head
+    back to `cached_head` (excluded) or to the first entry, at most `limit` of them. The rows are
+    `(entry_id, parent_id, message_bytes)`, oldest first; `None` when not read.
+    """
+    compiled = statements(engine.dialect)
+    stop = cached_head if cached_head is not None and limit is None else NO_STOP
+    head_slot = compiled.history.index("head_id")
+    skip = (
+        None
+        if cached_head is None
+        else compiled.history.parameters({"head_id": cached_head, "limit": 0, "stop": NO_STOP})[head_slot]
+    )
+    record_parameters = compiled.record.parameters({"conversation_id": conversation_id})
+    history_parameters = list(
+        compiled.history.parameters(
+            {"head_id": NO_STOP, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
+        )
+    )
+    raw_rows: list[Any] | None
+    async with checkout(engine, compiled.history.sql) as pooled:
+        if engine.dialect.name == "sqlite":
+            raw_record, raw_rows = await run_on_thread(
+                pooled.dbapi_connection,
+                _read_on_thread,
+                compiled.record.sql,
+                record_parameters,
+                compiled.history.sql if history else None,
+                history_parameters,
+                head_slot,
+                skip,
+            )
+        else:
+            driver = pooled.driver_connection
+            raw_record = await driver.fetchrow(compiled.record.sql, *record_parameters)
+            raw_rows = None
+            head = None if raw_record is None else raw_record[_HEAD]
+            if history and head is not None and str(head) != cached_head:
+                history_parameters[head_slot] = head
+                raw_rows = await driver.fetch(compiled.history.sql, *history_parameters)
+    executed(compiled.record.sql, *([] if raw_rows is None else [compiled.history.sql]))
+    if raw_record is None:
+        return None, None
+    record = dict(zip(RECORD_NAMES, compiled.record.row(raw_record), strict=True))
+    rows = None if raw_rows is None else [compiled.history.row(row) for row in raw_rows]
+    return record, rows
+
+
+def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
+    return connection.execute(sql, parameters).fetchall()
+
+
+async def read_chain(
+    engine: AsyncEngine, head_id: str, *, limit: int | None, stop: str = NO_STOP
+) -> list[tuple[Any, ...]]:
+    """The entries from `head_id` back to `stop` (excluded) or the first one, at most `limit`, oldest first."""
+    compiled = statements(engine.dialect).history
+    parameters = compiled.parameters(
+        {"head_id": head_id, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
+    )
+    async with checkout(engine, compiled.sql) as pooled:
+        if engine.dialect.name == "sqlite":
+            raw = await run_on_thread(pooled.dbapi_connection, _fetch_all, compiled.sql, parameters)
+        else:
+            raw = await pooled.driver_connection.fetch(compiled.sql, *parameters)
+    executed(compiled.sql)
+    return [compiled.row(row) for row in raw]
+
+
+def decode_chain(
+    rows: Sequence[tuple[Any, ...]], head_id: str, *, limit: int | None, stop: str = NO_STOP
+) -> CachedHistory:
+    """The entries of `rows` (from `read_chain`), checked to end at `stop` or the first entry unless cut by `limit`.
+
+    Raises:
+        NotFound: The history is incomplete: a concurrent delete or rewrite released some of it.
+        CorruptData: A row does not hold a valid message.
+    """
+    wanted = NO_LIMIT if limit is None else limit
+    if not rows or (len(rows) < wanted and rows[0][1] is not None and rows[0][1] != stop):
+        # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
+        raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
+    messages = codec.decode_messages(
+        [(row[0], row[2]) for row in rows], where=f"in the history ending at entry {head_id!r}"
+    )
+    return CachedHistory(
+        tuple(
+            ConversationEntry(id=row[0], parent_id=row[1], message=message)
+            for row, message in zip(rows, messages, strict=True)
+        ),
+        tuple(len(row[2]) for row in rows),
+    )
+
+
+# -- a save ----------------------------------------------------------------------------------------
+
+
+def _write_on_thread(
+    connection: sqlite3.Connection,
+    insert_sql: str,
+    entry_rows: list[tuple[Any, ...]],
+    record_sql: str,
+    record_parameters: tuple[Any, ...],
+    commit: bool,
+) -> int:
+    try:
+        if entry_rows:
+            connection.executemany(insert_sql, entry_rows)
+        written = connection.execute(record_sql, record_parameters).rowcount
+        if commit:
+            if written == 1:
+                connection.commit()
+            else:
+                connection.rollback()
+    except BaseException:
+        if commit and connection.in_transaction:
+            connection.rollback()
+        raise
+    return written
+
+
+async def write(
+    target: AsyncEngine | AsyncConnection,
+    values: Mapping[str, Any],
+    *,
+    entries: Sequence[tuple[str, str | None, str, bytes]],
+    expected_revision: str | None,
+    forked_from: str | None,
+) -> bool:
+    """Write the record `values` and the new `entries`, guarded by `expected_revision`; whether it was written.
+
+    `None` for `expected_revision` inserts the record (a fork's joins its source's family). Given
+    an engine, the write is its own transaction, committed in the same trip on SQLite and a single
+    statement on PostgreSQL; given a connection, it joins the connection's transaction.
+    """
+    compiled = statements(target.dialect)
+    record = (
+        compiled.update_record
+        if expected_revision is not None
+        else compiled.insert_root
+        if forked_from is None
+        else compiled.insert_fork
+    )
+    bound = {f"v_{name}": value for name, value in values.items()}
+    bound |= {
+        "b_conversation_id": values["conversation_id"],
+        "b_expected": expected_revision,
+        "b_forked_from": forked_from,
+    }
+    commit = isinstance(target, AsyncEngine)
+    async with checkout(target, record.sql) if commit else driver_errors(target, record.sql) as pooled:
+        if target.dialect.name == "sqlite":
+            insert = compiled.insert_entries
+            entry_rows = [
+                insert.parameters(
+                    {"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message}
+                )
+                for entry_id, parent_id, kind, message in entries
+            ]
+            executed(*([insert.sql] if entry_rows else []), record.sql)
+            written: int = await run_on_thread(
+                pooled.dbapi_connection,
+                _write_on_thread,
+                insert.sql,
+                entry_rows,
+                record.sql,
+                record.parameters(bound),
+                commit,
+            )
+            return written == 1
+        if not commit:
+            # Inside the caller's transaction: the adapter begins it (a trip) unless it has.
+            adapted = pooled.dbapi_connection
+            if adapted._transaction is None:  # pyright: ignore[reportAttributeAccessIssue]
+                await adapted._start_transaction()  # pyright: ignore[reportAttributeAccessIssue]
+        bound |= {
+            "entry_ids": [entry[0] for entry in entries],
+            "parent_ids": [entry[1] for entry in entries],
+            "kinds": [entry[2] for entry in entries],
+            "messages": [entry[3] for entry in entries],
+        }
+        executed(record.sql)
+        count: int = await pooled.driver_connection.fetchval(record.sql, *record.parameters(bound))
+        return count == 1
