@@ -6,8 +6,8 @@ the live ones. How:
 
 1. Subscribe to the broker *first*, so nothing published during the replay is missed.
 2. Replay from the log every event after the client's id.
-3. Relay live events (a new subscription starts with the thread's recent events; every event is
-   stored before it is published), skipping any id not above the last one sent. Ids increase per thread but can
+3. Relay live events (published since the subscription; every event is stored before it is
+   published, so the replay has the earlier ones), skipping any id not above the last one sent. Ids increase per thread but can
    skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
    falls back to reading the log, then subscribes again.
 4. Events another process stores (several servers on one PostgreSQL) reach the broker through
