@@ -23,7 +23,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped, instrumentation
+from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped
 from stream import (
     RunFinished,
     RunStarted,
@@ -62,7 +62,7 @@ async def run_bare(runtime: Runtime, scope: RunScope, prompt: str, conversation:
             HIDE_BLOCKED_TURNS,
             app.model_retries,
             runtime.tool_failures,
-            instrumentation(include_content=runtime.trace_content),
+            *runtime.agent_tracing(),
         ],
     ) as agent_run:
         async for node in agent_run:
