@@ -36,10 +36,18 @@ from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolv
 from .step import EVENT_BLOCK, run_step
 from .texts import Texts
 from .tool_failures import ToolFailures
-from .tracing import TracingConfig, TracingUnavailable, instrumentation, setup_tracing
+from .tracing import (
+    DEFAULT_SAMPLE_RATIO,
+    RunSampler,
+    TracingConfig,
+    TracingUnavailable,
+    instrumentation,
+    setup_tracing,
+)
 
 __all__ = (
     "DEFAULT_APP",
+    "DEFAULT_SAMPLE_RATIO",
     "EVENT_BLOCK",
     "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
@@ -61,6 +69,7 @@ __all__ = (
     "PatternGuardrail",
     "Publisher",
     "RunRecords",
+    "RunSampler",
     "RunScope",
     "Runtime",
     "RuntimeOptions",

@@ -87,7 +87,7 @@ from .regenerate import without_last_turn
 from .retries import is_transient
 from .runtime import Runtime
 from .texts import Texts
-from .tracing import instrumentation, run_attributes
+from .tracing import run_attributes
 from .withdrawals import OutputGuard
 
 __all__ = ("run_step",)
@@ -282,7 +282,7 @@ class _Step:
                     app.model_retries,
                     self.runtime.tool_failures,
                     self.schemas,
-                    instrumentation(include_content=self.runtime.trace_content),
+                    *self.runtime.agent_tracing(),
                 ],
             ) as agent_run:
                 self.history = agent_run.all_messages

@@ -12,6 +12,15 @@ Deliberate choices:
   exporter package is an optional extra (`pip install 'durable-chat[otlp]'`): it brings protobuf
   and requests, which a default install has no use for; without it `setup_tracing` fails with one
   clear line instead of silently exporting nothing.
+- **Sampled by default** (`sample_ratio`, `DURABLE_CHAT_TRACE_SAMPLE`, 0.1): every run and
+  approval keeps its own span (one span a run: its id, status, attempt and, for a failed run, the
+  exception), so a failure is never lost to sampling; the spans under it (the agent's model
+  requests and tools, the store's operations) are recorded for the sampled traces only, chosen by
+  trace id (`TraceIdRatioBased`), so all of a trace's spans are in or out together (`RunSampler`).
+  True tail sampling (keep a whole trace if it failed) would mean recording every span of every
+  run to decide at its end: the very cost sampling removes.
+- **Off costs nothing but ids**: with no exporter the provider samples nothing (`ALWAYS_OFF`), so
+  no span is recorded, yet runs, events and log lines still get trace ids to correlate by.
 - **Redaction before export**: every exporter is wrapped in `RedactingSpanExporter`, which masks
   secrets, e-mail addresses and card numbers in span names, string attributes, event attributes
   and status messages (`agent.redaction`). Prompts and completions are left out of pydantic-ai's
@@ -28,30 +37,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Status
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision, Sampler, SamplingResult, TraceIdRatioBased
+from opentelemetry.trace import Link, SpanKind, Status, TraceState
 from opentelemetry.util.types import AnyValue, Attributes
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
-from store import Run
+from store import Run, record_store_spans
 
 from .redaction import redact, usable_secrets
 
 __all__ = (
+    "DEFAULT_SAMPLE_RATIO",
     "JsonlSpanExporter",
     "RedactingSpanExporter",
+    "RunSampler",
     "TracingConfig",
     "TracingUnavailable",
     "instrumentation",
     "run_attributes",
     "setup_tracing",
     "span_record",
+    "traces_children",
 )
 
 SERVICE_NAME = "durable-chat"
+DEFAULT_SAMPLE_RATIO = 0.1
+"""The share of runs traced in full by default; every run keeps its own span."""
+TOP_SPANS = frozenset({"run", "approval"})
+"""The spans always recorded, whatever the sample: one per run attempt and per decision."""
+DETAILED_ATTRIBUTE = "durable_chat.trace.sampled"
+"""On a top span: whether the spans under it were recorded too."""
 
 
 class TracingUnavailable(Exception):
@@ -68,16 +88,78 @@ class TracingConfig:
     """An OTLP/HTTP collector URL (e.g. `http://localhost:4318/v1/traces`) to export to as well."""
     include_content: bool = False
     """Put prompts, completions, tool arguments and results in pydantic-ai's spans."""
+    sample_ratio: float = DEFAULT_SAMPLE_RATIO
+    """The share of traces recorded in full, 0 to 1; the others keep their top spans only."""
+    store_spans: bool = False
+    """A span per store operation (a claim, a load, a checkpoint) in the sampled traces."""
     secrets: tuple[str, ...] = field(default=(), repr=False)
     """Values redacted from spans (and logs) wherever they occur."""
+
+    @property
+    def exports(self) -> bool:
+        """Whether spans go anywhere: without an exporter none is recorded."""
+        return self.trace_file is not None or self.otlp_endpoint is not None
 
 
 def instrumentation(*, include_content: bool = False) -> Instrumentation:
     """The pydantic-ai capability that traces an agent's runs, model requests and tool calls.
 
     It uses the global tracer provider, so its spans are children of the current span (the run's).
+    Build it once per process (`agent.Runtime` does): each build creates metric instruments on the
+    global meter that are never freed.
     """
     return Instrumentation(settings=InstrumentationSettings(include_content=include_content))
+
+
+class RunSampler(Sampler):
+    """Top spans (`run`, `approval`) always; the spans under them for `ratio` of the traces, by trace id.
+
+    A remote parent's decision is followed, as `ParentBased` does; the approval span's placeholder
+    parent is remote and marked sampled, so decisions are always kept too.
+    """
+
+    def __init__(self, ratio: float) -> None:
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"a sample ratio is between 0 and 1, not {ratio!r}")
+        self.ratio = ratio
+        self._by_trace_id = TraceIdRatioBased(ratio)
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if name in TOP_SPANS and (not parent.is_valid or parent.is_remote):
+            sampled = self._by_trace_id.should_sample(None, trace_id, name).decision.is_sampled()
+            return SamplingResult(
+                Decision.RECORD_AND_SAMPLE, {**(attributes or {}), DETAILED_ATTRIBUTE: sampled}, trace_state
+            )
+        if parent.is_valid and (parent.is_remote or not parent.trace_flags.sampled):
+            decision = Decision.RECORD_AND_SAMPLE if parent.trace_flags.sampled else Decision.DROP
+            return SamplingResult(decision, attributes if decision.is_sampled() else None, trace_state)
+        return self._by_trace_id.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"RunSampler{{{self.ratio}}}"
+
+
+def traces_children(span: trace.Span, provider: trace.TracerProvider | None = None) -> bool:
+    """Whether spans started under `span` are recorded by `provider` (the global one by default):
+    its trace is sampled in full."""
+    provider = trace.get_tracer_provider() if provider is None else provider
+    if not span.is_recording() or not isinstance(provider, TracerProvider):
+        return False
+    context = span.get_span_context()
+    probe = provider.sampler.should_sample(trace.set_span_in_context(span), context.trace_id, "probe")
+    return probe.decision.is_sampled()
 
 
 def run_attributes(run_id: str, run: Run | None = None) -> dict[str, AnyValue]:
@@ -95,6 +177,8 @@ def run_attributes(run_id: str, run: Run | None = None) -> dict[str, AnyValue]:
 def setup_tracing(config: TracingConfig) -> TracerProvider:
     """Install a tracer provider exporting as `config` says; call `shutdown()` on it at exit.
 
+    With no exporter it records nothing but still hands out trace ids (see the module's notes).
+
     Raises:
         TracingUnavailable: OTLP is configured but its exporter package is not installed.
     """
@@ -103,7 +187,9 @@ def setup_tracing(config: TracingConfig) -> TracerProvider:
         exporters.append(JsonlSpanExporter(config.trace_file))
     if config.otlp_endpoint is not None:
         exporters.append(_otlp_exporter(config.otlp_endpoint))
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    sampler = RunSampler(config.sample_ratio) if exporters else ALWAYS_OFF
+    provider = TracerProvider(sampler=sampler, resource=Resource.create({"service.name": SERVICE_NAME}))
+    record_store_spans(config.store_spans and bool(exporters))
     for exporter in exporters:
         provider.add_span_processor(
             BatchSpanProcessor(RedactingSpanExporter(exporter, config.secrets), schedule_delay_millis=1000)

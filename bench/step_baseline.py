@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped, instrumentation
+from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped
 from stream import (
     RunFinished,
     RunStarted,
@@ -75,7 +75,7 @@ async def run_bare(
             HIDE_BLOCKED_TURNS,
             app.model_retries,
             runtime.tool_failures,
-            instrumentation(include_content=runtime.trace_content),
+            *runtime.agent_tracing(),
             *extra,
         ],
     ) as agent_run:

@@ -33,6 +33,7 @@ from web import Settings, SettingsError, create_app, issue_token
 from .chat import DEFAULT_USER, chat
 from .output import detach_stdout, say
 from .purge import parse_age, purge
+from .server import freeze_startup_objects, server_config
 from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
 
 __all__ = ("build_parser", "main")
@@ -147,7 +148,7 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
     # it would be a traceback. The lifespan's own connect then finds the schema up to date.
     asyncio.run(_upgrade(settings.database_url))
     _configure_logging(settings.tracing.secrets)
-    config = uvicorn.Config(create_app(settings, app), host=settings.host, port=settings.port, lifespan="on")
+    config = server_config(create_app(settings, app), host=settings.host, port=settings.port)
     # Uvicorn has just configured its own loggers' handlers: they get the filters too.
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
@@ -275,6 +276,7 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
+            freeze_startup_objects()
             print(self._ready_line, flush=True)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

@@ -4,7 +4,8 @@ The run's row names the trace of its latest attempt (`runs.trace_id`); earlier a
 their `run` span, which carries the run id. Each trace is printed as a tree: a span under its
 parent, children in the order they started, each with its duration in milliseconds. A span whose
 parent is not in the file (the `approval` span, under the paused run's trace; a span whose parent
-was not exported yet) is shown as a root.
+was not exported yet) is shown as a root. A run whose trace was not sampled has its `run` span
+(and its decisions' `approval` spans) only, and a line under the tree says so.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ __all__ = ("Span", "TraceFileError", "read_spans", "render_trace", "run_traces")
 RUN_SPAN = "run"
 RUN_ID_ATTRIBUTE = "durable_chat.run_id"
 STARTED_ATTRIBUTE = "durable_chat.run.started"
+SAMPLED_ATTRIBUTE = "durable_chat.trace.sampled"
+UNSAMPLED_NOTE = (
+    "(only the run's own span was recorded: its trace was not in the sample; "
+    "DURABLE_CHAT_TRACE_SAMPLE sets the share of runs traced in full)"
+)
 
 
 class TraceFileError(Exception):
@@ -157,3 +163,5 @@ def render_trace(spans: list[Span], out: TextIO) -> None:
             walk(span.span_id, depth + 1)
 
     walk(None, 1)
+    if run is not None and run.attributes.get(SAMPLED_ATTRIBUTE) is False:
+        out.write(f"  {UNSAMPLED_NOTE}\n")

@@ -31,7 +31,7 @@ from .records import NewRecord, Record, Records, insert_records
 from .runs import Claimed, Queued, Run, Runs, finish_run, insert_run, record_checkpoint
 from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
-from .tracing import run_trace_id
+from .tracing import record_store_spans, recording_store_spans, run_trace_id
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -99,6 +99,8 @@ __all__ = (
     "overwrite_events",
     "reader",
     "record_checkpoint",
+    "record_store_spans",
+    "recording_store_spans",
     "run_environment",
     "run_trace_id",
     "touch_thread",

@@ -1,8 +1,9 @@
 """Tracing in the store: a span per operation (a load, a checkpoint, a claim), not per statement,
-and the lookup of the trace a run's attempt was recorded in.
+when asked for (`record_store_spans`), and the lookup of the trace a run's attempt was recorded in.
 
-The store speaks the OpenTelemetry API only: without a configured tracer provider a span costs a
-context switch and nothing is recorded. Attributes name the operation, never content.
+Operation spans are off by default: a turn makes a dozen store calls, and even an unsampled span
+costs a context switch each. The store speaks the OpenTelemetry API only. Attributes name the
+operation, never content.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .engine import reader, translate_errors
 from .errors import NotFound
 from .schema import RunRow, metadata
 
-__all__ = ("run_trace_id", "store_span", "traced", "tracer")
+__all__ = ("record_store_spans", "recording_store_spans", "run_trace_id", "store_span", "traced", "tracer")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,10 +33,27 @@ tracer = trace.get_tracer("durable_chat.store")
 # `Any` as the coroutine's send and yield types, as `async def` itself declares them.
 Operation = Callable[P, Coroutine[Any, Any, R]]
 
+# Process-wide, like the tracer provider it goes with: set once at start by whoever sets that up.
+_recording = False
+
+
+def record_store_spans(enabled: bool) -> None:
+    """Start (or stop) recording a span per store operation, process-wide."""
+    global _recording
+    _recording = enabled
+
+
+def recording_store_spans() -> bool:
+    """Whether store operations are traced (`record_store_spans`)."""
+    return _recording
+
 
 @contextmanager
 def store_span(operation: str) -> Generator[None]:
-    """A span `store.<operation>` around the block; an exception leaves it with an error status."""
+    """A span `store.<operation>` around the block, if recording; an exception leaves it with an error status."""
+    if not _recording:
+        yield
+        return
     with tracer.start_as_current_span(
         f"store.{operation}", kind=SpanKind.CLIENT, attributes={"durable_chat.store.operation": operation}
     ):
@@ -51,6 +69,8 @@ def traced(operation: str) -> Callable[[Operation[P, R]], Operation[P, R]]:
     def decorate(function: Operation[P, R]) -> Operation[P, R]:
         @functools.wraps(function)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            if not _recording:
+                return await function(*args, **kwargs)
             with store_span(operation):
                 return await function(*args, **kwargs)
 

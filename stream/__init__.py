@@ -26,7 +26,7 @@ from .events import (
     event_from_data,
 )
 from .sinks import CollectingSink, NullSink, Sink, TeeSink, transcript
-from .sse import encode_event, encode_frame, ping_frame
+from .sse import encode_event, encode_events, encode_frame, ping_frame
 
 __all__ = [
     "ApprovalDecided",
@@ -50,6 +50,7 @@ __all__ = [
     "ToolResult",
     "UserMessage",
     "encode_event",
+    "encode_events",
     "encode_frame",
     "event_data",
     "event_from_data",

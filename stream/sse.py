@@ -12,6 +12,8 @@ Frames follow the WHATWG `text/event-stream` format
 - A CR, LF (or, for `id`, NUL) in `id` or `event` is rejected with `ValueError`, where sse-starlette
   strips it: these values come from our own code, never from users, so one there is a bug, and a
   silently altered id would resume a reconnecting client at the wrong place.
+- A batch of events (`encode_events`) is the concatenation of their frames, for one write: a
+  reply's deltas stored in one flush reach the socket in one send, not one per event.
 - Field values follow `": "`: the parser drops exactly one space after the colon, so data that
   itself begins with a space survives.
 """
@@ -19,10 +21,11 @@ Frames follow the WHATWG `text/event-stream` format
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from .events import StoredEvent, event_data
 
-__all__ = ["encode_event", "encode_frame", "ping_frame"]
+__all__ = ["encode_event", "encode_events", "encode_frame", "ping_frame"]
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _NEWLINE = re.compile(r"[\r\n]")
@@ -81,6 +84,11 @@ def encode_event(stored: StoredEvent) -> bytes:
     return encode_frame(
         event_id=stored.event_id, event=stored.event.type, data=event_data(stored.event).decode()
     )
+
+
+def encode_events(events: Iterable[StoredEvent]) -> bytes:
+    """Encode events as their frames, one after the other, to be written at once."""
+    return b"".join(encode_event(stored) for stored in events)
 
 
 def ping_frame() -> bytes:

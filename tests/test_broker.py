@@ -39,19 +39,32 @@ async def test_a_follower_that_falls_behind_is_dropped_and_publishing_goes_on() 
         assert broker.followers("t") == 1
 
 
-async def test_a_late_follower_starts_with_the_threads_recent_events() -> None:
-    # A new follower gets the recent events from memory, sparing a read of the log.
-    broker = Broker(recent=3, threads=1)
-    broker.publish("t", events(1, 2, 3, 4))
-    with broker.subscribe("t") as late:
-        broker.publish("t", events(5))
-        assert [e.event_id for e in await late.next_batch()] == [2, 3, 4, 5]
-    # Only the most recently active threads are remembered.
-    broker.publish("u", events(9))
-    with broker.subscribe("t") as after_eviction, broker.subscribe("u") as other:
-        broker.publish("t", events(6))
-        assert [e.event_id for e in await after_eviction.next_batch()] == [6]
-        assert [e.event_id for e in await other.next_batch()] == [9]
+async def test_a_thread_nobody_follows_costs_no_memory() -> None:
+    # Every published event is stored already: the broker keeps nothing for threads nobody follows,
+    # so a server's memory follows its open streams, not the threads ever active.
+    broker = Broker()
+    for n in range(2_000):
+        broker.publish(f"t{n}", events(1, 2, 3))
+    assert broker.remembered() == 0
+    with broker.subscribe("t7") as follower:
+        broker.publish("t7", events(4))
+        # A new follower gets only what is published after it subscribed; the log has the rest.
+        assert [e.event_id for e in await follower.next_batch()] == [4]
+        assert broker.remembered() == 1
+    # Its last follower gone, the thread is forgotten, newest id included.
+    assert broker.remembered() == 0
+    assert broker.newest("t7") is None
+
+
+async def test_the_broker_stays_bounded_by_its_followers_after_many_threads() -> None:
+    broker = Broker()
+    for n in range(1_000):
+        with broker.subscribe(f"t{n}") as follower:
+            broker.publish(f"t{n}", events(1, 2))
+            assert len(await follower.next_batch()) == 2
+        broker.publish(f"t{n}", events(3))
+    assert broker.remembered() == 0
+    assert broker.followed() == []
 
 
 async def test_an_id_already_published_is_not_published_again() -> None:
@@ -62,7 +75,7 @@ async def test_an_id_already_published_is_not_published_again() -> None:
         broker.publish("t", events(2, 3, 4))
         broker.publish("t", events(3))
         assert [e.event_id for e in await follower.next_batch()] == [1, 2, 3, 4]
-    assert broker.newest("t") == 4
+        assert broker.newest("t") == 4
     assert broker.newest("never") is None
 
 

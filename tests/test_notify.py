@@ -106,8 +106,9 @@ async def test_events_another_process_stores_reach_a_stream_here(tmp_path: Path)
             received: list[tuple[int, str]] = []
 
             async def follow() -> None:
-                async for frame in frames:
-                    received.append(frame_summary(frame))
+                async for chunk in frames:
+                    # One chunk per batch: the frames of the events stored together, in one write.
+                    received.extend(frame_summary(frame + b"\n\n") for frame in chunk.split(b"\n\n")[:-1])
                     if len(received) == 5:
                         return
 

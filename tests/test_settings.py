@@ -24,6 +24,8 @@ _VARIABLES = (
     "TRACE_FILE",
     "OTLP_ENDPOINT",
     "TRACE_CONTENT",
+    "TRACE_SAMPLE",
+    "TRACE_STORE",
 )
 
 
@@ -195,6 +197,25 @@ def test_tracing_from_environment(workdir: Path) -> None:
         Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_CONTENT": "no"}).tracing.include_content
         is False
     )
+
+
+def test_tracing_samples_a_tenth_of_runs_without_store_spans_by_default() -> None:
+    tracing = Settings.load(secret="s", environ={}).tracing
+    assert (tracing.sample_ratio, tracing.store_spans, tracing.exports) == (0.1, False, True)
+    tuned = Settings.load(
+        secret="s", environ={"DURABLE_CHAT_TRACE_SAMPLE": "1", "DURABLE_CHAT_TRACE_STORE": "1"}
+    ).tracing
+    assert (tuned.sample_ratio, tuned.store_spans) == (1.0, True)
+    off = Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_FILE": "off"})
+    # With nowhere to export, the agent runs without pydantic-ai's instrumentation at all.
+    assert off.runtime_options().trace_agent is False
+    assert Settings.load(secret="s", environ={}).runtime_options().trace_agent is True
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "some"])
+def test_trace_sample_must_be_a_share(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"DURABLE_CHAT_TRACE_SAMPLE must be"):
+        Settings.load(secret="s", environ={"DURABLE_CHAT_TRACE_SAMPLE": value})
 
 
 @pytest.mark.parametrize("value", ["2", "maybe", "yes please"])

@@ -15,6 +15,7 @@ from stream import (
     TextDelta,
     ToolCall,
     encode_event,
+    encode_events,
     encode_frame,
     event_from_data,
     ping_frame,
@@ -156,6 +157,19 @@ def test_encode_event() -> None:
     )
 
 
+def test_a_batch_is_its_frames_in_one_piece() -> None:
+    batch = [
+        StoredEvent(7, TextDelta(run_id="r", part_id="p0", delta="Hel")),
+        StoredEvent(9, TextDelta(run_id="r", part_id="p0", delta="lo")),
+    ]
+
+    assert encode_events(batch) == (
+        b'id: 7\nevent: text_delta\ndata: {"run_id":"r","part_id":"p0","delta":"Hel"}\n\n'
+        b'id: 9\nevent: text_delta\ndata: {"run_id":"r","part_id":"p0","delta":"lo"}\n\n'
+    )
+    assert encode_events([]) == b""
+
+
 def test_encoded_events_read_back() -> None:
     events = [
         StoredEvent(1, ToolCall(run_id="r", tool_call_id="c", tool_name="t", args={"text": "a\nb\r\nc"})),
@@ -163,7 +177,7 @@ def test_encoded_events_read_back() -> None:
         StoredEvent(3, RunFinished(run_id="r", status="completed")),
     ]
 
-    received = parse(b"".join(encode_event(stored) for stored in events))
+    received = parse(encode_events(events))
 
     assert [int(item.last_event_id) for item in received] == [1, 2, 3]
     assert [event_from_data(item.type, item.data.encode()) for item in received] == [

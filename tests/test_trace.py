@@ -15,6 +15,7 @@ from .live_server import SseEvent, auth, live_server, read_events, sqlite_url
 from .test_api import finished, new_thread, send
 from .test_cli import run_cli
 
+FULL_TRACES = {"DURABLE_CHAT_TRACE_SAMPLE": "1", "DURABLE_CHAT_TRACE_STORE": "1"}
 _DURATION = re.compile(r"  \d+\.\d ms")
 
 
@@ -33,7 +34,9 @@ def run_ids(database: Path) -> list[str]:
 
 
 def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: Path) -> None:
-    chat = run_cli("chat", cwd=tmp_path, input="Please refund ORD-5678, it arrived broken\ny\n/quit\n")
+    chat = run_cli(
+        "chat", cwd=tmp_path, input="Please refund ORD-5678, it arrived broken\ny\n/quit\n", env=FULL_TRACES
+    )
     assert chat.returncode == 0, chat.stderr
     assert "Refunded $99.98 for ORD-5678" in chat.stdout
     paused, resumed = run_ids(tmp_path / "data" / "durable-chat.db")
@@ -93,6 +96,29 @@ def span_line(
             "status": "ERROR" if attributes.pop("error", False) else "UNSET",
             "attributes": attributes,
         }
+    )
+
+
+def test_trace_of_a_run_outside_the_sample_shows_its_run_span_and_says_so(tmp_path: Path) -> None:
+    chat = run_cli(
+        "chat",
+        cwd=tmp_path,
+        input="Please refund ORD-5678, it arrived broken\ny\n/quit\n",
+        env={"DURABLE_CHAT_TRACE_SAMPLE": "0"},
+    )
+    assert chat.returncode == 0, chat.stderr
+    paused, _ = run_ids(tmp_path / "data" / "durable-chat.db")
+
+    shown = run_cli("trace", paused, cwd=tmp_path)
+
+    assert shown.returncode == 0, shown.stderr
+    assert normalized(shown.stdout) == snapshot(
+        [
+            "trace <id> (run_id <id>, attempt 1, status awaiting_approval)",
+            "  run  N ms",
+            "  approval  N ms",
+            "  (only the run's own span was recorded: its trace was not in the sample; DURABLE_CHAT_TRACE_SAMPLE sets the share of runs traced in full)",
+        ]
     )
 
 
@@ -189,7 +215,7 @@ def test_trace_without_a_trace_file_is_one_line(tmp_path: Path) -> None:
 
 async def serve_a_looping_run(url: str, workdir: Path) -> tuple[str, list[SseEvent]]:
     """Run a real server on `url`, send a message that ends at the turn's limits, return its run and events."""
-    with live_server(url, workdir, env={"OPENAI_API_KEY": "sk-e2e-0123456789"}) as server:
+    with live_server(url, workdir, env={"OPENAI_API_KEY": "sk-e2e-0123456789", **FULL_TRACES}) as server:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
             token = server.token("alice")
             thread_id = await new_thread(client, token)

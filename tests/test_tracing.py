@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -23,6 +23,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent import decide, run_step
+from store import record_store_spans
 from store.schema import ApprovalRow, RunRow, metadata
 
 from .conftest import TRACE_SECRET
@@ -34,6 +35,14 @@ HEX32 = IsStr(regex=r"[0-9a-f]{32}")
 LOOKUP = Calls([("lookup", {"key": "plan"})])
 # Timing decides whether the event log's background writer stores some events between checkpoints.
 _TIMING_DEPENDENT = {"store.append_events"}
+
+
+@pytest.fixture(autouse=True)
+def store_spans() -> Iterator[None]:
+    """These tests show the store's operation spans, which a deployment turns on with `DURABLE_CHAT_TRACE_STORE=1`."""
+    record_store_spans(True)
+    yield
+    record_store_spans(False)
 
 
 def trace_id_of(span: ReadableSpan) -> str:

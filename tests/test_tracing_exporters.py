@@ -155,7 +155,9 @@ def test_spans_reach_an_otlp_collector_redacted() -> None:
     try:
         endpoint = f"http://127.0.0.1:{collector.server_port}/v1/traces"
         provider = setup_tracing(
-            TracingConfig(trace_file=None, otlp_endpoint=endpoint, secrets=("hunter2-secret",))
+            TracingConfig(
+                trace_file=None, otlp_endpoint=endpoint, sample_ratio=1.0, secrets=("hunter2-secret",)
+            )
         )
         note = "mail bob@example.com, key hunter2-secret, card 4111 1111 1111 1111"
         with provider.get_tracer("test").start_as_current_span("otlp-check", attributes={"note": note}):

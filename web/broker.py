@@ -10,11 +10,15 @@ Deliberate choices:
   (`SubscriberDropped`) and reads what it missed from the log, which holds every event, then
   subscribes again. Dropping loses nothing, since the log is the source of truth; the broker is
   only a doorbell that also carries the events to spare the database a read.
-- The broker remembers each thread's most recent events (`recent` of them, for the threads
-  active lately); a new subscription starts with them, and the follower skips those it already
-  has by id. Every published event is stored already, so this only spares a read.
-- Ids only go up: an event whose id is not above the newest the thread published is dropped (a
-  copy of one already published, e.g. relayed from the log after this process published it).
+- **Nothing is kept for a thread nobody follows.** Every published event is stored before it is
+  published and every new follower replays the log after subscribing, so a window of recent
+  events would only duplicate what that replay reads; a thread's state (its followers and the
+  newest id published while followed) goes when its last follower leaves. Memory follows the open
+  streams, not the threads ever active (a cache of 1,024 events for up to 10,000 threads grew a
+  soaking server by 8-13 MB a minute).
+- Ids only go up: while a thread is followed, an event whose id is not above the newest published
+  is dropped (a copy of one already published, e.g. relayed from the log after this process
+  published it).
 - The broker knows only this process. Events another process stores (several servers on one
   PostgreSQL) are read from the log and published here by `web.relay` when notified; `position`
   says from where to read.
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 
@@ -80,22 +83,18 @@ class Subscription:
 
 
 class Broker:
-    """Live events per thread, fanned out to bounded subscriptions."""
+    """Live events per followed thread, fanned out to bounded subscriptions."""
 
-    def __init__(self, *, capacity: int = DEFAULT_BUFFER, recent: int = 1024, threads: int = 10_000) -> None:
+    def __init__(self, *, capacity: int = DEFAULT_BUFFER) -> None:
         self._capacity = capacity
         self._subscriptions: dict[str, set[Subscription]] = {}
-        self._recent_size = recent
-        self._threads = threads
-        self._recent: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
+        self._newest: dict[str, int] = {}
+        """The newest id published for each followed thread (and only those)."""
 
     @contextmanager
     def subscribe(self, thread_id: str, *, after: int = 0) -> Generator[Subscription]:
         """Follow `thread_id` for the duration of the `with` block, from a follower that has up to `after`."""
         subscription = Subscription(thread_id, self._capacity, after)
-        recent = self._recent.get(thread_id)
-        if recent:
-            subscription.offer(list(recent))
         self._subscriptions.setdefault(thread_id, set()).add(subscription)
         try:
             yield subscription
@@ -103,21 +102,20 @@ class Broker:
             self._discard(subscription)
 
     def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
-        """Hand `events` to every follower of `thread_id`, in id order; never blocks."""
-        recent = self._recent.get(thread_id)
-        if recent:
-            newest = recent[-1].event_id
+        """Hand `events` to every follower of `thread_id`, in id order; never blocks.
+
+        A thread nobody follows costs nothing: its events are in the log already.
+        """
+        followers = self._subscriptions.get(thread_id)
+        if not followers:
+            return
+        newest = self._newest.get(thread_id)
+        if newest is not None:
             events = [stored for stored in events if stored.event_id > newest]
         if not events:
             return
-        if recent is None:
-            recent = self._recent[thread_id] = deque(maxlen=self._recent_size)
-            while len(self._recent) > self._threads:
-                self._recent.popitem(last=False)
-        else:
-            self._recent.move_to_end(thread_id)
-        recent.extend(events)
-        for subscription in list(self._subscriptions.get(thread_id, ())):
+        self._newest[thread_id] = events[-1].event_id
+        for subscription in list(followers):
             if not subscription.offer(events):
                 logger.info("dropped a slow follower of thread %s", thread_id)
                 self._discard(subscription)
@@ -130,17 +128,20 @@ class Broker:
         """The threads someone follows now."""
         return list(self._subscriptions)
 
+    def remembered(self) -> int:
+        """How many threads the broker holds any state for (the followed ones; for tests and monitoring)."""
+        return len(self._subscriptions.keys() | self._newest.keys())
+
     def newest(self, thread_id: str) -> int | None:
-        """The newest id published for `thread_id`, `None` when the broker remembers none."""
-        recent = self._recent.get(thread_id)
-        return recent[-1].event_id if recent else None
+        """The newest id published for `thread_id` while followed, `None` when it is not followed."""
+        return self._newest.get(thread_id)
 
     def position(self, thread_id: str) -> int | None:
         """After which id the log holds events the followers of `thread_id` may lack; `None` if none follow.
 
-        Every follower has every event up to its own position, and every event the broker
-        published reached every follower (in its buffer, or in the recent events it started
-        with): the greater of the lowest position and the newest published id is safe.
+        Every follower has every event up to its own position, every event published since it
+        subscribed is in its buffer, and every one published before is in the log it replays
+        after subscribing: the greater of the lowest position and the newest published id is safe.
         """
         followers = self._subscriptions.get(thread_id)
         if not followers:
@@ -155,3 +156,4 @@ class Broker:
         followers.discard(subscription)
         if not followers:
             del self._subscriptions[subscription.thread_id]
+            self._newest.pop(subscription.thread_id, None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from agent import DEFAULT_APP, RuntimeOptions, TracingConfig, secrets_from_environment
+from agent import DEFAULT_APP, DEFAULT_SAMPLE_RATIO, RuntimeOptions, TracingConfig, secrets_from_environment
 from store import ConnectionOptions, Worker
 
 from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings
@@ -65,8 +65,10 @@ class Settings:
     shutdown_timeout_seconds: float = 10.0
     """How long shutdown waits for cancelled runs to checkpoint and requeue."""
     tracing: TracingConfig = field(default_factory=lambda: TracingConfig(trace_file=None))
-    """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), whether they hold content
-    (`DURABLE_CHAT_TRACE_CONTENT=1`), and the secrets redacted from spans and logs."""
+    """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), the share of runs traced in
+    full (`DURABLE_CHAT_TRACE_SAMPLE`, 0.1), whether store operations get spans
+    (`DURABLE_CHAT_TRACE_STORE=1`), whether they hold content (`DURABLE_CHAT_TRACE_CONTENT=1`),
+    and the secrets redacted from spans and logs."""
     sse_notified_poll_seconds: float = 60.0
     """On PostgreSQL, where other processes' events arrive by notification, how often an idle
     event stream still reads the log (a safety net)."""
@@ -123,6 +125,7 @@ class Settings:
             model=self.model,
             messages_per_minute=self.messages_per_minute,
             trace_content=self.tracing.include_content,
+            trace_agent=self.tracing.exports,
             connection=self.connection_options(),
             worker=worker,
         )
@@ -198,6 +201,8 @@ class Settings:
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
                 include_content=_flag("TRACE_CONTENT", env, False),
+                sample_ratio=_ratio("TRACE_SAMPLE", env, DEFAULT_SAMPLE_RATIO),
+                store_spans=_flag("TRACE_STORE", env, False),
                 secrets=(
                     secret,
                     *([jwt.secret] if jwt and jwt.secret else []),
@@ -312,6 +317,14 @@ def _number(
         raise SettingsError(
             f"{ENV_PREFIX}{name} must be a {'non-negative' if zero else 'positive'} {kind}, not {text!r}"
         )
+    return value
+
+
+def _ratio(name: str, env: Mapping[str, str], default: float) -> float:
+    """A share between 0 and 1."""
+    value = _number(name, env, default, zero=True)
+    if value > 1:
+        raise SettingsError(f"{ENV_PREFIX}{name} must be between 0 and 1, not {value!r}")
     return value
 
 

@@ -6,8 +6,8 @@ the live ones. How:
 
 1. Subscribe to the broker *first*, so nothing published during the replay is missed.
 2. Replay from the log every event after the client's id.
-3. Relay live events (a new subscription starts with the thread's recent events; every event is
-   stored before it is published), skipping any id not above the last one sent. Ids increase per thread but can
+3. Relay live events (published since the subscription; every event is stored before it is
+   published, so the replay has the earlier ones), skipping any id not above the last one sent. Ids increase per thread but can
    skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
    falls back to reading the log, then subscribes again.
 4. Events another process stores (several servers on one PostgreSQL) reach the broker through
@@ -18,7 +18,8 @@ the live ones. How:
 5. A database that becomes unreachable ends the stream (the client reconnects with its
    `Last-Event-ID`) rather than failing it half-way.
 
-Frames come from `stream.encode_event` only; the keep-alive is `stream.ping_frame`, sent by
+Frames come from `stream.encode_events` only, a batch at a time (a replay page, or what the broker
+handed over since the last write) in one write; the keep-alive is `stream.ping_frame`, sent by
 sse-starlette's ping task, which also races the stream against the client's disconnect.
 """
 
@@ -37,7 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from agent import stored_events
 from store import Database, DatabaseUnavailable, NotFound
-from stream import StoredEvent, encode_event, ping_frame
+from stream import StoredEvent, encode_events, ping_frame
 
 from .api import owned_thread, user_of
 from .broker import Broker, SubscriberDropped
@@ -96,10 +97,11 @@ async def event_frames(
 ) -> AsyncIterator[bytes]:
     """The SSE frames of every event of `thread_id` after `after`, then of live ones, until the end.
 
-    The stream ends when the thread is deleted or the database cannot be reached.
+    Each item is the frames of one batch, to be written at once. The stream ends when the thread is
+    deleted or the database cannot be reached.
     """
-    async for stored in thread_events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
-        yield encode_event(stored)
+    async for batch in _batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+        yield encode_events(batch)
 
 
 async def thread_events(
@@ -109,22 +111,30 @@ async def thread_events(
 
     The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too.
     """
-    try:
-        async for stored in _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+    async for batch in _batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+        for stored in batch:
             yield stored
+
+
+async def _batches(
+    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+) -> AsyncIterator[list[StoredEvent]]:
+    try:
+        async for batch in _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
+            yield batch
     except DatabaseUnavailable as error:
         logger.warning("ended an event stream of thread %s: %s", thread_id, error)
 
 
 async def _events(
     db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[StoredEvent]:
+) -> AsyncIterator[list[StoredEvent]]:
     last = after
     while True:
         with broker.subscribe(thread_id, after=last) as subscription:
-            async for stored in _replay(db, thread_id, after=last):
-                last = subscription.position = stored.event_id
-                yield stored
+            async for page in _replay(db, thread_id, after=last):
+                last = subscription.position = page[-1].event_id
+                yield page
             while True:
                 try:
                     batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
@@ -134,20 +144,21 @@ async def _events(
                     if not await _exists(db, thread_id):
                         return  # deleted: nothing more will come
                     break
-                for stored in batch:
-                    # Ids increase but may skip (ids a run reserved and left unused): any id above
-                    # the last one sent is next. Lower ones came in the replay or a snapshot.
-                    if stored.event_id > last:
-                        last = subscription.position = stored.event_id
-                        yield stored
+                # Ids increase but may skip (ids a run reserved and left unused): any id above
+                # the last one sent is next. Lower ones came in the replay.
+                fresh = [stored for stored in batch if stored.event_id > last]
+                if fresh:
+                    last = subscription.position = fresh[-1].event_id
+                    yield fresh
 
 
-async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[StoredEvent]:
+async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[list[StoredEvent]]:
     while True:
         logged = await db.events.read(thread_id, after=after, limit=_REPLAY_PAGE)
-        for stored in stored_events(logged):
-            after = stored.event_id
-            yield stored
+        page = list(stored_events(logged))
+        if page:
+            after = page[-1].event_id
+            yield page
         if len(logged) < _REPLAY_PAGE:
             return
 

@@ -1,0 +1,34 @@
+"""`serve`'s uvicorn set-up: uvloop and httptools when installed, the start-up heap frozen."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+
+from starlette.applications import Starlette
+
+from cli.server import freeze_startup_objects, server_config
+
+
+def test_the_server_uses_uvloop_and_httptools_when_installed_else_asyncio_and_h11() -> None:
+    config = server_config(Starlette(), host="127.0.0.1", port=8000)
+    config.load()
+    has_httptools = importlib.util.find_spec("httptools") is not None
+    expected_http = "HttpToolsProtocol" if has_httptools else "H11Protocol"
+    assert config.http_protocol_class.__name__ == expected_http
+    loop = (config.get_loop_factory() or asyncio.new_event_loop)()
+    try:
+        has_uvloop = importlib.util.find_spec("uvloop") is not None
+        assert type(loop).__module__.startswith("uvloop") is has_uvloop
+    finally:
+        loop.close()
+
+
+def test_start_up_objects_are_frozen_out_of_the_collectors_reach() -> None:
+    kept = [object() for _ in range(10)]
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > len(kept)
+    finally:
+        gc.unfreeze()
