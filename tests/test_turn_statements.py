@@ -3,7 +3,8 @@
 A turn as the server serves it: a POST of a user message to the native API, and its run driven by
 the runner to its end, three nodes (the model calls a tool, the tool answers, the model replies).
 Every statement either engine of the store (the writer's and the reader's) sends is counted
-through SQLAlchemy's `before_cursor_execute`, named by its verb and its first table, and grouped
+through SQLAlchemy's `before_cursor_execute` (and the statements the conversation store runs on
+the driver itself, through `store.compiled.observing`), named by its verb and its first table, and grouped
 by the write transaction that committed it; every DB-API rollback a read sends is counted too (a
 trip a read need not pay).
 
@@ -31,6 +32,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import reader
+from store.compiled import observing
 from web import Settings, create_app, issue_token
 from web.services import Services
 
@@ -52,13 +54,24 @@ class Tally:
     rollbacks: int = 0
     counting: bool = False
     _open: dict[int, list[str]] = field(default_factory=dict[int, list[str]])
+    _compiled: dict[int, list[str]] = field(default_factory=dict[int, list[str]])
+    """Statements the store's hot path ran on the driver (`store.compiled`), by task, not yet committed."""
+
+    def ran_compiled(self, sql: str) -> None:
+        """A statement of the hot path: a read on its own, or part of the task's next commit."""
+        if not self.counting:
+            return
+        if _named(sql).startswith("SELECT") and id(asyncio.current_task()) not in self._compiled:
+            self.reads.append(_named(sql))
+        else:
+            self._compiled.setdefault(id(asyncio.current_task()), []).append(_named(sql))
 
     def written(self, connection: Connection, sql: str) -> None:
         if self.counting:
             self._open.setdefault(id(connection), []).append(_named(sql))
 
     def committed(self, connection: Connection) -> None:
-        statements = self._open.pop(id(connection), [])
+        statements = self._compiled.pop(id(asyncio.current_task()), []) + self._open.pop(id(connection), [])
         if self.counting:
             self.transactions.append(tuple(statements))
 
@@ -141,6 +154,7 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
         )
         services: Services = app.state.services
         tally = Tally()
+        stack.enter_context(observing(tally.ran_compiled))
         _watch(services.db.engine, "write", tally)
         _watch(reader(services.db.engine), "read", tally)
         headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
@@ -194,21 +208,19 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 12,
+                "statements (but events)": 10,
                 "write transactions (but the writer's)": 3,
                 "reads": ["SELECT conversation_records", "SELECT threads"],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["UPDATE threads", "INSERT runs"],
                     [
-                        "INSERT conversation_entries",
-                        "INSERT conversation_records",
+                        "WITH conversation_records",
                         "UPDATE runs",
                         "UPDATE threads",
                     ],
                     [
-                        "INSERT conversation_entries",
-                        "UPDATE conversation_records",
+                        "WITH conversation_records",
                         "UPDATE runs",
                         "UPDATE threads",
                     ],
