@@ -71,15 +71,19 @@ def render(
     statuses: dict[str, int],
     load: tuple[str, str],
     when: datetime,
+    history_cache_mb: int | None = None,
 ) -> str:
     name = "PostgreSQL" if backend == "postgresql" else "SQLite"
     connections = "sessions (pg_stat_activity)" if backend == "postgresql" else "fds on the database files"
     flag = " --postgres URL" if backend == "postgresql" else ""
+    if history_cache_mb is not None:
+        flag += f" --history-cache-mb {history_cache_mb}"
     verdict = judge(samples)
     runs = ", ".join(f"{status} {count}" for status, count in tally.runs.most_common())
     errors = "; ".join(f"{kind} x{count} ({tally.samples[kind]})" for kind, count in tally.errors.items())
     lines = [
-        f"## Soak on {name}: {minutes:g} minutes, one server",
+        f"## Soak on {name}: {minutes:g} minutes, one server"
+        + ("" if history_cache_mb is None else f", a {history_cache_mb} MB history cache"),
         "",
         f"`python -m bench.soak --minutes {minutes:g}{flag}`, {when:%Y-%m-%d %H:%M} UTC. One `durable-chat serve` "
         f"(demo model) and {users} users in the benchmark's process, each looping: a message (a refund, a double "
