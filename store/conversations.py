@@ -352,30 +352,26 @@ class SqlConversationStore(ConversationStore):
             for entry in new_entries
         ]
         also = _also.get()
+
+        async def write(target: AsyncEngine | AsyncConnection) -> None:
+            written = await histories.write(
+                target,
+                values,
+                entries=encoded,
+                expected_revision=expected_revision,
+                forked_from=record.forked_from,
+            )
+            if not written:
+                raise ConversationConflict(conversation_id)
+
         with translate_errors(f"saving conversation {conversation_id!r}"):
             try:
                 if also is None:
                     # Alone, the write is its own transaction, committed in its one trip.
-                    written = await histories.write(
-                        self._engine,
-                        values,
-                        entries=encoded,
-                        expected_revision=expected_revision,
-                        forked_from=record.forked_from,
-                    )
-                    if not written:
-                        raise ConversationConflict(conversation_id)
+                    await write(self._engine)
                 else:
                     async with self._engine.begin() as connection:
-                        written = await histories.write(
-                            connection,
-                            values,
-                            entries=encoded,
-                            expected_revision=expected_revision,
-                            forked_from=record.forked_from,
-                        )
-                        if not written:
-                            raise ConversationConflict(conversation_id)
+                        await write(connection)
                         await also(connection)
             except exc.IntegrityError as error:
                 # The record exists already, its head names an entry a concurrent delete released,

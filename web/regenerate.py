@@ -45,13 +45,12 @@ async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str 
             409, "nothing_to_regenerate", f"thread {thread.thread_id!r} has no message to answer again"
         )
     try:
-        run, created = await s.db.runs.create_regenerate_run(
-            thread.thread_id, content=found[1], idempotency_key=idempotency_key
+        # Queued as a message is: claimed by this worker in the same transaction when it has room.
+        queued = await s.runner.queue(
+            thread.thread_id, "regenerate", content=found[1], idempotency_key=idempotency_key
         )
     except (RunActive, ApprovalPending) as error:
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    if created:
-        s.runner.submit(run.run_id)
-    return run
+    return queued.run

@@ -155,7 +155,7 @@ async def _events(
 async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[list[StoredEvent]]:
     while True:
         logged = await db.events.read(thread_id, after=after, limit=_REPLAY_PAGE)
-        page = list(stored_events(logged))
+        page = stored_events(logged)
         if page:
             after = page[-1].event_id
             yield page
