@@ -32,6 +32,7 @@ from .records import RunRecords
 from .redaction import secrets_from_environment
 from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
+from .run_hooks import RunHooks
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
 from .step import EVENT_BLOCK, run_step
 from .texts import Texts
@@ -68,6 +69,7 @@ __all__ = (
     "NothingToRegenerate",
     "PatternGuardrail",
     "Publisher",
+    "RunHooks",
     "RunRecords",
     "RunSampler",
     "RunScope",

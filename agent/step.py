@@ -79,12 +79,13 @@ from stream import PendingCall as PendingCallEvent
 from .app import RunScope
 from .arguments import ToolSchemas
 from .eventlog import EventLogSink, SkipLogged, TraceStampSink, logged_tool_events, new_events
-from .guardrails import HIDE_BLOCKED_TURNS, Guardrail, GuardrailContext, blocked_turn, first_tripped
+from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
 from .records import RunRecords
 from .regenerate import without_last_turn
 from .retries import is_transient
+from .run_hooks import RunHooks
 from .runtime import Runtime
 from .texts import Texts
 from .tracing import run_attributes
@@ -278,10 +279,7 @@ class _Step:
                 usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
                 capabilities=[
-                    HIDE_BLOCKED_TURNS,
-                    app.model_retries,
-                    self.runtime.tool_failures,
-                    self.schemas,
+                    RunHooks(app.model_retries, self.runtime.tool_failures, self.schemas),
                     *self.runtime.agent_tracing(),
                 ],
             ) as agent_run:

@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import HIDE_BLOCKED_TURNS, GuardrailContext, RunScope, Runtime, first_tripped
+from agent import GuardrailContext, RunHooks, RunScope, Runtime, ToolSchemas, first_tripped
 from stream import (
     RunFinished,
     RunStarted,
@@ -72,9 +72,7 @@ async def run_bare(
         deps=await app.build_deps(scope),
         usage_limits=app.usage_limits,
         capabilities=[
-            HIDE_BLOCKED_TURNS,
-            app.model_retries,
-            runtime.tool_failures,
+            RunHooks(app.model_retries, runtime.tool_failures, ToolSchemas()),
             *runtime.agent_tracing(),
             *extra,
         ],

@@ -1,0 +1,84 @@
+"""The runtime's hooks on every run, given to pydantic-ai as one capability.
+
+A run needs four behaviours around the app's agent: blocked turns hidden from the model
+(`HideBlockedTurns`), transient model errors retried (`ModelRetries`), tools that raise or hang
+turned into failed results (`ToolFailures`), and the argument schemas the model saw recorded
+(`ToolSchemas`). Each stays its own capability, usable alone. pydantic-ai calls every hook of
+every capability of a run, each with its own copy of the run context, whether the capability
+overrides the hook or not: with the four given separately that cost 0.95 ms on a 4.8 ms
+three-node turn of the demo agent, against 0.56 ms as one (`RunHooks`), measured in one process.
+`RunHooks` overrides exactly the hooks the four do and hands each call to the one that owns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.tools import ToolDefinition
+
+from .arguments import ToolSchemas
+from .guardrails import HIDE_BLOCKED_TURNS
+from .retries import ModelRetries
+from .tool_failures import ToolFailures
+
+__all__ = ("RunHooks",)
+
+
+@dataclass
+class RunHooks(AbstractCapability[Any]):
+    """`HideBlockedTurns`, `ModelRetries`, `ToolFailures` and `ToolSchemas` as one capability."""
+
+    retries: ModelRetries
+    failures: ToolFailures
+    schemas: ToolSchemas
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # configured in code, not from an agent spec
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        return await HIDE_BLOCKED_TURNS.before_model_request(ctx, request_context)
+
+    async def prepare_tools(
+        self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        return await self.schemas.prepare_tools(ctx, tool_defs)
+
+    async def on_model_request_error(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> ModelResponse:
+        return await self.retries.on_model_request_error(ctx, request_context=request_context, error=error)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        return await self.failures.wrap_tool_execute(
+            ctx, call=call, tool_def=tool_def, args=args, handler=handler
+        )
+
+    async def on_tool_execute_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        error: Exception,
+    ) -> Any:
+        return await self.failures.on_tool_execute_error(
+            ctx, call=call, tool_def=tool_def, args=args, error=error
+        )
