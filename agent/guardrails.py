@@ -143,17 +143,24 @@ class PatternScanner:
             self._normalized += unicodedata.normalize("NFKC", char)
             self._ends.append(len(self._normalized))
         normalized, end = self._normalized, len(self._normalized)
-        held: int | None = None
-        for position in range(self._held, end):
-            for pattern in self._patterns:
-                match = pattern.match(normalized, position, partial=True)
-                if match is None:
-                    continue
-                if not match.partial and match.end() < end:
+        held = end
+        for pattern in self._patterns:
+            # A search, in C, instead of a match tried at every position: it finds the first whole
+            # match if there is one anywhere, else the first partial one (text that could still
+            # become a match). Only a whole match reaching the end (a `\b` there may still fail)
+            # needs more: a partial match may start before it, a whole one after it may trip.
+            position = self._held
+            while (match := pattern.search(normalized, position, partial=True)) is not None:
+                start = match.start()
+                if match.partial:
+                    held = min(held, start)
+                    break
+                if match.end() < end:
                     return None
-                if held is None:
-                    held = position
-        self._held = end if held is None else held
+                partial = (at for at in range(position, start) if pattern.match(normalized, at, partial=True))
+                held = min(held, next(partial, start))
+                position = start + 1
+        self._held = held
         # The characters whose whole normalized text lies before the held position.
         return bisect.bisect_right(self._ends, self._held) - 1
 

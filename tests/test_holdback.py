@@ -20,7 +20,15 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agent import ChatApp, open_runtime, run_step
-from agent.guardrails import LEAK_REPLY, GuardrailContext, PatternGuardrail, leak_guardrail
+from agent.guardrails import (
+    INJECTION_PATTERNS,
+    LEAK_PATTERNS,
+    LEAK_REPLY,
+    GuardrailContext,
+    PatternGuardrail,
+    PatternScanner,
+    leak_guardrail,
+)
 from agent.holdback import HeldPart
 from stream import CollectingSink, TextDelta, TextDone, TextWithdrawn, event_from_data
 
@@ -170,6 +178,74 @@ def test_a_custom_pattern_guardrail_streams_too() -> None:
     assert part.feed(" Card 4242 4242 4242 42") == " Card "
     assert part.feed("42 was charged") == ""
     assert part.tripped is card
+
+
+class _EveryPosition:
+    """The scanner's definition, literally: every pattern tried at every position from the held one."""
+
+    def __init__(self, patterns: tuple[re.Pattern[str], ...]) -> None:
+        self._patterns = [
+            regex.compile(pattern.pattern, pattern.flags & re.IGNORECASE and regex.IGNORECASE)
+            for pattern in patterns
+        ]
+        self._text = ""
+        self._held = 0
+
+    def feed(self, text: str) -> int | None:
+        self._text = text  # ASCII-only cases below: normalized text and text are the same
+        end, held = len(text), None
+        for position in range(self._held, end):
+            for pattern in self._patterns:
+                match = pattern.match(text, position, partial=True)
+                if match is None:
+                    continue
+                if not match.partial and match.end() < end:
+                    return None
+                if held is None:
+                    held = position
+        self._held = end if held is None else held
+        return self._held
+
+
+_ASCII_WORDS = st.sampled_from(
+    ["internal", "error", "stack", "trace", "database", "connection", "api", "secret", "sk-live-1",
+     "rk_test_x", "postgres://", "redis+tls://", "traceback (most recent call last)", "ignore", "all",
+     "previous", "instructions", "system", "prompt", "you", "are", "now", "ok", "s", "k", "i"]
+)  # fmt: skip
+
+
+_CUSTOM = (re.compile(r"a[^!]*!|b"), re.compile(r"\b(?:\d{2}[ -]?){2}\d{2}\b"))
+"""Patterns whose match at one position can reach the end while a later one trips."""
+
+
+@settings(max_examples=400)
+@given(
+    case=st.one_of(
+        st.tuples(
+            st.just(LEAK_PATTERNS + INJECTION_PATTERNS),
+            st.lists(
+                st.tuples(_ASCII_WORDS, st.sampled_from([" ", "", "_", "-", "\n", ". "])), max_size=10
+            ).map(lambda words: "".join(word + gap for word, gap in words)),
+        ),
+        st.tuples(st.just(_CUSTOM), st.text(alphabet="ab! c12-", max_size=30)),
+    ),
+    data=st.data(),
+)
+@example(case=(_CUSTOM, "ab c"), data=None)  # a partial match at 0 ("a…!"), then "b" trips
+@example(case=(_CUSTOM, "ab!"), data=None)  # a whole match reaching the end, then "b" trips
+def test_the_scanner_holds_and_trips_exactly_where_trying_every_position_does(
+    case: tuple[tuple[re.Pattern[str], ...], str], data: st.DataObject | None
+) -> None:
+    patterns, text = case
+    scanner, reference = PatternScanner(patterns), _EveryPosition(patterns)
+    so_far = ""
+    chunks = [text] if data is None else data.draw(_chunkings(text)) if text else []
+    for chunk in chunks:
+        so_far += chunk
+        expected = reference.feed(so_far)
+        assert scanner.feed(so_far) == expected
+        if expected is None:
+            break
 
 
 # -- the step function, on a real database ------------------------------------------------------------
