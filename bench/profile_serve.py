@@ -5,7 +5,8 @@
 A sampling profiler that reads Python stacks only (py-spy without `--native`, which pauses the
 server for every sample and slowed it several times over here) cannot see the collector, so
 `gc.callbacks` time every collection (CPU of the thread it runs on) and a thread writes the
-running totals to `$BENCH_GC_FILE` as JSON (`{"seconds", "collections"}`) four times a second,
+running totals to `$BENCH_GC_FILE` as JSON (`{"seconds", "collections"}`, and each per generation:
+`gen0_seconds`, `gen0_collections`, …) four times a second,
 for the benchmark to read before and after its window. Nothing else changes.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 __all__ = ("GC_FILE_ENV",)
 
 GC_FILE_ENV = "BENCH_GC_FILE"
-_spent = {"seconds": 0.0, "collections": 0}
+_spent: dict[str, float] = {"seconds": 0.0, "collections": 0}
 _started = [0.0]
 
 
@@ -31,8 +32,12 @@ def _timed(phase: str, info: dict[str, int]) -> None:
     if phase == "start":
         _started[0] = time.thread_time()
     else:
-        _spent["seconds"] += time.thread_time() - _started[0]
+        spent = time.thread_time() - _started[0]
+        _spent["seconds"] += spent
         _spent["collections"] += 1
+        generation = info.get("generation", 0)
+        _spent[f"gen{generation}_seconds"] = _spent.get(f"gen{generation}_seconds", 0.0) + spent
+        _spent[f"gen{generation}_collections"] = _spent.get(f"gen{generation}_collections", 0) + 1
 
 
 def _write(path: Path) -> None:

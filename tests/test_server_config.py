@@ -1,4 +1,4 @@
-"""`serve`'s uvicorn set-up: uvloop and httptools when installed, the start-up heap frozen."""
+"""`serve`'s uvicorn set-up: uvloop and httptools when installed, the start-up heap frozen, collections rarer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib.util
 
 from starlette.applications import Starlette
 
-from cli.server import freeze_startup_objects, server_config
+from cli.server import GC_THRESHOLDS, freeze_startup_objects, server_config
 
 
 def test_the_server_uses_uvloop_and_httptools_when_installed_else_asyncio_and_h11() -> None:
@@ -25,10 +25,14 @@ def test_the_server_uses_uvloop_and_httptools_when_installed_else_asyncio_and_h1
         loop.close()
 
 
-def test_start_up_objects_are_frozen_out_of_the_collectors_reach() -> None:
+def test_start_up_objects_are_frozen_out_of_the_collectors_reach_and_collections_come_rarer() -> None:
     kept = [object() for _ in range(10)]
+    thresholds = gc.get_threshold()
     try:
         freeze_startup_objects()
         assert gc.get_freeze_count() > len(kept)
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] > thresholds[0]
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
