@@ -26,7 +26,7 @@ from stream import PendingCall, StreamEvent
 from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 from .api import user_of
 from .bodies import read_body, validation_error
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_message, queued_after
 from .errors import ApiError
 from .services import Services, services
 from .sse import stream_response
@@ -68,8 +68,8 @@ async def run_agent(request: Request) -> Response:
         return _stream(s, thread, resume_run_id, encoder)
     last = body.messages[-1] if body.messages else None
     if isinstance(last, UserMessage):
-        run = await queue_message(s, thread, _text(last), idempotency_key=last.id)
-        return _stream(s, thread, run.run_id, encoder)
+        queued = await queue_message(s, thread, _text(last), idempotency_key=last.id)
+        return _stream(s, thread, queued.run.run_id, encoder, after=queued_after(queued))
     active = await s.db.runs.active(thread.thread_id)
     if active is None:
         raise ApiError(
@@ -105,8 +105,10 @@ def _text(message: UserMessage) -> str:
     return "\n".join(part.text for part in message.content if isinstance(part, TextPart))
 
 
-def _stream(s: Services, thread: Thread, run_id: str, encoder: AGUIStream) -> Response:
-    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id)
+def _stream(
+    s: Services, thread: Thread, run_id: str, encoder: AGUIStream, *, after: int | None = None
+) -> Response:
+    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id, after=after)
     return stream_response(s, _frames(encoder, events), user_id=thread.user_id)
 
 

@@ -28,7 +28,7 @@ from .ai_sdk_messages import TURN_KINDS, ui_messages
 from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
 from .api import user_of
 from .bodies import read_body
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_message, queued_after
 from .errors import ApiError
 from .regenerate import queue_regenerate
 from .services import Services, services
@@ -94,8 +94,11 @@ async def post_chat(request: Request) -> Response:
     assert thread is not None
     if body.trigger == "regenerate-message":
         key = None if body.message_id is None else f"regenerate:{body.message_id}"
-        run = await queue_regenerate(s, thread, idempotency_key=key)
-        return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
+        queued = await queue_regenerate(s, thread, idempotency_key=key)
+        run_id = queued.run.run_id
+        return _stream(
+            s, thread, run_id, run_id, UIMessageStream(message_id=run_id), after=queued_after(queued)
+        )
     last = body.messages[-1]
     if last.role == "user":
         if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
@@ -103,8 +106,11 @@ async def post_chat(request: Request) -> Response:
                 422, "validation_error", "editing a sent message is not supported; send a new message"
             )
         text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
-        run = await queue_message(s, thread, text, idempotency_key=last.id)
-        return _stream(s, thread, run.run_id, run.run_id, UIMessageStream(message_id=run.run_id))
+        queued = await queue_message(s, thread, text, idempotency_key=last.id)
+        run_id = queued.run.run_id
+        return _stream(
+            s, thread, run_id, run_id, UIMessageStream(message_id=run_id), after=queued_after(queued)
+        )
     answers = [
         Answer(
             part.approval.id,
@@ -166,9 +172,17 @@ async def get_chat(request: Request) -> Response:
 
 
 def _stream(
-    s: Services, thread: Thread, start_run_id: str, until_run_id: str, encoder: UIMessageStream
+    s: Services,
+    thread: Thread,
+    start_run_id: str,
+    until_run_id: str,
+    encoder: UIMessageStream,
+    *,
+    after: int | None = None,
 ) -> Response:
-    events = follow_run(s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id)
+    events = follow_run(
+        s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id, after=after
+    )
     return stream_response(s, _frames(encoder, events), user_id=thread.user_id, headers=HEADERS)
 
 

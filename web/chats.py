@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent import InvalidArguments, decide
-from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Run, RunActive, Thread
+from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Queued, RunActive, Thread
 from stream import RunFinished, StreamEvent
 
 from .bodies import validation_details
@@ -32,6 +32,7 @@ __all__ = (
     "decide_all",
     "follow_run",
     "queue_message",
+    "queued_after",
 )
 
 MAX_CHAT_ID = 200
@@ -44,7 +45,10 @@ async def chat_thread(s: Services, user_id: str, chat_id: str, *, create: bool) 
         if create:
             raise ApiError(422, "validation_error", f"a chat id has 1 to {MAX_CHAT_ID} characters and no NUL")
         return None
-    for thread_id in (chat_id, _derived_thread_id(user_id, chat_id)):
+    # The derived thread first: a client-made chat id (the AI SDK's `useChat`) is the common case,
+    # found in one read. Both threads cannot exist: a thread's own id is the server's choice, and a
+    # derived id exists only once that chat was used, which finds it first.
+    for thread_id in (_derived_thread_id(user_id, chat_id), chat_id):
         try:
             return await s.db.threads.get(thread_id, user_id=user_id)
         except NotFound:
@@ -78,7 +82,7 @@ def check_length(s: Services, content: str) -> None:
         )
 
 
-async def queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Run:
+async def queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Queued:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
     check_length(s, content)
     if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
@@ -91,7 +95,7 @@ async def queue_message(s: Services, thread: Thread, content: str, *, idempotenc
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    return queued.run
+    return queued
 
 
 @dataclass(frozen=True)
@@ -147,16 +151,29 @@ async def decide_all(s: Services, user_id: str, thread: Thread, answers: Sequenc
     return resume_run_id
 
 
+def queued_after(queued: Queued) -> int | None:
+    """Below every event of a run this request just queued and claimed, and above every earlier one.
+
+    Such a run has its block of event ids reserved by the queueing transaction, so what
+    `follow_run` would read (`EventLog.before_run`) is known without a read; `None` otherwise.
+    """
+    if not queued.created or queued.claimed is None:
+        return None
+    return queued.claimed.first_event_id - 1
+
+
 async def follow_run(
-    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str
+    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, after: int | None = None
 ) -> AsyncIterator[StreamEvent]:
     """The thread's events from the start of `start_run_id` until `until_run_id` finished (or the thread is gone).
 
     Live ones as they happen, after a replay of the stored ones: what a client that reconnects
     needs, from any point of the run's life. Ending the iteration (a client that went away)
-    stops nothing but the reading.
+    stops nothing but the reading. `after`: where the run's events start, when known
+    (`queued_after`); else it is read.
     """
-    after = await s.db.events.before_run(thread_id, start_run_id)
+    if after is None:
+        after = await s.db.events.before_run(thread_id, start_run_id)
     async for stored in thread_events(
         s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s)
     ):

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent import last_prompt
-from store import ApprovalPending, NotFound, Run, RunActive, Thread
+from store import ApprovalPending, NotFound, Queued, RunActive, Thread
 
 from .api import owned_thread, user_of
 from .errors import ApiError
@@ -28,11 +28,11 @@ async def regenerate(request: Request) -> Response:
     """`202 {"run_id", "thread_id"}`; `409` `run_active`, `approval_pending` or `nothing_to_regenerate`."""
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s, write=True))
-    run = await queue_regenerate(s, thread)
-    return JSONResponse({"run_id": run.run_id, "thread_id": thread.thread_id}, status_code=202)
+    queued = await queue_regenerate(s, thread)
+    return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread.thread_id}, status_code=202)
 
 
-async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str | None = None) -> Run:
+async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str | None = None) -> Queued:
     """Queue the run that answers the thread's last user message again, dropping the last reply.
 
     Raises:
@@ -53,4 +53,4 @@ async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str 
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    return queued.run
+    return queued
