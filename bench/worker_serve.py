@@ -2,12 +2,12 @@
 
     python -m bench.worker_serve --connections N serve --port … --db … --model demo
 
-A worker opens two pools on PostgreSQL (writes, and autocommit reads), each of 10 connections
-plus 20 overflow: up to 60 per worker. Two workers under 200 users already passed the 100
-connections a default PostgreSQL allows ("sorry, too many clients already"), which also starves
-every other client of that server. durable-chat has no setting for its pool sizes yet, so the
-benchmark caps them here, at `N` connections per worker, split between the two pools (a third
-kept open, the rest overflow). `N = 60` is what a worker opens anyway.
+A worker opens two pools on PostgreSQL (writes, and autocommit reads), each of 20 connections
+plus 10 overflow by default: up to 60 per worker. Two workers under 200 users already passed the
+100 connections a default PostgreSQL allows ("sorry, too many clients already"), which also
+starves every other client of that server. The benchmark caps them here (as
+`DURABLE_CHAT_POOL_SIZE` and `…_POOL_MAX_OVERFLOW` would), at `N` connections per worker, split
+between the two pools (a third kept open, the rest overflow). `N = 60` is what a worker opens anyway.
 """
 
 from __future__ import annotations

@@ -110,9 +110,9 @@ class ConnectionOptions:
     from its settings (see `docs/operations.md`).
     """
 
-    pool_size: int = 10
+    pool_size: int = 20
     """Connections kept open per pool; an engine and its reader have a pool each."""
-    max_overflow: int = 20
+    max_overflow: int = 10
     """Connections opened beyond `pool_size` under load, closed when returned."""
     pre_ping: bool = False
     """Test a pooled connection before use, so that a pool recovers from a database restart
