@@ -1,4 +1,4 @@
-"""Per-user limits: the cap on open event streams (the write rate limit is tested over a real server)."""
+"""Limits: the cap on a user's open event streams (the write rate limit is tested over a real server), and on a worker's runs."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
     env = {"DURABLE_CHAT_MAX_STREAMS_PER_USER": "3"}
     async with open_api(sqlite_url(tmp_path), tmp_path, env=env) as opened:
         yield opened
+
+
+@pytest.mark.anyio
+async def test_the_runs_a_worker_drives_at_once_are_the_settings(tmp_path: Path) -> None:
+    async with open_api(sqlite_url(tmp_path), tmp_path, env={"DURABLE_CHAT_MAX_RUNS": "3"}) as opened:
+        assert opened.app.state.services.runner.max_concurrent == 3
 
 
 @pytest.mark.anyio

@@ -253,6 +253,14 @@ def test_lease_timings_default_and_come_from_the_environment() -> None:
     assert Settings.load(secret="s", environ={"DURABLE_CHAT_LEASE_SECONDS": "6"}).heartbeat_seconds == 2.0
 
 
+def test_the_runs_a_worker_drives_at_once_default_to_64_and_come_from_the_environment() -> None:
+    assert Settings.load(secret="s", environ={}).max_runs == 64
+    assert Settings.load(secret="s", environ={"DURABLE_CHAT_MAX_RUNS": "4"}).max_runs == 4
+    with pytest.raises(SettingsError) as raised:
+        Settings.load(secret="s", environ={"DURABLE_CHAT_MAX_RUNS": "0"})
+    assert str(raised.value) == "DURABLE_CHAT_MAX_RUNS must be a positive whole number, not '0'"
+
+
 def test_a_heartbeat_as_long_as_the_lease_is_an_error() -> None:
     environ = {"DURABLE_CHAT_LEASE_SECONDS": "5", "DURABLE_CHAT_HEARTBEAT_SECONDS": "5"}
     with pytest.raises(SettingsError, match="HEARTBEAT_SECONDS \\(5\\) must be shorter than"):

@@ -77,6 +77,7 @@ def create_app(
             runner = Runner(
                 runtime,
                 shutdown_timeout=settings.shutdown_timeout_seconds,
+                max_concurrent=settings.max_runs,
                 heartbeat_seconds=settings.heartbeat_seconds,
                 sweep_seconds=settings.sweep_seconds,
             )

@@ -53,7 +53,7 @@ class Runner:
         runtime: Runtime,
         *,
         shutdown_timeout: float = 10.0,
-        max_concurrent: int = 16,
+        max_concurrent: int = 64,
         heartbeat_seconds: float = 10.0,
         sweep_seconds: float = 5.0,
     ) -> None:
@@ -69,6 +69,11 @@ class Runner:
         self._sweeper: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
         self._closed = False
+
+    @property
+    def max_concurrent(self) -> int:
+        """How many runs this worker drives at once; more wait for a slot."""
+        return self._max_concurrent
 
     @property
     def worker_id(self) -> str:

@@ -105,6 +105,12 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    max_runs: int = 64
+    """Runs one worker drives at once (`DURABLE_CHAT_MAX_RUNS`); more wait for a slot, queued in the
+    database, where another worker may take them. A run waiting on its model uses no CPU and no
+    connection, and holds one only while it reads or writes: the limit bounds memory and how many
+    runs share the process's pools, not throughput (16 before: with models that answer in
+    seconds, a worker served at most 16 conversations at a time)."""
     max_streams_per_user: int = 20
     """Event streams one user may hold open at once in this process (`DURABLE_CHAT_MAX_STREAMS_PER_USER`);
     one more is `429 too_many_streams`."""
@@ -200,6 +206,7 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
             jwt=jwt,
             tracing=TracingConfig(
