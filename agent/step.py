@@ -49,16 +49,14 @@ from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
+    Checkpoint,
     Claimed,
     DatabaseUnavailable,
     LeaseLost,
     PendingCall,
     Run,
     RunStatus,
-    insert_events,
     insert_pending,
-    insert_records,
-    record_checkpoint,
 )
 from stream import (
     ApprovalRequired,
@@ -338,22 +336,27 @@ class _Step:
         run, conversation = self.run, self.conversation
         # Events not stored yet go out in the checkpoint's own transaction.
         events = await self.log.take_pending()
-        covered = self.log.last_id
+        checkpoint = Checkpoint(
+            run=run,
+            event_id=self.log.last_id,
+            records=records,
+            events=new_events(events),
+            finish=finish,
+            error=error,
+            trace_id=self.trace_id,
+        )
 
         async def also(connection: AsyncConnection) -> None:
-            await insert_records(connection, run.thread_id, run.run_id, records)
-            if approvals:
-                await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
-            await insert_events(connection, run.thread_id, new_events(events))
+            # Rare (a pause, a withdrawn reply): through SQLAlchemy, in a transaction around the trip.
+            await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
             await self.guard.blank(connection)
-            await record_checkpoint(
-                connection, run, event_id=covered, finish=finish, error=error, trace_id=self.trace_id
-            )
 
         conversation.messages = merged
         conversation.deferred_tool_requests = deferred
         try:
-            await self.db.conversations.save_with(conversation, also=also)
+            await self.db.conversations.save_with(
+                conversation, checkpoint=checkpoint, also=also if approvals or self.guard.blanking else None
+            )
         except BaseException:
             self.log.put_back(events)
             raise

@@ -129,6 +129,11 @@ class OutputGuard:
                         part.content = self._withdrawn[part.content]
                         _mark_withdrawn(message)
 
+    @property
+    def blanking(self) -> bool:
+        """Whether `blank` has deltas to blank, so that a checkpoint must call it."""
+        return bool(self._blanked)
+
     async def blank(self, connection: AsyncConnection) -> None:
         """Blank the stored deltas of parts withdrawn after some of them was shown, inside a checkpoint's transaction.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
 from .cancellations import cancel_run, newest_event_id
+from .checkpoints import Checkpoint
 from .conversations import AlsoWrite, PageCursor, SqlConversationStore
 from .database import Database
 from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
@@ -41,6 +42,7 @@ __all__ = (
     "ApprovalPending",
     "ApprovalStatus",
     "Approvals",
+    "Checkpoint",
     "Claimed",
     "Conflict",
     "ConnectionOptions",

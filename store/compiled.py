@@ -29,7 +29,13 @@ from sqlalchemy.util import greenlet_spawn
 
 from .errors import StoreError
 
-__all__ = ("Compiled", "checkout", "driver_errors", "executed", "observing")
+__all__ = ("COMMIT", "Compiled", "begun", "checkout", "driver_errors", "executed", "observing")
+
+COMMIT = "COMMIT"
+"""What observers are told when the statements told before it (in the same task) committed on the driver.
+
+On PostgreSQL a statement outside a transaction commits alone: it is followed by `COMMIT` too.
+"""
 
 _observers: list[Callable[[str], None]] = []
 
@@ -38,8 +44,9 @@ _observers: list[Callable[[str], None]] = []
 def observing(callback: Callable[[str], None]) -> Generator[None]:
     """Call `callback` with the SQL of each statement the hot path runs on a driver, inside the block.
 
-    The counterpart of SQLAlchemy's `before_cursor_execute` event for statements that bypass
-    SQLAlchemy's execution: for tests and benchmarks that count statements.
+    The counterpart of SQLAlchemy's `before_cursor_execute` and `commit` events for statements
+    that bypass SQLAlchemy's execution (a commit on the driver is told as `COMMIT`): for tests and
+    benchmarks that count statements.
     """
     _observers.append(callback)
     try:
@@ -126,6 +133,17 @@ async def driver_errors(connection: AsyncConnection, statement: str) -> AsyncGen
         await _raise_translated(
             connection.invalidate, connection.dialect, fairy.dbapi_connection, error, statement
         )
+
+
+async def begun(pooled: Any) -> None:
+    """Begin the transaction of a connection SQLAlchemy holds inside one (`driver_errors`) unless it has.
+
+    PostgreSQL's adapter sends BEGIN with the transaction's first statement through it; a statement
+    sent on the driver itself must begin it first (a trip). SQLite's driver begins on its own.
+    """
+    adapted = pooled.dbapi_connection
+    if getattr(adapted, "_transaction", False) is None:
+        await adapted._start_transaction()
 
 
 @asynccontextmanager

@@ -40,6 +40,7 @@ from sqlalchemy.engine import URL, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec, histories
+from .checkpoints import Checkpoint
 from .engine import (
     ConnectionOptions,
     check_reachable,
@@ -67,7 +68,9 @@ _records = metadata.tables[ConversationRecordRow.__tablename__]
 AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
 """More writes to commit in the same transaction as a save: a step's records, its run's progress."""
 
-_also: ContextVar[AlsoWrite | None] = ContextVar("durable_chat_also_write", default=None)
+_also: ContextVar[tuple[Checkpoint | None, AlsoWrite | None] | None] = ContextVar(
+    "durable_chat_also_write", default=None
+)
 
 _prefetch: ContextVar[_Prefetch | None] = ContextVar("durable_chat_prefetch", default=None)
 
@@ -237,10 +240,23 @@ class SqlConversationStore(ConversationStore):
 
     @traced("checkpoint")
     async def save_with(
-        self, conversation: Conversation, *, also: AlsoWrite, scope: str | None = None
+        self,
+        conversation: Conversation,
+        *,
+        checkpoint: Checkpoint | None = None,
+        also: AlsoWrite | None = None,
+        scope: str | None = None,
     ) -> list[ConversationEntry]:
-        """`save`, with `also` run in the same transaction: both commit, or neither does."""
-        token = _also.set(also)
+        """`save`, with a run's `checkpoint` and `also` in the same transaction: all commit, or none does.
+
+        The conversation and the checkpoint are written in one trip (one statement on PostgreSQL);
+        `also` adds a transaction around them, and its own statements through SQLAlchemy.
+
+        Raises:
+            LeaseLost: The checkpoint's run is no longer held by its worker; nothing was saved.
+            NotFound: The checkpoint's run or thread was deleted; nothing was saved.
+        """
+        token = _also.set((checkpoint, also))
         try:
             return await self.save(conversation, scope=scope)
         finally:
@@ -351,7 +367,7 @@ class SqlConversationStore(ConversationStore):
             (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
             for entry in new_entries
         ]
-        also = _also.get()
+        checkpoint, also = _also.get() or (None, None)
 
         async def write(target: AsyncEngine | AsyncConnection) -> None:
             written = await histories.write(
@@ -360,6 +376,7 @@ class SqlConversationStore(ConversationStore):
                 entries=encoded,
                 expected_revision=expected_revision,
                 forked_from=record.forked_from,
+                checkpoint=checkpoint,
             )
             if not written:
                 raise ConversationConflict(conversation_id)

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
-from .leases import hold
+from .event_inserts import insert_fenced
 from .notifications import EventNotice, notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
@@ -130,13 +130,11 @@ class EventLog:
 
         Raises:
             LeaseLost: `worker_id` no longer holds `run_id`; nothing was stored.
+            NotFound: There is no run `run_id`; nothing was stored.
         """
         with translate_errors(f"appending events to thread {thread_id!r}"):
-            async with self._engine.begin() as connection:
-                # The write first: on SQLite it takes the write lock the check then relies on.
-                await insert_events(connection, thread_id, events)
-                if run_id is not None and worker_id is not None:
-                    await hold(connection, run_id, worker_id)
+            # One trip, on statements compiled once (`event_inserts.py`).
+            await insert_fenced(self._engine, thread_id, events, run_id=run_id, worker_id=worker_id)
 
     async def before_run(self, thread_id: str, run_id: str) -> int:
         """An id below every event of the run `run_id`, stored or still to come, and as high as that allows.

@@ -23,10 +23,12 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from . import codec
-from .compiled import Compiled, checkout, driver_errors, executed
+from . import checkpoints, codec
+from .checkpoints import Checkpoint, SqliteWork
+from .compiled import COMMIT, Compiled, begun, checkout, driver_errors, executed
 from .errors import NotFound
 from .history_cache import CachedHistory
+from .refusals import Refusal, refused
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
 from .sqlite_driver import run_on_thread
 
@@ -107,11 +109,11 @@ _INSERT_FORK = _records.insert().values(
 )
 
 
-def _one_statement(record_write: Any) -> sa.Select[Any]:
+def _one_statement(record_write: Any, *, checkpointed: bool = False) -> sa.Select[int] | sa.Select[int, int]:
     """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
 
     The record's foreign key to its head is checked at the end of the statement, when the entries
-    it names are in.
+    it names are in. `checkpointed`: a run's checkpoint too (`checkpoints.pg_checkpointed`).
     """
     written = record_write.returning(_records.c.conversation_id).cte("written")
     rows = (
@@ -130,6 +132,8 @@ def _one_statement(record_write: Any) -> sa.Select[Any]:
             sa.exists(sa.select(written.c.conversation_id))
         ),
     )
+    if checkpointed:
+        return checkpoints.pg_checkpointed(written, inserted.cte("inserted"))
     return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
 
 
@@ -143,21 +147,31 @@ class Statements:
     update_record: Compiled
     insert_root: Compiled
     insert_fork: Compiled
+    checkpointed: tuple[Compiled, Compiled, Compiled]
+    """PostgreSQL: the three record writes with a run's checkpoint in the same statement."""
+    checkpoint_alone: Compiled
+    """PostgreSQL: a run's checkpoint without a conversation."""
 
 
 @cache
 def _statements(dialect_name: str, dialect: Dialect) -> Statements:
+    writes = (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK)
     if dialect_name == "postgresql":
-        update, root, fork = (_one_statement(s) for s in (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK))
+        update, root, fork = (Compiled.of(_one_statement(s), dialect) for s in writes)
+        checkpointed = tuple(Compiled.of(_one_statement(s, checkpointed=True), dialect) for s in writes)
+        alone = Compiled.of(checkpoints.pg_checkpointed(None), dialect)
     else:
-        update, root, fork = _UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK
+        update, root, fork = (Compiled.of(s, dialect) for s in writes)
+        checkpointed, alone = (update, root, fork), update  # unused: SQLite runs them apart
     return Statements(
         record=Compiled.of(_RECORD, dialect),
         history=Compiled.of(HISTORY, dialect),
         insert_entries=Compiled.of(_INSERT_ENTRIES, dialect),
-        update_record=Compiled.of(update, dialect),
-        insert_root=Compiled.of(root, dialect),
-        insert_fork=Compiled.of(fork, dialect),
+        update_record=update,
+        insert_root=root,
+        insert_fork=fork,
+        checkpointed=(checkpointed[0], checkpointed[1], checkpointed[2]),
+        checkpoint_alone=alone,
     )
 
 
@@ -295,86 +309,132 @@ def _write_on_thread(
     connection: sqlite3.Connection,
     insert_sql: str,
     entry_rows: list[tuple[Any, ...]],
-    record_sql: str,
+    record_sql: str | None,
     record_parameters: tuple[Any, ...],
+    then: SqliteWork | None,
     commit: bool,
-) -> int:
+    ran: list[str],
+) -> Refusal | None:
     try:
-        if entry_rows:
-            connection.executemany(insert_sql, entry_rows)
-        written = connection.execute(record_sql, record_parameters).rowcount
+        refusal: Refusal | None = None
+        if record_sql is not None:
+            if entry_rows:
+                ran.append(insert_sql)
+                connection.executemany(insert_sql, entry_rows)
+            ran.append(record_sql)
+            if connection.execute(record_sql, record_parameters).rowcount != 1:
+                refusal = "conflict"
+        if refusal is None and then is not None:
+            refusal = then(connection, ran)
         if commit:
-            if written == 1:
+            if refusal is None:
                 connection.commit()
+                ran.append(COMMIT)
             else:
                 connection.rollback()
     except BaseException:
         if commit and connection.in_transaction:
             connection.rollback()
         raise
-    return written
+    return refusal
 
 
 async def write(
     target: AsyncEngine | AsyncConnection,
-    values: Mapping[str, Any],
+    values: Mapping[str, Any] | None,
     *,
-    entries: Sequence[tuple[str, str | None, str, bytes]],
-    expected_revision: str | None,
-    forked_from: str | None,
+    entries: Sequence[tuple[str, str | None, str, bytes]] = (),
+    expected_revision: str | None = None,
+    forked_from: str | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> bool:
     """Write the record `values` and the new `entries`, guarded by `expected_revision`; whether it was written.
 
-    `None` for `expected_revision` inserts the record (a fork's joins its source's family). Given
-    an engine, the write is its own transaction, committed in the same trip on SQLite and a single
-    statement on PostgreSQL; given a connection, it joins the connection's transaction.
+    `None` for `expected_revision` inserts the record (a fork's joins its source's family). With
+    `checkpoint`, a run's checkpoint is written in the same transaction (`values` `None`: only it).
+    Given an engine, the write is its own transaction, committed in the same trip on SQLite and a
+    single statement on PostgreSQL; given a connection, it joins the connection's transaction.
+
+    Raises:
+        LeaseLost: The checkpoint's run is no longer held by its worker; nothing was written.
+        NotFound: The checkpoint's run or thread was deleted; nothing was written.
     """
     compiled = statements(target.dialect)
-    record = (
-        compiled.update_record
-        if expected_revision is not None
-        else compiled.insert_root
-        if forked_from is None
-        else compiled.insert_fork
-    )
-    bound = {f"v_{name}": value for name, value in values.items()}
-    bound |= {
-        "b_conversation_id": values["conversation_id"],
-        "b_expected": expected_revision,
-        "b_forked_from": forked_from,
-    }
-    commit = isinstance(target, AsyncEngine)
-    async with checkout(target, record.sql) if commit else driver_errors(target, record.sql) as pooled:
-        if target.dialect.name == "sqlite":
-            insert = compiled.insert_entries
-            entry_rows = [
-                insert.parameters(
-                    {"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message}
-                )
-                for entry_id, parent_id, kind, message in entries
-            ]
-            executed(*([insert.sql] if entry_rows else []), record.sql)
-            written: int = await run_on_thread(
-                pooled.dbapi_connection,
-                _write_on_thread,
-                insert.sql,
-                entry_rows,
-                record.sql,
-                record.parameters(bound),
-                commit,
-            )
-            return written == 1
-        if not commit:
-            # Inside the caller's transaction: the adapter begins it (a trip) unless it has.
-            adapted = pooled.dbapi_connection
-            if adapted._transaction is None:  # pyright: ignore[reportAttributeAccessIssue]
-                await adapted._start_transaction()  # pyright: ignore[reportAttributeAccessIssue]
+    kind = 0 if expected_revision is not None else 1 if forked_from is None else 2
+    if target.dialect.name != "sqlite" and checkpoint is not None:
+        record = compiled.checkpointed[kind] if values is not None else compiled.checkpoint_alone
+    else:
+        record = (compiled.update_record, compiled.insert_root, compiled.insert_fork)[kind]
+    bound: dict[str, Any] = {}
+    if values is not None:
+        bound = {f"v_{name}": value for name, value in values.items()}
         bound |= {
-            "entry_ids": [entry[0] for entry in entries],
-            "parent_ids": [entry[1] for entry in entries],
-            "kinds": [entry[2] for entry in entries],
-            "messages": [entry[3] for entry in entries],
+            "b_conversation_id": values["conversation_id"],
+            "b_expected": expected_revision,
+            "b_forked_from": forked_from,
         }
-        executed(record.sql)
+    commit = isinstance(target, AsyncEngine)
+    ran: list[str] = []
+    async with checkout(target, record.sql) if commit else driver_errors(target, record.sql) as pooled:
+        try:
+            if target.dialect.name == "sqlite":
+                insert = compiled.insert_entries
+                entry_rows = [
+                    insert.parameters(
+                        {"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message}
+                    )
+                    for entry_id, parent_id, kind, message in entries
+                ]
+                refusal = await run_on_thread(
+                    pooled.dbapi_connection,
+                    _write_on_thread,
+                    insert.sql,
+                    entry_rows,
+                    None if values is None else record.sql,
+                    record.parameters(bound) if values is not None else (),
+                    None if checkpoint is None else checkpoints.sqlite_work(checkpoint, target.dialect),
+                    commit,
+                    ran,
+                )
+            else:
+                refusal = await _write_pg(pooled, record, bound, entries, checkpoint, commit=commit, ran=ran)
+        finally:
+            executed(*ran)
+    if refusal is None:
+        return True
+    if checkpoint is not None:
+        checkpoints.raise_refusal(refusal, checkpoint)
+    return False
+
+
+async def _write_pg(
+    pooled: Any,
+    record: Compiled,
+    bound: dict[str, Any],
+    entries: Sequence[tuple[str, str | None, str, bytes]],
+    checkpoint: Checkpoint | None,
+    *,
+    commit: bool,
+    ran: list[str],
+) -> Refusal | None:
+    if not commit:
+        await begun(pooled)
+    bound |= {
+        "entry_ids": [entry[0] for entry in entries],
+        "parent_ids": [entry[1] for entry in entries],
+        "kinds": [entry[2] for entry in entries],
+        "messages": [entry[3] for entry in entries],
+    }
+    if checkpoint is not None:
+        bound |= checkpoints.pg_values(checkpoint)
+    ran.append(record.sql)
+    try:
         count: int = await pooled.driver_connection.fetchval(record.sql, *record.parameters(bound))
-        return count == 1
+    except Exception as error:
+        refusal = refused(error)
+        if refusal is None:
+            raise
+        return refusal
+    if commit:
+        ran.append(COMMIT)
+    return None if checkpoint is not None or count == 1 else "conflict"

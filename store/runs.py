@@ -11,6 +11,8 @@ from sqlalchemy import exc
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from . import histories
+from .checkpoints import Checkpoint, thread_status_after
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .leases import Worker, claim, release
@@ -22,7 +24,6 @@ from .schema import (
     RunRow,
     RunStatus,
     ThreadRow,
-    ThreadStatus,
     metadata,
     now_utc,
 )
@@ -86,19 +87,6 @@ class Queued:
     """`False`: the idempotency key named a run queued earlier, returned as it is."""
     claimed: Claimed | None = None
     """Set when the run was created claimed by this worker, started, ready to drive."""
-
-
-def thread_status_after(status: RunStatus) -> ThreadStatus:
-    """The status a thread shows once its run reached `status`."""
-    match status:
-        case "queued" | "running":
-            return "running"
-        case "awaiting_approval":
-            return "awaiting_approval"
-        case "failed":
-            return "failed"
-        case "completed" | "blocked" | "cancelled":
-            return "idle"
 
 
 class Runs:
@@ -386,45 +374,19 @@ async def record_checkpoint(
     error: str | None = None,
     trace_id: str | None = None,
 ) -> None:
-    """A run's bookkeeping for a checkpoint, inside its unit of work: two statements.
+    """A run's bookkeeping for a checkpoint, inside its unit of work (see `checkpoints.py`).
 
     Counts the checkpoint (and ends the run with `finish`), and records on the thread the newest
     event the stored messages now reflect (and the status the run's end gives the thread).
     `trace_id`, when given, is kept on the run's row (a run claimed as it was queued has none yet).
+    A checkpoint saved with a conversation passes a `Checkpoint` to `save_with` instead.
 
     Raises:
         LeaseLost: `run.lease_owner` no longer holds the run; the caller's transaction must roll back.
         NotFound: The run's thread was deleted.
     """
-    now = now_utc()
-    run_values: dict[str, object] = {"checkpoints": _runs.c.checkpoints + 1}
-    if trace_id is not None:
-        run_values["trace_id"] = trace_id
-    thread_values: dict[str, object] = {"checkpoint_event_id": event_id, "updated_at": now}
-    if finish is not None:
-        run_values.update(status=finish, error=error, finished_at=now)
-        thread_values["status"] = thread_status_after(finish)
-    counted = await connection.execute(
-        _runs.update()
-        .where(
-            _runs.c.run_id == run.run_id,
-            _runs.c.lease_owner == run.lease_owner,
-            _runs.c.status == "running",
-        )
-        .values(**run_values)
-    )
-    if counted.rowcount != 1:
-        exists = await connection.execute(sa.select(_runs.c.run_id).where(_runs.c.run_id == run.run_id))
-        if exists.first() is None:
-            # Gone with its thread, deleted meanwhile: failing rolls back what the checkpoint saved.
-            raise NotFound(f"no run {run.run_id!r}: its thread {run.thread_id!r} was deleted")
-        raise LeaseLost(f"run {run.run_id!r} is no longer held by worker {run.lease_owner!r}")
-    touched = await connection.execute(
-        _threads.update().where(_threads.c.thread_id == run.thread_id).values(**thread_values)
-    )
-    if touched.rowcount != 1:
-        # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
-        raise NotFound(f"no thread {run.thread_id!r}")
+    checkpoint = Checkpoint(run=run, event_id=event_id, finish=finish, error=error, trace_id=trace_id)
+    await histories.write(connection, None, checkpoint=checkpoint)
 
 
 class _Replayed(Exception):

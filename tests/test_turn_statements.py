@@ -3,15 +3,18 @@
 A turn as the server serves it: a POST of a user message to the native API, and its run driven by
 the runner to its end, three nodes (the model calls a tool, the tool answers, the model replies).
 Every statement either engine of the store (the writer's and the reader's) sends is counted
-through SQLAlchemy's `before_cursor_execute` (and the statements the conversation store runs on
-the driver itself, through `store.compiled.observing`), named by its verb and its first table, and grouped
-by the write transaction that committed it; every DB-API rollback a read sends is counted too (a
-trip a read need not pay).
+through SQLAlchemy's `before_cursor_execute` (and the statements the store runs on the driver
+itself, and their commits, through `store.compiled.observing`), named by its verb and its first
+table (a PostgreSQL statement of several CTEs by each of its parts), and grouped by the write
+transaction that committed it; every DB-API rollback a read sends is counted too (a trip a read
+need not pay). On SQLite a checkpoint's statements and its commit are one trip to the driver's
+thread, as is the event log's write.
 
 Where the events go is timing: the event log's background writer stores them in a group commit
 (at once when idle, then no sooner than 50 ms after the previous one), a checkpoint takes those
 still queued into its own transaction. So the writer's transactions are pinned by their shape,
-not their number, and the statements storing events inside a checkpoint are left out of it.
+not their number, and the statements storing events inside a checkpoint are left out of it (on
+PostgreSQL the checkpoint's one statement always holds them, with no events to store or some).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import reader
-from store.compiled import observing
+from store.compiled import COMMIT, observing
 from web import Settings, create_app, issue_token
 from web.services import Services
 
@@ -58,8 +61,11 @@ class Tally:
     """Statements the store's hot path ran on the driver (`store.compiled`), by task, not yet committed."""
 
     def ran_compiled(self, sql: str) -> None:
-        """A statement of the hot path: a read on its own, or part of the task's next commit."""
+        """A statement of the hot path: a read on its own, or part of the task's next commit (on the driver or not)."""
         if not self.counting:
+            return
+        if sql == COMMIT:
+            self.transactions.append(tuple(self._compiled.pop(id(asyncio.current_task()), [])))
             return
         if _named(sql).startswith("SELECT") and id(asyncio.current_task()) not in self._compiled:
             self.reads.append(_named(sql))
@@ -96,20 +102,24 @@ _EVENTS = frozenset({"INSERT events", "SELECT pg_notify"})
 
 def _flush(transaction: tuple[str, ...]) -> bool:
     """A group commit of the event log's writer: events, and nothing else of the turn."""
-    return "INSERT events" in transaction and set(transaction) <= {
-        "INSERT events",
-        "SELECT runs",
-        "SELECT pg_notify",
-    }
+    parts = [part for statement in transaction for part in _parts(statement)]
+    return "INSERT events" in parts and set(parts) <= {"INSERT events", "SELECT runs", "SELECT pg_notify"}
 
 
 def _named(sql: str) -> str:
-    """`VERB table`: what a statement does, and to which table first."""
-    if "pg_notify" in sql:
+    """`VERB table`: what a statement does, and to which table first; `WITH: …` and its parts' names."""
+    if sql.lstrip().upper().startswith("WITH"):
+        # One statement doing several things (PostgreSQL's compiled writes): each of its CTEs.
+        return "WITH: " + ", ".join(_named(body) for body in re.split(r"\bAS\s*\(\s*", sql)[1:])
+    if sql.lstrip().upper().startswith("SELECT PG_NOTIFY"):
         return "SELECT pg_notify"
     verb = sql.split()[0].upper()
     match = re.search(r"\b(?:FROM|INTO|UPDATE)\s+\"?(\w+)", sql, flags=re.IGNORECASE)
     return f"{verb} {match.group(1) if match else ''}".strip()
+
+
+def _parts(name: str) -> list[str]:
+    return name.removeprefix("WITH: ").split(", ") if name.startswith("WITH: ") else [name]
 
 
 def _watch(engine: AsyncEngine, name: str, tally: Tally) -> None:
@@ -208,23 +218,19 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 10,
+                "statements (but events)": 6,
                 "write transactions (but the writer's)": 3,
                 "reads": ["SELECT conversation_records", "SELECT threads"],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["UPDATE threads", "INSERT runs"],
                     [
-                        "WITH conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
+                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
                     [
-                        "WITH conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
+                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
                 ],
-                "event flush": [["INSERT events", "SELECT pg_notify", "SELECT runs"]],
+                "event flush": [["WITH: INSERT events, SELECT runs, SELECT pg_notify"]],
             }
         )

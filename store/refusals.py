@@ -1,0 +1,50 @@
+"""Why a unit of work on the compiled path stored nothing, and how a PostgreSQL statement says so.
+
+A unit of work that runs as one PostgreSQL statement (a checkpoint, the event log's write) has
+guards (a revision, a lease, a row that must exist) that only the statement's own writes can
+check. When one fails, the statement refuses itself: its result casts the reason to an integer,
+which fails (SQLSTATE 22P02, `invalid_text_representation`) and rolls the whole statement back,
+and the reason is read back from the error. SQL has no `RAISE` of its own; a PL/pgSQL function
+would need a migration and a round trip the cast does not. On SQLite the unit of work is a
+function on the connection's thread, which returns the reason and rolls back itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import sqlalchemy as sa
+
+__all__ = ("Refusal", "refuse_unless", "refused")
+
+Refusal = Literal["conflict", "no run", "lease lost", "no thread"]
+"""A conversation's revision changed (or its record exists), a run or thread is gone, a lease is lost."""
+
+_REASONS: tuple[Refusal, ...] = get_args(Refusal)
+_REFUSED = "durable-chat refused: "
+
+
+def refuse_unless(*reasons: tuple[sa.ColumnElement[bool], Refusal]) -> sa.ColumnElement[int]:
+    """PostgreSQL: 0 when no condition holds; else the statement fails, naming the first that does.
+
+    The cast applies to the whole `CASE`: a cast of a constant would be evaluated as the statement
+    is planned, and fail every time.
+    """
+    return sa.cast(
+        sa.case(*((condition, _REFUSED + reason) for condition, reason in reasons), else_="0"), sa.Integer
+    )
+
+
+def refused(error: BaseException) -> Refusal | None:
+    """The refusal a statement of `refuse_unless` raised as `error` (asyncpg's), or `None` for another error."""
+    if getattr(error, "sqlstate", None) != "22P02":
+        return None
+    text = str(error)
+    start = text.find(_REFUSED)
+    if start < 0:
+        return None
+    reason = text[start + len(_REFUSED) :].split('"', 1)[0]
+    for known in _REASONS:
+        if reason == known:
+            return known
+    return None
