@@ -257,18 +257,21 @@ def sqlite_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
     )
 
     def run(connection: sqlite3.Connection, ran: list[str]) -> Refusal | None:
+        # The guards first: the rows then inserted name the thread, which must exist.
+        ran.append(count_run[0])
+        if connection.execute(*count_run).rowcount != 1:
+            ran.append(run_exists[0])
+            return "no run" if connection.execute(*run_exists).fetchone() is None else "lease lost"
+        ran.append(touch_thread[0])
+        if connection.execute(*touch_thread).rowcount != 1:
+            return "no thread"
         if records:
             ran.append(insert_record.sql)
             connection.executemany(insert_record.sql, records)
         if events:
             ran.append(statements.insert_event.sql)
             connection.executemany(statements.insert_event.sql, events)
-        ran.append(count_run[0])
-        if connection.execute(*count_run).rowcount != 1:
-            ran.append(run_exists[0])
-            return "no run" if connection.execute(*run_exists).fetchone() is None else "lease lost"
-        ran.append(touch_thread[0])
-        return None if connection.execute(*touch_thread).rowcount == 1 else "no thread"
+        return None
 
     return run
 
