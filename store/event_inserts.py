@@ -1,12 +1,6 @@
-"""Storing a thread's events on the compiled path: the event log's writer in one trip, a checkpoint's part.
+"""Storing a thread's events on compiled statements: the event log's writer in one trip, a checkpoint's share.
 
-The event log's background writer (`EventLog.insert`) stores a batch of events and, for a run's
-writer, checks that its worker still holds the run's lease, keeping it held until the
-transaction ends. On SQLite that is one function on aiosqlite's thread (the insert first, which
-takes the write lock the check then relies on; then the commit); on PostgreSQL one statement:
-the run's row share-locked and its owner checked, the events inserted, other processes notified
-(`pg_notify`), or the statement refuses itself (`refusals.py`) and stores nothing. A checkpoint
-writes its events with the same statements (`checkpoints.py`).
+The design note is "The event log's write is one trip too" in `docs/store.md`.
 """
 
 from __future__ import annotations

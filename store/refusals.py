@@ -1,12 +1,8 @@
 """Why a unit of work on the compiled path stored nothing, and how a PostgreSQL statement says so.
 
-A unit of work that runs as one PostgreSQL statement (a checkpoint, the event log's write) has
-guards (a revision, a lease, a row that must exist) that only the statement's own writes can
-check. When one fails, the statement refuses itself: its result casts the reason to an integer,
-which fails (SQLSTATE 22P02, `invalid_text_representation`) and rolls the whole statement back,
-and the reason is read back from the error. SQL has no `RAISE` of its own; a PL/pgSQL function
-would need a migration and a round trip the cast does not. On SQLite the unit of work is a
-function on the connection's thread, which returns the reason and rolls back itself.
+A statement with guards only its own writes can check refuses itself when one fails: its result
+casts the reason to an integer, which fails and rolls it back (see "A checkpoint's trip" in
+`docs/store.md`). On SQLite the unit of work is a function that returns the reason instead.
 """
 
 from __future__ import annotations
