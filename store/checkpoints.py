@@ -120,8 +120,8 @@ def raise_refusal(reason: Refusal, checkpoint: Checkpoint) -> None:
         case "no thread":
             # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
             raise NotFound(f"no thread {run.thread_id!r}")
-        case "conflict":
-            pass
+        case _:
+            pass  # a conflict: the caller's to raise
 
 
 # -- the statements -----------------------------------------------------------------------------

@@ -1,28 +1,41 @@
-"""Queueing a run in two statements: the thread's UPDATE that reads what refuses one, then its INSERT.
+"""Queueing a run in one trip: the thread's UPDATE that reads what refuses one, then its INSERT.
 
-`store.runs` queues with these. The UPDATE comes first and serializes the thread's writers (its
-row lock on PostgreSQL, the write lock on SQLite); its RETURNING reads, in the same trip, what may
-refuse the run (a run of the same idempotency key, an active run, pending approvals) and, for a
-rate limit, the user's recent messages. The INSERT may create the run claimed by a worker and
-started, so that the worker needs no transaction of its own to claim it.
+The UPDATE comes first and serializes the thread's writers (its row lock on PostgreSQL, the
+write lock on SQLite); its RETURNING reads what may refuse the run and, for a rate limit, the
+user's recent messages. The INSERT may create the run claimed by a worker and started. See
+"Queueing a run is one trip" in `docs/store.md`.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .leases import Worker, clock
-from .schema import ACTIVE_RUN_STATUSES, ApprovalRow, RunKind, RunRow, ThreadRow, metadata, now_utc
-from .threads import touched
+from .compiled import COMMIT, Compiled, checkout, executed
+from .leases import Worker
+from .refusals import Refusal, refuse_unless, refused
+from .schema import (
+    ACTIVE_RUN_STATUSES,
+    ApprovalRow,
+    RunKind,
+    RunRow,
+    ThreadRow,
+    UtcDateTime,
+    metadata,
+    now_utc,
+)
+from .sqlite_driver import run_on_thread
+from .threads import title_from
 
-__all__ = ("Refusals", "insert_queued", "refuse_or_mark")
+__all__ = ("Refusals", "queue")
 
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
@@ -31,7 +44,7 @@ _threads = metadata.tables[ThreadRow.__tablename__]
 
 @dataclass(frozen=True)
 class Refusals:
-    """What `refuse_or_mark` read of a thread: its user, its event counter, and what may refuse a run."""
+    """What the thread's UPDATE read: its user, its event counter, and what may refuse a run."""
 
     user_id: str
     last_event_id: int
@@ -41,39 +54,39 @@ class Refusals:
     sent: int | None
 
 
-async def refuse_or_mark(
-    connection: AsyncConnection,
-    thread_id: str,
-    kind: RunKind,
-    content: str,
-    idempotency_key: str | None,
-    claim_events: int | None,
-    count_since: datetime | None,
-) -> Refusals | None:
-    """Mark the thread running (reserving `claim_events` ids), and read what may refuse the run, in one statement.
+_RUN_COLUMNS = tuple(_runs.c.keys())
 
-    `None` when there is no such thread.
-    """
+
+def _bind(name: str, type_: Any) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool) -> sa.Update:
+    """Mark the thread running (reserving `q_claim` ids), returning what may refuse the run."""
     threads = _threads.c
-    values = touched(status="running", message=content if kind == "message" else None)
-    if claim_events is not None:
-        values["last_event_id"] = threads.last_event_id + claim_events
+    values: dict[str, Any] = {"updated_at": _bind("q_now", UtcDateTime()), "status": "running"}
+    if titled:
+        values["title"] = sa.case((threads.title == "", _bind("q_title", sa.String())), else_=threads.title)
+    if claiming:
+        values["last_event_id"] = threads.last_event_id + _bind("q_claim", sa.BigInteger())
     # SQLAlchemy renders RETURNING's columns unqualified, which a subquery would take for its own
     # table's: the updated row is named in full, and the subqueries' tables get aliases.
     this_thread = sa.literal_column("threads.thread_id", sa.String())
     runs = _runs.alias("other_runs")
-    keyed: sa.ColumnElement[Any] = sa.null()
-    if idempotency_key is not None:
-        keyed = (
+    key: sa.ColumnElement[Any] = sa.null()
+    if keyed:
+        key = (
             sa.select(runs.c.run_id)
-            .where(runs.c.thread_id == this_thread, runs.c.idempotency_key == idempotency_key)
+            .where(runs.c.thread_id == this_thread, runs.c.idempotency_key == _bind("q_key", sa.String()))
             .scalar_subquery()
         )
-    active = sa.exists().where(runs.c.thread_id == this_thread, runs.c.status.in_(ACTIVE_RUN_STATUSES))
+    # Literals, not a list: a list would be an expanding parameter, which compiled SQL cannot hold.
+    statuses = [sa.literal(status) for status in ACTIVE_RUN_STATUSES]
+    active = sa.exists().where(runs.c.thread_id == this_thread, runs.c.status.in_(statuses))
     approvals = _approvals.alias("pending_approvals")
     pending = sa.exists().where(approvals.c.thread_id == this_thread, approvals.c.status == "pending")
     sent: sa.ColumnElement[Any] = sa.null()
-    if count_since is not None:
+    if counting:
         owners = _threads.alias("owners")
         theirs = sa.select(owners.c.thread_id).where(
             owners.c.user_id == sa.literal_column("threads.user_id", sa.String())
@@ -81,65 +94,217 @@ async def refuse_or_mark(
         sent = (
             sa.select(sa.func.count())
             .select_from(runs)
-            .where(runs.c.thread_id.in_(theirs), runs.c.kind == "message", runs.c.created_at >= count_since)
+            .where(
+                runs.c.thread_id.in_(theirs),
+                runs.c.kind == "message",
+                runs.c.created_at >= _bind("q_since", UtcDateTime()),
+            )
             .scalar_subquery()
         )
-    row = (
-        await connection.execute(
-            _threads.update()
-            .where(threads.thread_id == thread_id)
-            .values(**values)
-            .returning(
-                threads.user_id,
-                threads.last_event_id,
-                keyed,
-                active,
-                pending,
-                sent,
-            )
+    return (
+        _threads.update()
+        .where(threads.thread_id == _bind("q_thread_id", sa.String()))
+        .values(**values)
+        .returning(
+            threads.user_id,
+            threads.last_event_id,
+            key.label("keyed"),
+            active.label("active"),
+            pending.label("pending"),
+            sent.label("sent"),
         )
-    ).one_or_none()
-    if row is None:
-        return None
-    user_id, last_event_id, keyed_id, has_active, has_pending, sent_count = cast("tuple[Any, ...]", row)
-    return Refusals(
-        user_id=str(user_id),
-        last_event_id=int(last_event_id),
-        keyed=None if keyed_id is None else str(keyed_id),
-        active=bool(has_active),
-        pending=bool(has_pending),
-        sent=None if sent_count is None else int(sent_count),
     )
 
 
-async def insert_queued(
-    connection: AsyncConnection,
+def _values(*, postgres: bool, claiming: bool) -> dict[str, Any]:
+    expires: Any = _bind("q_expires", UtcDateTime())
+    if postgres and claiming:
+        # The database's clock, as every lease (see `leases.py`).
+        expires = sa.func.statement_timestamp(type_=UtcDateTime()) + sa.cast(
+            _bind("q_lease", sa.Interval()), sa.Interval()
+        )
+    return {
+        "run_id": _bind("q_run_id", sa.String()),
+        "thread_id": _bind("q_thread_id", sa.String()),
+        "kind": _bind("q_kind", sa.String()),
+        "status": _bind("q_status", sa.String()),
+        "content": _bind("q_content", sa.Text()),
+        "idempotency_key": _bind("q_key", sa.String()),
+        "attempt": _bind("q_attempt", sa.Integer()),
+        "checkpoints": 0,
+        "created_at": _bind("q_now", UtcDateTime()),
+        "started_at": _bind("q_started", UtcDateTime()),
+        "lease_owner": _bind("q_owner", sa.String()),
+        "lease_expires_at": expires,
+    }
+
+
+def _pg_statement(mark: sa.Update, *, claiming: bool) -> sa.Select[Any, *tuple[Any, ...]]:
+    """PostgreSQL: the mark and the insert in one statement, which refuses itself when the run is refused."""
+    marked = mark.cte("marked")
+    values = _values(postgres=True, claiming=claiming)
+    allowed = sa.and_(marked.c.keyed.is_(None), sa.not_(marked.c.active), sa.not_(marked.c.pending))
+    inserted = (
+        _runs.insert()
+        .from_select(list(values), sa.select(*values.values()).select_from(marked).where(allowed))
+        .returning(*_runs.c)
+        .cte("inserted")
+    )
+
+    def first(column: sa.ColumnElement[Any]) -> sa.ScalarSelect[Any]:
+        return sa.select(column).scalar_subquery()
+
+    reasons: list[tuple[sa.ColumnElement[bool], Refusal]] = [
+        (~sa.exists(sa.select(marked.c.user_id)), "no thread"),
+        (first(marked.c.keyed).is_not(None), "keyed"),
+        (first(marked.c.active), "active"),
+        (first(marked.c.pending), "pending"),
+    ]
+    # Outer joins: the one row of `outcome` is always there, so its refusal is always evaluated.
+    outcome = sa.select(refuse_unless(*reasons).label("refused")).subquery("outcome")
+    return sa.select(
+        outcome.c.refused,
+        marked.c.user_id,
+        marked.c.last_event_id,
+        marked.c.sent,
+        *(inserted.c[name] for name in _RUN_COLUMNS),
+    ).select_from(outcome.outerjoin(marked, sa.true()).outerjoin(inserted, sa.true()))
+
+
+@dataclass(frozen=True)
+class _Statements:
+    mark: Compiled
+    """SQLite: the thread's UPDATE. PostgreSQL: both, one statement."""
+    insert: Compiled | None
+
+
+@cache
+def _statements(dialect_name: str, dialect: Dialect, shape: tuple[bool, bool, bool, bool]) -> _Statements:
+    keyed, counting, claiming, titled = shape
+    mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled)
+    if dialect_name == "postgresql":
+        return _Statements(Compiled.of(_pg_statement(mark, claiming=claiming), dialect), None)
+    values = _values(postgres=False, claiming=claiming)
+    insert = _runs.insert().values(**values).returning(*_runs.c)
+    return _Statements(Compiled.of(mark, dialect), Compiled.of(insert, dialect))
+
+
+def _queue_on_thread(
+    connection: sqlite3.Connection,
+    mark_sql: str,
+    mark_parameters: tuple[Any, ...],
+    insert_sql: str,
+    insert_parameters: tuple[Any, ...],
+    ran: list[str],
+) -> tuple[Any, Any]:
+    try:
+        ran.append(mark_sql)
+        marked = connection.execute(mark_sql, mark_parameters).fetchall()
+        if not marked or marked[0][2] is not None or marked[0][3] or marked[0][4]:
+            if connection.in_transaction:
+                connection.rollback()
+            return (marked[0] if marked else None), None
+        ran.append(insert_sql)
+        [row] = connection.execute(insert_sql, insert_parameters).fetchall()
+        connection.commit()
+        ran.append(COMMIT)
+        return marked[0], row
+    except BaseException:
+        if connection.in_transaction:
+            connection.rollback()
+        raise
+
+
+async def queue(
+    engine: AsyncEngine,
     thread_id: str,
     kind: RunKind,
     content: str,
     idempotency_key: str | None,
     worker: Worker | None,
-) -> RowMapping:
-    """Insert a queued run, or one `worker` holds and started; return its row."""
+    *,
+    claim_events: int | None,
+    count_since: datetime | None,
+) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
+    """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
+
+    Returns why it was refused (and nothing was written), what the thread's UPDATE read (on SQLite
+    also when refused, on PostgreSQL only when not), and the inserted run's row.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: A concurrent run, or run of the same key, won the race.
+    """
+    title = title_from(content) if kind == "message" else ""
+    claiming = worker is not None and claim_events is not None
+    shape = (idempotency_key is not None, count_since is not None, claiming, bool(title))
+    dialect = engine.dialect
+    statements = _statements(dialect.name, dialect, shape)
     now = now_utc()
-    values: dict[str, object] = {
-        "run_id": str(uuid.uuid4()),
-        "thread_id": thread_id,
-        "kind": kind,
-        "status": "queued",
-        "content": content,
-        "idempotency_key": idempotency_key,
-        "attempt": 0,
-        "checkpoints": 0,
-        "created_at": now,
+    lease = worker.lease if worker is not None else timedelta(0)
+    values: dict[str, Any] = {
+        "q_thread_id": thread_id,
+        "q_now": now,
+        "q_title": title,
+        "q_claim": claim_events,
+        "q_key": idempotency_key,
+        "q_since": count_since,
+        "q_run_id": str(uuid.uuid4()),
+        "q_kind": kind,
+        "q_status": "running" if claiming else "queued",
+        "q_content": content,
+        "q_attempt": 1 if claiming else 0,
+        "q_started": now if claiming else None,
+        "q_owner": worker.worker_id if worker is not None and claiming else None,
+        "q_expires": now + lease if claiming else None,
+        "q_lease": lease,
     }
-    if worker is not None:
-        values.update(
-            status="running",
-            attempt=1,
-            started_at=now,
-            lease_owner=worker.worker_id,
-            lease_expires_at=clock(connection.dialect.name, worker.lease),
-        )
-    result = await connection.execute(_runs.insert().values(**values).returning(*_runs.c))
-    return result.mappings().one()
+    mark = statements.mark
+    ran: list[str] = []
+    async with checkout(engine, mark.sql) as pooled:
+        try:
+            if statements.insert is None:
+                ran.append(mark.sql)
+                try:
+                    raw = await pooled.driver_connection.fetchrow(mark.sql, *mark.parameters(values))
+                except Exception as error:
+                    refusal = refused(error)
+                    if refusal is None:
+                        raise
+                    return refusal, None, None
+                ran.append(COMMIT)
+                row = mark.row(raw)
+                state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]))
+                return None, state, dict(zip(_RUN_COLUMNS, row[4:], strict=True))
+            insert = statements.insert
+            raw_mark, raw_row = await run_on_thread(
+                pooled.dbapi_connection,
+                _queue_on_thread,
+                mark.sql,
+                mark.parameters(values),
+                insert.sql,
+                insert.parameters(values),
+                ran,
+            )
+        finally:
+            executed(*ran)
+    if raw_mark is None:
+        return "no thread", None, None
+    user_id, last_event_id, keyed, active, pending, sent = mark.row(raw_mark)
+    state = Refusals(
+        str(user_id),
+        int(last_event_id),
+        None if keyed is None else str(keyed),
+        bool(active),
+        bool(pending),
+        _count(sent),
+    )
+    refusal: Refusal | None = (
+        "keyed" if keyed is not None else "active" if active else "pending" if pending else None
+    )
+    if raw_row is None:
+        return refusal, state, None
+    return None, state, dict(zip(_RUN_COLUMNS, insert.row(raw_row), strict=True))
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)

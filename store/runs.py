@@ -16,7 +16,7 @@ from .checkpoints import Checkpoint, thread_status_after
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .leases import Worker, claim, release
-from .queueing import insert_queued, refuse_or_mark
+from .queueing import queue
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
@@ -164,41 +164,49 @@ class Runs:
         claim_events: int | None = None,
         count_window: timedelta | None = None,
     ) -> Queued:
-        # Two statements. The thread's UPDATE comes first: it serializes this thread's writers
+        # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
         # refuses a run. The active run is read, not left to the unique index: an INSERT meeting
         # a run row another transaction is changing would wait for it while holding the thread's
         # lock, which that transaction may want next (a checkpoint locks the run, then the thread).
         with translate_errors(f"queueing a run on thread {thread_id!r}"):
+            since = None if count_window is None or claim_events is None else now_utc() - count_window
+            worker = None if claim_events is None else self.worker
             try:
-                async with self._engine.begin() as connection:
-                    since = None if count_window is None or claim_events is None else now_utc() - count_window
-                    state = await refuse_or_mark(
-                        connection, thread_id, kind, content, idempotency_key, claim_events, since
-                    )
-                    if state is None:
-                        raise NotFound(f"no thread {thread_id!r}")
-                    if state.keyed is not None:
-                        raise _Replayed
-                    if state.active:
-                        raise RunActive(f"thread {thread_id!r} already has a run in progress")
-                    if state.pending:
-                        raise ApprovalPending(f"thread {thread_id!r} waits for decisions on its tool calls")
-                    worker = None if claim_events is None else self.worker
-                    row = await insert_queued(connection, thread_id, kind, content, idempotency_key, worker)
-            except _Replayed:
-                # Nothing changed: the transaction rolled back, and the keyed run is read as it is now.
-                existing = await self._keyed(thread_id, idempotency_key)
-                if existing is not None:
-                    return Queued(existing, False)
-                raise RunActive(f"thread {thread_id!r} already has a run in progress") from None
+                refusal, state, row = await queue(
+                    self._engine,
+                    thread_id,
+                    kind,
+                    content,
+                    idempotency_key,
+                    worker,
+                    claim_events=claim_events,
+                    count_since=since,
+                )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.
                 existing = await self._keyed(thread_id, idempotency_key)
                 if existing is not None:
                     return Queued(existing, False)
                 raise RunActive(f"thread {thread_id!r} already has a run in progress") from error
-        run = _run(row)
+        match refusal:
+            case "no thread":
+                raise NotFound(f"no thread {thread_id!r}")
+            case "keyed":
+                # Nothing changed, and the keyed run is read as it is now.
+                existing = await self._keyed(thread_id, idempotency_key)
+                if existing is not None:
+                    return Queued(existing, False)
+                raise RunActive(f"thread {thread_id!r} already has a run in progress")
+            case "active":
+                raise RunActive(f"thread {thread_id!r} already has a run in progress")
+            case "pending":
+                raise ApprovalPending(f"thread {thread_id!r} waits for decisions on its tool calls")
+            case _:
+                pass
+        assert state is not None
+        assert row is not None
+        run = Run(**{name: row[name] for name in Run.__dataclass_fields__})
         if claim_events is None:
             return Queued(run, True)
         sent = None
@@ -387,10 +395,6 @@ async def record_checkpoint(
     """
     checkpoint = Checkpoint(run=run, event_id=event_id, finish=finish, error=error, trace_id=trace_id)
     await histories.write(connection, None, checkpoint=checkpoint)
-
-
-class _Replayed(Exception):
-    """The idempotency key names a run queued earlier: roll back, and answer with that run."""
 
 
 async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:

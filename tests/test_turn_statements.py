@@ -218,12 +218,12 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 6,
+                "statements (but events)": 5,
                 "write transactions (but the writer's)": 3,
                 "reads": ["SELECT conversation_records", "SELECT threads"],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
-                    ["UPDATE threads", "INSERT runs"],
+                    ["WITH: UPDATE threads, INSERT runs"],
                     [
                         "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],

@@ -1,0 +1,137 @@
+"""Queueing a run in one trip, on SQLite and PostgreSQL: what it writes, and that a refusal writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from store import ApprovalPending, Database, NotFound, PendingCall, RunActive, Worker, insert_pending
+from store.schema import ThreadRow, metadata
+
+from .conftest import MigratedDatabases
+
+pytestmark = pytest.mark.anyio
+
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def db(
+    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
+) -> AsyncIterator[Database]:
+    url = await migrated_databases.empty(request.param)
+    opened = await Database.connect(url, worker=Worker(worker_id="w1", lease=timedelta(seconds=30)))
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def _thread_row(db: Database, thread_id: str) -> tuple[object, ...]:
+    async with db.engine.connect() as connection:
+        row = (
+            await connection.execute(
+                sa.select(
+                    _threads.c.title, _threads.c.status, _threads.c.updated_at, _threads.c.last_event_id
+                ).where(_threads.c.thread_id == thread_id)
+            )
+        ).one()
+    return tuple(row)
+
+
+async def test_a_claimed_run_is_started_with_its_ids_and_its_users_count(db: Database) -> None:
+    thread = await db.threads.create(user_id="alice", title="")
+    other = await db.threads.create(user_id="alice", title="")
+    await db.runs.create_message_run(other.thread_id, content="earlier")
+    queued = await db.runs.queue(
+        thread.thread_id,
+        "message",
+        content="Where is  ORD-5678?",
+        claim_events=8,
+        count_window=timedelta(hours=1),
+    )
+    assert queued.created
+    assert queued.claimed is not None
+    run = queued.run
+    assert (run.status, run.attempt, run.checkpoints, run.lease_owner, run.kind) == (
+        "running",
+        1,
+        0,
+        "w1",
+        "message",
+    )
+    assert run.started_at == run.created_at
+    assert run.lease_expires_at is not None
+    assert run.lease_expires_at > run.created_at
+    assert (queued.claimed.user_id, queued.claimed.first_event_id) == ("alice", 1)
+    assert queued.claimed.messages_sent == (timedelta(hours=1), 2)
+    title, status, _, last_event_id = await _thread_row(db, thread.thread_id)
+    assert (title, status, last_event_id) == ("Where is ORD-5678?", "running", 8)
+    assert await db.runs.get(run.run_id) == run
+
+
+async def test_an_unclaimed_run_is_queued_free(db: Database) -> None:
+    thread = await db.threads.create(user_id="alice", title="kept")
+    run, created = await db.runs.create_regenerate_run(thread.thread_id, content="again")
+    assert created
+    assert (run.status, run.attempt, run.lease_owner, run.lease_expires_at, run.started_at) == (
+        "queued",
+        0,
+        None,
+        None,
+        None,
+    )
+    title, status, _, last_event_id = await _thread_row(db, thread.thread_id)
+    assert (title, status, last_event_id) == ("kept", "running", 0)
+
+
+async def test_a_refused_run_leaves_the_thread_as_it_was(db: Database) -> None:
+    with pytest.raises(NotFound):
+        await db.runs.queue("no-such-thread", "message", content="hello", claim_events=8)
+
+    thread = await db.threads.create(user_id="alice", title="")
+    first = await db.runs.queue(
+        thread.thread_id, "message", content="first", idempotency_key="k1", claim_events=8
+    )
+    before = await _thread_row(db, thread.thread_id)
+    with pytest.raises(RunActive):
+        await db.runs.queue(thread.thread_id, "message", content="second", claim_events=8)
+    # The same key again: the run it queued, as it is now.
+    again = await db.runs.queue(
+        thread.thread_id, "message", content="first", idempotency_key="k1", claim_events=8
+    )
+    assert (again.created, again.claimed, again.run) == (False, None, await db.runs.get(first.run.run_id))
+    assert await _thread_row(db, thread.thread_id) == before
+
+    await db.runs.finish(first.run.run_id, "awaiting_approval")
+    async with db.engine.begin() as connection:
+        await insert_pending(
+            connection, thread.thread_id, first.run.run_id, [PendingCall("c1", "refund", {})]
+        )
+    before = await _thread_row(db, thread.thread_id)
+    with pytest.raises(ApprovalPending):
+        await db.runs.queue(thread.thread_id, "message", content="third", claim_events=8)
+    assert await _thread_row(db, thread.thread_id) == before
+
+
+async def test_of_concurrent_requests_with_one_key_one_queues_the_run(db: Database) -> None:
+    thread = await db.threads.create(user_id="alice", title="")
+    outcomes = await asyncio.gather(
+        *(
+            db.runs.create_message_run(thread.thread_id, content="hi", idempotency_key="same")
+            for _ in range(6)
+        ),
+        return_exceptions=True,
+    )
+    created = [o for o in outcomes if isinstance(o, tuple) and o[1]]
+    assert len(created) == 1
+    run = created[0][0]
+    for outcome in outcomes:
+        assert isinstance(outcome, RunActive) or (
+            isinstance(outcome, tuple) and outcome[0].run_id == run.run_id
+        )
+    assert [r.run_id for r in await db.runs.of_thread(thread.thread_id)] == [run.run_id]
