@@ -58,7 +58,7 @@ async def cancel_run(
         await connection.execute(
             _runs.update()
             .where(_runs.c.run_id == run_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES))
-            # Nobody holds it any more: the driver's next write of any kind is fenced off (`leases.hold`).
+            # Nobody holds it any more: the driver's next write of any kind is fenced off (`leases.py`).
             .values(
                 status="cancelled", finished_at=now_utc(), error=None, lease_owner=None, lease_expires_at=None
             )
