@@ -32,34 +32,41 @@ from .errors import StoreError
 __all__ = ("COMMIT", "Compiled", "begun", "checkout", "driver_errors", "executed", "observing")
 
 COMMIT = "COMMIT"
-"""What observers are told when the statements told before it (in the same task) committed on the driver.
+"""Given to `executed` after the statements (of the same task) that committed on the driver.
 
-On PostgreSQL a statement outside a transaction commits alone: it is followed by `COMMIT` too.
+Observers with an `on_commit` callback are told of it; on PostgreSQL a statement outside a
+transaction commits alone, and is followed by `COMMIT` too.
 """
 
-_observers: list[Callable[[str], None]] = []
+_observers: list[tuple[Callable[[str], None], Callable[[], None] | None]] = []
 
 
 @contextmanager
-def observing(callback: Callable[[str], None]) -> Generator[None]:
+def observing(
+    callback: Callable[[str], None], *, on_commit: Callable[[], None] | None = None
+) -> Generator[None]:
     """Call `callback` with the SQL of each statement the hot path runs on a driver, inside the block.
 
-    The counterpart of SQLAlchemy's `before_cursor_execute` and `commit` events for statements
-    that bypass SQLAlchemy's execution (a commit on the driver is told as `COMMIT`): for tests and
-    benchmarks that count statements.
+    The counterpart of SQLAlchemy's `before_cursor_execute` event for statements that bypass
+    SQLAlchemy's execution, and `on_commit` of its `commit` event for a commit on the driver: for
+    tests and benchmarks that count statements.
     """
-    _observers.append(callback)
+    observer = (callback, on_commit)
+    _observers.append(observer)
     try:
         yield
     finally:
-        _observers.remove(callback)
+        _observers.remove(observer)
 
 
 def executed(*statements: str) -> None:
-    """Tell the observers these statements ran."""
-    for callback in _observers:
+    """Tell the observers these statements ran (`COMMIT`: the ones before it committed)."""
+    for callback, on_commit in _observers:
         for statement in statements:
-            callback(statement)
+            if statement != COMMIT:
+                callback(statement)
+            elif on_commit is not None:
+                on_commit()
 
 
 _Processor = Callable[[Any], Any] | None

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import reader
-from store.compiled import COMMIT, observing
+from store.compiled import observing
 from web import Settings, create_app, issue_token
 from web.services import Services
 
@@ -64,13 +64,16 @@ class Tally:
         """A statement of the hot path: a read on its own, or part of the task's next commit (on the driver or not)."""
         if not self.counting:
             return
-        if sql == COMMIT:
-            self.transactions.append(tuple(self._compiled.pop(id(asyncio.current_task()), [])))
-            return
         if _named(sql).startswith("SELECT") and id(asyncio.current_task()) not in self._compiled:
             self.reads.append(_named(sql))
         else:
             self._compiled.setdefault(id(asyncio.current_task()), []).append(_named(sql))
+
+    def committed_compiled(self) -> None:
+        """A commit on the driver: the task's statements since its last commit."""
+        statements = self._compiled.pop(id(asyncio.current_task()), [])
+        if self.counting:
+            self.transactions.append(tuple(statements))
 
     def written(self, connection: Connection, sql: str) -> None:
         if self.counting:
@@ -164,7 +167,7 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
         )
         services: Services = app.state.services
         tally = Tally()
-        stack.enter_context(observing(tally.ran_compiled))
+        stack.enter_context(observing(tally.ran_compiled, on_commit=tally.committed_compiled))
         _watch(services.db.engine, "write", tally)
         _watch(reader(services.db.engine), "read", tally)
         headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
