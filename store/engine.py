@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
+import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,9 +18,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_
 
 from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
-from .sqlite_driver import ONE_TRIP_AIOSQLITE
+from .sqlite_driver import ONE_TRIP_AIOSQLITE, run_on_thread
 
 __all__ = (
     "ConnectionOptions",
@@ -252,18 +255,36 @@ async def dispose(engine: AsyncEngine) -> None:
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
-    # WAL lets readers run beside the single writer; synchronous=NORMAL in WAL mode is durable
-    # against a crash of the process (not against a power cut of the last commit, documented).
-    # Foreign keys are off by default in SQLite; the schema relies on them.
-    cursor = dbapi_connection.cursor()
-    for pragma in (
-        "PRAGMA journal_mode=WAL",
-        "PRAGMA synchronous=NORMAL",
-        "PRAGMA foreign_keys=ON",
-        "PRAGMA busy_timeout=30000",
-    ):
-        cursor.execute(pragma)
-    cursor.close()
+    await_(run_on_thread(dbapi_connection, _sqlite_pragmas))
+
+
+_BUSY_SECONDS = 30.0
+
+
+def _sqlite_pragmas(connection: sqlite3.Connection) -> None:
+    """A new SQLite connection's settings, on its own thread.
+
+    WAL lets readers run beside the single writer; synchronous=NORMAL in WAL mode is durable
+    against a crash of the process (not against a power cut of the last commit, documented).
+    Foreign keys are off by default in SQLite; the schema relies on them.
+
+    Switching a new database to WAL takes its exclusive lock, and two connections doing it at once
+    (the first connections to a new file, in parallel) can be refused at once: SQLite answers
+    "database is locked" without waiting, to avoid a deadlock. The switch is tried again here, on
+    the connection's thread, until the busy timeout.
+    """
+    connection.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
+    deadline = time.monotonic() + _BUSY_SECONDS
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.execute("PRAGMA foreign_keys=ON")
 
 
 @contextmanager

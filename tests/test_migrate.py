@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -81,6 +82,22 @@ async def test_connect_is_idempotent_and_safe_in_parallel(database_url: str) -> 
         assert await current_revision(again.engine) == head_revision()
     finally:
         await again.aclose()
+
+
+async def test_the_first_connections_to_new_sqlite_files_in_parallel_all_succeed(tmp_path: Path) -> None:
+    # Switching a new file to WAL takes its exclusive lock, and SQLite refuses a second connection
+    # doing the same at once without waiting: before it was retried, most of these rounds failed.
+    for round_ in range(10):
+        url = f"sqlite+aiosqlite:///{tmp_path / f'{round_}.db'}"
+        stores = await asyncio.gather(*(SqlConversationStore.connect(url) for _ in range(6)))
+        try:
+            async with stores[0].engine.connect() as connection:
+                mode = (await connection.exec_driver_sql("PRAGMA journal_mode")).scalar_one()
+            assert mode == "wal"
+            assert await current_revision(stores[0].engine) == head_revision()
+        finally:
+            for store in stores:
+                await store.aclose()
 
 
 async def test_a_database_newer_than_the_code_is_refused(database_url: str) -> None:
