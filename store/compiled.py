@@ -14,6 +14,7 @@ connection when it broke), for `engine.translate_errors` to turn into the store'
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn
 
 from .errors import StoreError
+from .sqlite_driver import run_on_thread
 
-__all__ = ("COMMIT", "Compiled", "begun", "checkout", "driver_errors", "executed", "observing")
+__all__ = ("COMMIT", "Compiled", "begun", "checkout", "driver_errors", "executed", "fetch", "observing")
 
 COMMIT = "COMMIT"
 """Given to `executed` after the statements (of the same task) that committed on the driver.
@@ -206,3 +208,22 @@ async def _raise_translated(
     raise exc.DBAPIError.instance(
         statement, None, dbapi_error, dbapi_error_class, connection_invalidated=invalidated, dialect=dialect
     ) from error
+
+
+def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
+    return connection.execute(sql, parameters).fetchall()
+
+
+async def fetch(engine: AsyncEngine, compiled: Compiled, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of a read (on an autocommit engine) in one trip on the driver, through the columns' result processors.
+
+    Errors as in `checkout`: SQLAlchemy's, for `engine.translate_errors`.
+    """
+    parameters = compiled.parameters(values)
+    async with checkout(engine, compiled.sql) as pooled:
+        if engine.dialect.name == "sqlite":
+            raw = await run_on_thread(pooled.dbapi_connection, _fetch_all, compiled.sql, parameters)
+        else:
+            raw = await pooled.driver_connection.fetch(compiled.sql, *parameters)
+    executed(compiled.sql)
+    return [compiled.row(row) for row in raw]

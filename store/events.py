@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .compiled import Compiled, fetch
 from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
 from .event_inserts import insert_fenced
@@ -49,6 +51,31 @@ class LoggedEvent:
     created_at: datetime
 
 
+_NO_LIMIT = 2**62
+"""`EventLog.read`'s limit when none is given: more rows than a thread can hold."""
+
+_reads: dict[str, Compiled] = {}
+"""`EventLog.read`'s statement by dialect."""
+
+
+def _read_statement(dialect: Dialect) -> Compiled:
+    compiled = _reads.get(dialect.name)
+    if compiled is None:
+        query = (
+            sa.select(
+                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
+            )
+            .where(
+                _events.c.thread_id == sa.bindparam("thread_id", type_=sa.String()),
+                _events.c.event_id > sa.bindparam("after", type_=sa.BigInteger()),
+            )
+            .order_by(_events.c.event_id)
+            .limit(sa.bindparam("limit", type_=sa.BigInteger()))
+        )
+        compiled = _reads[dialect.name] = Compiled.of(query, dialect)
+    return compiled
+
+
 class EventLog:
     """The `events` table."""
 
@@ -62,18 +89,11 @@ class EventLog:
 
     async def read(self, thread_id: str, *, after: int = 0, limit: int | None = None) -> list[LoggedEvent]:
         """The thread's events with an id greater than `after`, in order."""
-        query = (
-            sa.select(
-                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
-            )
-            .where(_events.c.thread_id == thread_id, _events.c.event_id > after)
-            .order_by(_events.c.event_id)
-        )
-        if limit is not None:
-            query = query.limit(limit)
+        # Every stream that opens or catches up reads here: a statement compiled once, on the driver.
+        compiled = _read_statement(self._reader.dialect)
+        values = {"thread_id": thread_id, "after": after, "limit": _NO_LIMIT if limit is None else limit}
         with translate_errors(f"reading the events of thread {thread_id!r}"):
-            async with self._reader.connect() as connection:
-                rows = (await connection.execute(query)).all()
+            rows = await fetch(self._reader, compiled, values)
         return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
 
     @traced("reserve_events")

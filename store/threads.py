@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
-from sqlalchemy.engine import RowMapping
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .compiled import Compiled, fetch
 from .engine import reader, translate_errors
 from .errors import Conflict, NotFound
 from .retention import count_active_stale, erase_stale, erase_thread, find_stale
@@ -98,15 +100,13 @@ class Threads:
         Raises:
             NotFound: No such thread for that user; another user's thread is indistinguishable.
         """
-        query = sa.select(_threads).where(_threads.c.thread_id == thread_id)
-        if user_id is not None:
-            query = query.where(_threads.c.user_id == user_id)
+        # Every request of a thread reads it: a statement compiled once, run on the driver.
+        compiled = _get_statement(self._reader.dialect, owned=user_id is not None)
         with translate_errors(f"reading thread {thread_id!r}"):
-            async with self._reader.connect() as connection:
-                row = (await connection.execute(query)).mappings().one_or_none()
-        if row is None:
+            rows = await fetch(self._reader, compiled, {"thread_id": thread_id, "user_id": user_id})
+        if not rows:
             raise NotFound(f"no thread {thread_id!r}")
-        return _thread(row)
+        return _thread(dict(zip(_THREAD_COLUMNS, rows[0], strict=True)))
 
     async def list(self, *, user_id: str, limit: int, after: ThreadCursor | None = None) -> list[Thread]:
         """A user's threads, newest activity first: an index range scan on (user_id, updated_at, thread_id)."""
@@ -258,7 +258,25 @@ def touched(*, status: ThreadStatus | None = None, message: str | None = None) -
     return values
 
 
-def _thread(row: RowMapping) -> Thread:
+_THREAD_COLUMNS = tuple(_threads.c.keys())
+
+
+_gets: dict[str, tuple[Compiled, Compiled]] = {}
+"""`Threads.get`'s statements by dialect: without and with the owner."""
+
+
+def _get_statement(dialect: Dialect, *, owned: bool) -> Compiled:
+    statements = _gets.get(dialect.name)
+    if statements is None:
+        query = sa.select(_threads).where(
+            _threads.c.thread_id == sa.bindparam("thread_id", type_=sa.String())
+        )
+        mine = query.where(_threads.c.user_id == sa.bindparam("user_id", type_=sa.String()))
+        statements = _gets[dialect.name] = (Compiled.of(query, dialect), Compiled.of(mine, dialect))
+    return statements[owned]
+
+
+def _thread(row: Mapping[Any, Any]) -> Thread:
     return Thread(
         thread_id=row["thread_id"],
         user_id=row["user_id"],
