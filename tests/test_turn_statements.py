@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,11 @@ def _watch(engine: AsyncEngine, name: str, tally: Tally) -> None:
 Turn = Callable[[], Awaitable[Tally]]
 
 
-@pytest.fixture
-async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
-    """Serves `core_app` in process; `await one_turn()` plays one 3-node turn and returns its tally."""
-    script = Script([Calls([("lookup", {"key": "balance"})]), "The balance is 42."])
+@asynccontextmanager
+async def _served(
+    database_url: str, tmp_path: Path, script: Script
+) -> AsyncIterator[tuple[httpx.AsyncClient, Services, Tally, dict[str, str]]]:
+    """`core_app` on `script`, served in process, its statements tallied (once `tally.counting`)."""
     async with AsyncExitStack() as stack:
         settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
         app = create_app(settings, app=core_app(script))
@@ -170,7 +172,21 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
         stack.enter_context(observing(tally.ran_compiled, on_commit=tally.committed_compiled))
         _watch(services.db.engine, "write", tally)
         _watch(reader(services.db.engine), "read", tally)
-        headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+        yield client, services, tally, {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+
+
+async def _runs_ended() -> None:
+    """Wait for the runs driven here (the tasks `Runner` names after them)."""
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t.get_name().startswith("run ")))
+
+
+_TURN = [Calls([("lookup", {"key": "balance"})]), "The balance is 42."]
+
+
+@pytest.fixture
+async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
+    """Serves `core_app` in process; `await one_turn()` plays one 3-node turn and returns its tally."""
+    async with _served(database_url, tmp_path, Script(_TURN)) as (client, services, tally, headers):
 
         async def play() -> Tally:
             thread = (await client.post("/api/threads", json={}, headers=headers)).json()
@@ -185,6 +201,34 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
             tally.counting = False
             run = await services.db.runs.get(run_id)
             assert (run.status, run.checkpoints) == ("completed", 2)
+            return tally
+
+        yield play
+
+
+@pytest.fixture
+async def ai_sdk_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
+    """`await ai_sdk_turn()` plays the second 3-node turn of an AI SDK chat (one request, its stream read to the end)."""
+    async with _served(database_url, tmp_path, Script(_TURN * 2)) as (client, _services, tally, headers):
+
+        async def play() -> Tally:
+            chat_id = str(uuid.uuid4())
+
+            async def turn(message_id: str) -> None:
+                message = {"id": message_id, "role": "user", "parts": [{"type": "text", "text": "Balance?"}]}
+                body = {"id": chat_id, "messages": [message], "trigger": "submit-message"}
+                async with client.stream("POST", "/api/ai-sdk/chat", json=body, headers=headers) as answer:
+                    assert answer.status_code == 200
+                    streamed = (await answer.aread()).decode()
+                assert (
+                    '"type":"text-delta"' in streamed and '"type":"finish","finishReason":"stop"' in streamed
+                )
+                await _runs_ended()
+
+            await turn("first")  # the chat's thread is made here
+            tally.counting = True
+            await turn("second")
+            tally.counting = False
             return tally
 
         yield play
@@ -237,3 +281,14 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
                 "event flush": [["WITH: INSERT events, SELECT runs, SELECT pg_notify"]],
             }
         )
+
+
+async def test_an_ai_sdk_turn_reads_its_thread_once_and_starts_its_stream_without_a_read(
+    ai_sdk_turn: Turn, database_url: str
+) -> None:
+    # The chat's thread found in one read (its derived id first), the stream started from the run's
+    # reserved ids (no read of where its events start), one replay read, the history's load.
+    counted = (await ai_sdk_turn()).summary()
+    assert counted["reads"] == ["SELECT conversation_records", "SELECT events", "SELECT threads"]
+    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["rollbacks outside a transaction"] == 0
