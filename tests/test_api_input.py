@@ -9,6 +9,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from web.text import unstorable_in
 
 from .asgi import Api, call, error_of, open_api
 
@@ -162,3 +166,27 @@ async def test_an_upload_cut_off_mid_body_logs_no_error(api: Api, caplog: pytest
         ("INFO", f"a client hung up before sending its whole body: POST /api/threads/{thread_id}/messages")
     ]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(value=_JSON, ascii_only=st.booleans())
+def test_only_a_backslash_u_escape_can_spell_unstorable_text_in_a_utf8_json_body(
+    value: object, ascii_only: bool
+) -> None:
+    # `read_body` walks a body's strings for a NUL or a lone surrogate only when it holds a `\u`
+    # escape: any body without one that decodes (strict UTF-8, then JSON) has none.
+    try:
+        raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate written raw is not UTF-8: refused before JSON is read
+    decoded = json.loads(raw.decode("utf-8"))
+    if b"\\u" not in raw:
+        assert unstorable_in(decoded) is None
+    else:
+        assert unstorable_in(decoded) == unstorable_in(value)
