@@ -9,7 +9,7 @@ from datetime import datetime
 
 from bench.soak_load import Tally
 
-__all__ = ("RSS_GROWTH_LIMIT", "Sample", "Verdict", "judge", "render")
+__all__ = ("RSS_GROWTH_LIMIT", "WARM_UP_FRACTION", "Sample", "Verdict", "judge", "render")
 
 WARM_UP_FRACTION = 0.2
 RSS_GROWTH_LIMIT = 0.05
