@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ("memory_table", "owner", "package_of", "report", "taken_numbers", "type_growth")
+__all__ = ("census_lines", "memory_table", "owner", "package_of", "report", "taken_numbers", "type_growth")
 
 _OURS = ("agent", "bench", "cli", "store", "stream", "web")
 _ARENA = 1 << 20
@@ -70,30 +70,62 @@ def taken_numbers(directory: Path) -> list[int]:
     return sorted(int(path.name.removeprefix("done-")) for path in directory.glob("done-*"))
 
 
-def memory_table(taken: Sequence[dict[str, Any]]) -> list[str]:
-    """Each snapshot's memory, by who holds it: resident, Python's allocator, glibc's malloc (MB)."""
+def memory_table(
+    taken: Sequence[dict[str, Any]], labels: Sequence[str], *, first: str = "snapshot"
+) -> list[str]:
+    """Each snapshot's memory (a row per label), by who holds it: resident, Python's allocator, glibc's
+    malloc (MB), and the conversation stores' bounded caches; what `tracemalloc` traced, if it ran."""
+    traced = any(row["traced"] for row in taken)
     lines = [
-        "| snapshot | RSS | traced | gc objects | pymalloc arenas | pymalloc in use | malloc heap | "
-        "malloc in use | malloc free | malloc mmapped |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {first} | RSS | " + ("traced | " if traced else "") + "gc objects | pymalloc arenas | "
+        "pymalloc in use | malloc heap | malloc in use | malloc free | malloc mmapped | history cache charge | "
+        "histories | records |",
+        "|---:" * (13 if traced else 12) + "|",
     ]
-    for number, row in enumerate(taken, 1):
+    for label, row in zip(labels, taken, strict=True):
         pymalloc: dict[str, int] = row.get("pymalloc", {})
         malloc: dict[str, int] = row.get("malloc", {})
+        cached: dict[str, int] = row.get("caches", {})
         cells = [
             row["rss_kb"] / 1024,
-            row["traced"] / 2**20,
+            *([row["traced"] / 2**20] if traced else []),
             row["gc_objects"],
             pymalloc.get("arenas", 0) * _ARENA / 2**20,
             pymalloc.get("in_use", 0) / 2**20,
             *(malloc.get(key, 0) / 2**20 for key in ("heap", "in_use", "free", "mmapped")),
+            cached.get("history_charge", 0) / 2**20,
+            cached.get("histories", 0),
+            cached.get("records", 0),
         ]
         lines.append(
-            f"| {number} | "
+            f"| {label} | "
             + " | ".join(f"{cell:.1f}" if isinstance(cell, float) else str(cell) for cell in cells)
             + " |"
         )
     return lines
+
+
+def census_lines(directory: Path, labels: Sequence[str], *, top: int = 8) -> list[str]:
+    """A soak's censuses for its section: the table a row per census (`labels`: the minute each was
+    asked for), and the types that grew most from the end of the warm-up (the second) to the last."""
+    numbers = taken_numbers(directory)
+    taken = [json.loads((directory / f"taken-{n}.json").read_text()) for n in numbers]
+    first, last = numbers[min(1, len(numbers) - 1)], numbers[-1]
+    types = [json.loads((directory / f"types-{n}.json").read_text()) for n in (first, last)]
+    grown = [row for row in type_growth(types[0], types[1]) if row[1] > 0][:top]
+    return [
+        "Where the memory is, from a census the server takes when asked (`bench.memory_serve`): after a "
+        "full collection, what Python's allocator (pymalloc: its arenas, and the bytes of blocks in use) "
+        "and glibc's malloc hold (MB), the objects the collector tracks that were made after start-up "
+        "(the server freezes its start-up heap), and the conversation store's bounded caches (the history "
+        "cache's charge against its budget, in MB; the conversation records it knows).",
+        "",
+        *memory_table(taken, labels, first="minute"),
+        "",
+        f"Tracked objects that grew most from minute {labels[min(1, len(labels) - 1)]} to the end: "
+        + (", ".join(f"{name} {count:+d} ({size / 1024:+.0f} kB)" for name, count, size in grown) or "none")
+        + ".",
+    ]
 
 
 def report(directory: Path, first: int | None = None, last: int | None = None, top: int = 15) -> str:
@@ -102,7 +134,7 @@ def report(directory: Path, first: int | None = None, last: int | None = None, t
     first = numbers[0] if first is None else first
     last = numbers[-1] if last is None else last
     taken = [json.loads((directory / f"taken-{n}.json").read_text()) for n in numbers]
-    lines = ["Memory at each snapshot (MB):", "", *memory_table(taken), ""]
+    lines = ["Memory at each snapshot (MB):", "", *memory_table(taken, [str(n) for n in numbers]), ""]
     if (directory / f"snapshot-{first}.tracemalloc").exists():
         lines += _traced_growth(directory, first, last, top)
     types = [json.loads((directory / f"types-{n}.json").read_text()) for n in (first, last)]

@@ -7,8 +7,10 @@ so the server runs at full speed) before the CLI imports anything, and on every 
 from a thread of its own, after a full garbage collection: `snapshot-N.tracemalloc`
 (`tracemalloc.Snapshot.dump`, when tracing), `types-N.json` (live objects the collector tracks,
 counted and sized by type) and `taken-N.json` (resident memory, what `tracemalloc` counts, the
-blocks Python's allocator has out, and glibc's `mallinfo2`: bytes in use and held free), then
-`done-N` once all are there. `bench.memory_report` compares two of them. Nothing else changes;
+blocks Python's allocator has out, glibc's `mallinfo2`: bytes in use and held free, and the
+conversation stores' bounded caches: the history cache's charge and size, the records known),
+then `done-N` once all are there. The stores are found by wrapping `SqlConversationStore.__init__`
+here, before the CLI builds one. `bench.memory_report` compares two of them. Nothing else changes;
 the core has no hook for this.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import json
 import os
@@ -25,11 +28,25 @@ import sys
 import tempfile
 import threading
 import tracemalloc
+import weakref
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-__all__ = ("FRAMES_ENV", "MEMORY_DIR_ENV", "count_types", "malloc_info", "pymalloc_info", "take")
+from store import SqlConversationStore
+
+__all__ = (
+    "FRAMES_ENV",
+    "MEMORY_DIR_ENV",
+    "caches",
+    "count_types",
+    "malloc_info",
+    "pymalloc_info",
+    "register_stores",
+    "take",
+)
 
 MEMORY_DIR_ENV = "BENCH_MEMORY_DIR"
 FRAMES_ENV = "BENCH_MEMORY_FRAMES"
@@ -124,6 +141,37 @@ def pymalloc_info() -> dict[str, int]:
     return info
 
 
+_stores: weakref.WeakSet[SqlConversationStore] = weakref.WeakSet()
+
+
+def register_stores() -> Callable[[], None]:
+    """Remember every `SqlConversationStore` built from now on, to read its caches' sizes; what undoes it."""
+    built = SqlConversationStore.__init__
+
+    @functools.wraps(built)
+    def registering(self: SqlConversationStore, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        _stores.add(self)
+
+    SqlConversationStore.__init__ = registering
+
+    def undo() -> None:
+        SqlConversationStore.__init__ = built
+
+    return undo
+
+
+def caches() -> dict[str, int]:
+    """The registered stores' bounded caches: the history cache's charge in bytes and its histories, and
+    the conversation records known."""
+    stores = list(_stores)
+    return {
+        "history_charge": sum(store.history_cache.used for store in stores),
+        "histories": sum(len(store.history_cache) for store in stores),
+        "records": sum(store.known_records() for store in stores),
+    }
+
+
 def take(directory: Path, number: int) -> None:
     """Write snapshot `number`'s files to `directory` (see the module's docstring)."""
     gc.collect()
@@ -141,6 +189,7 @@ def take(directory: Path, number: int) -> None:
         "blocks": sys.getallocatedblocks(),
         "malloc": malloc_info(),
         "pymalloc": pymalloc_info(),
+        "caches": caches(),
     }
     (directory / f"taken-{number}.json").write_text(json.dumps(taken))
     (directory / f"done-{number}").touch()
@@ -160,6 +209,7 @@ def main() -> None:
         frames = int(os.environ.get(FRAMES_ENV, "12"))
         if frames:
             tracemalloc.start(frames)
+        register_stores()
         wanted = threading.Semaphore(0)
 
         def requested(signum: int, frame: FrameType | None) -> None:

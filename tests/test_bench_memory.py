@@ -9,9 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic_ai.conversation import Conversation
 
-from bench.memory_report import owner, package_of, report, taken_numbers, type_growth
-from bench.memory_serve import count_types, malloc_info, pymalloc_info, take
+from bench.memory_report import census_lines, owner, package_of, report, taken_numbers, type_growth
+from bench.memory_serve import caches, count_types, malloc_info, pymalloc_info, register_stores, take
+from store import SqlConversationStore
+
+from .store_conformance import user
 
 
 class Retained:
@@ -79,3 +83,37 @@ def test_the_report_finds_what_was_retained_between_two_snapshots(tmp_path: Path
     growth = next(line for line in text.splitlines() if line.endswith(" test_bench_memory.py"))
     assert float(growth.split()[0]) > 1900
     assert f"+{len(kept)}" in next(line for line in text.splitlines() if line.endswith(".Retained"))
+
+
+@pytest.mark.anyio
+async def test_the_stores_built_after_registering_report_their_caches(tmp_path: Path) -> None:
+    undo = register_stores()
+    try:
+        store = await SqlConversationStore.connect(f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}")
+    finally:
+        undo()
+    async with store:
+        for n in range(3):
+            await store.save(Conversation(conversation_id=f"chat-{n}", messages=[user("hello")]))
+
+        assert caches()["records"] == 3
+        assert caches()["histories"] == 3
+        assert caches()["history_charge"] == store.history_cache.used > 0
+
+
+def test_a_soaks_censuses_become_a_table_and_the_types_that_grew(tmp_path: Path) -> None:
+    gc.freeze()  # as the server does once started
+    try:
+        take(tmp_path, 1)
+        take(tmp_path, 2)
+        kept = [Retained(b"x") for _ in range(3000)]
+        take(tmp_path, 3)
+    finally:
+        gc.unfreeze()
+
+    lines = census_lines(tmp_path, ["0.0", "2.0", "10.1"])
+
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0].startswith("| minute | RSS | gc objects |")
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| 0.0", "| 2.0", "| 10.1"]
+    assert f"{__name__}.Retained +{len(kept)} " in lines[-1]
