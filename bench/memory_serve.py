@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import importlib
 import json
 import os
 import runpy
@@ -208,6 +209,9 @@ def main() -> None:
     if directory:
         frames = int(os.environ.get(FRAMES_ENV, "12"))
         if frames:
+            # Imported untraced: start-up under tracing took over a minute on a busy machine, and
+            # what imports allocate is frozen with the rest of start-up's heap anyway.
+            importlib.import_module("cli.main")
             tracemalloc.start(frames)
         register_stores()
         wanted = threading.Semaphore(0)
