@@ -1,6 +1,7 @@
 """A soak: one real server under steady chat with approvals and reconnects, watched for leaks.
 
     python -m bench.soak [--minutes 10] [--postgres URL] [--users 16] [--think 3] [--no-write]
+                         [--history-cache-mb N] [--no-census] [--tracemalloc DIR [--frames 12]]
 
 Starts `durable-chat serve` (demo model) on a fresh SQLite file, or a scratch PostgreSQL database
 with `--postgres` (created and dropped), and runs `bench.soak_load`'s users against it for the
@@ -10,6 +11,14 @@ files (the database, its WAL and shared memory), on PostgreSQL the sessions `pg_
 lists for the scratch database. Prints each sample, then writes the soak section of
 `docs/benchmarks.md` (one per database): the samples a minute apart and a verdict on whether
 memory, files and connections stay flat after the warm-up (the first fifth of the run).
+
+The server runs under `bench.memory_serve`, untraced, and is asked for a census at the start,
+at the end of the warm-up, every minute after and at the end (after the users stop): live objects
+by type, what Python's and glibc's allocators hold, the conversation store's bounded caches. The
+section shows them, and the types that grew most after the warm-up (`--no-census` runs the bare
+CLI). With `--tracemalloc DIR` its heap is traced instead (`--frames` frames a traceback, which
+slows it), with snapshots at the end of the warm-up, half way and at the end, and
+`bench.memory_report` prints what grew from the first to the last; such a run writes no section.
 """
 
 from __future__ import annotations
@@ -17,20 +26,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 import tempfile
 import time
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
 from sqlalchemy.engine import make_url
 
+from bench.memory_report import census_lines, report
+from bench.memory_serve import FRAMES_ENV, MEMORY_DIR_ENV
 from bench.sections import write_section
 from bench.soak_load import Soak, Tally, run_users
-from bench.soak_report import Sample, render
+from bench.soak_report import WARM_UP_FRACTION, Sample, render
 from bench.web import POSTGRES_ENV, ROOT, ours_argv, postgres_database, server_env, snapshot
 from bench.web_process import ServerProcess, raise_open_files_limit, start_server
 from bench.web_tokens import issue_token
@@ -47,6 +59,10 @@ class Run:
     load_before: str
     history_cache_mb: int | None = None
     """The server's `DURABLE_CHAT_HISTORY_CACHE_MB`; `None` leaves its default."""
+    heap: Path | None = None
+    """Where `bench.memory_serve` writes its censuses or snapshots; `None` runs the bare CLI."""
+    frames: int = 0
+    """Frames of each traceback `tracemalloc` keeps; 0 takes censuses only, untraced."""
 
 
 def open_fds(server: ServerProcess) -> list[str]:
@@ -91,13 +107,63 @@ async def sample(server: ServerProcess, started: float, tally: Tally, watched: W
     )
 
 
+def _snapshot_times(run: Run) -> list[float]:
+    """Seconds into the run of every snapshot but the last (taken once the users stop)."""
+    seconds = run.minutes * 60
+    if run.frames:
+        return [seconds * WARM_UP_FRACTION, seconds / 2]
+    times = [0.0, seconds * WARM_UP_FRACTION]
+    while times[-1] + 60 < seconds - 10:
+        times.append(times[-1] + 60)
+    return times
+
+
+@dataclass
+class Snapshots:
+    """Asks a server run by `bench.memory_serve` for snapshots at `times` (seconds into the run)."""
+
+    server: ServerProcess
+    directory: Path | None
+    started: float
+    times: list[float]
+    taken: int = 0
+    at: list[float] = field(default_factory=list[float])
+    """Seconds into the run at which each was asked for."""
+
+    async def due(self) -> None:
+        """Take the next snapshot if its time has come (the last one is `take()`'s, after the users stop)."""
+        if self.taken < len(self.times) and time.monotonic() - self.started >= self.times[self.taken]:
+            await self.take()
+
+    async def take(self) -> None:
+        if self.directory is None:
+            return
+        self.taken += 1
+        self.at.append(time.monotonic() - self.started)
+        done = self.directory / f"done-{self.taken}"
+        self.server.process.send_signal(signal.SIGUSR1)
+        for _ in range(3000):  # a snapshot of a few hundred MB of heap takes seconds, not ten minutes
+            if done.exists():
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise RuntimeError(f"the server wrote no heap snapshot {self.taken} in ten minutes")
+        print(f"  heap snapshot {self.taken} in {self.directory}", flush=True)
+
+
 async def soak(
     run: Run, url: str, database_file: Path | None, logs: Path, source: Path
-) -> tuple[list[Sample], Tally, ServerProcess]:
+) -> tuple[list[Sample], Tally, ServerProcess, list[float]]:
     env = {**server_env(), "DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl")}
     if run.history_cache_mb is not None:
         env["DURABLE_CHAT_HISTORY_CACHE_MB"] = str(run.history_cache_mb)
-    server = await start_server("soak", ours_argv(url), env, logs, cwd=source)
+    argv = ours_argv(url)
+    if run.heap is not None:
+        run.heap.mkdir(parents=True, exist_ok=True)
+        env[MEMORY_DIR_ENV] = str(run.heap)
+        env[FRAMES_ENV] = str(run.frames)
+        argv[argv.index("cli")] = "bench.memory_serve"
+    server = await start_server("soak", argv, env, logs, cwd=source)
     admin: asyncpg.Connection | None = None
     tally = Tally()
     samples: list[Sample] = []
@@ -113,7 +179,9 @@ async def soak(
         started = time.monotonic()
         deadline = started + run.minutes * 60
         users = asyncio.create_task(run_users(server.base_url, tokens, run.soak, deadline, tally))
+        snapshots = Snapshots(server, run.heap, started, _snapshot_times(run))
         while not users.done():
+            await snapshots.due()
             samples.append(await sample(server, started, tally, watched))
             last = samples[-1]
             print(
@@ -124,27 +192,32 @@ async def soak(
             await asyncio.wait([users], timeout=run.sample_seconds)
         await users
         await asyncio.sleep(2)  # the last streams close
+        await snapshots.take()
         samples.append(await sample(server, started, tally, watched))
     finally:
         if admin is not None:
             await admin.close()
         await server.stop()
-    return samples, tally, server
+    return samples, tally, server, snapshots.at
 
 
 async def main_async(arguments: argparse.Namespace) -> int:
     raise_open_files_limit()
     backend = "postgresql" if arguments.postgres else "sqlite"
-    run = Run(
-        backend=backend,
-        minutes=arguments.minutes,
-        soak=Soak(users=arguments.users, think_seconds=arguments.think),
-        sample_seconds=arguments.sample,
-        load_before=_load_average(),
-        history_cache_mb=arguments.history_cache_mb,
-    )
+    load_before = _load_average()
     with tempfile.TemporaryDirectory(prefix="soak-") as scratch:
         directory = Path(scratch)
+        heap = arguments.tracemalloc or (None if arguments.no_census else directory / "census")
+        run = Run(
+            backend=backend,
+            minutes=arguments.minutes,
+            soak=Soak(users=arguments.users, think_seconds=arguments.think),
+            sample_seconds=arguments.sample,
+            load_before=load_before,
+            history_cache_mb=arguments.history_cache_mb,
+            heap=heap,
+            frames=arguments.frames if arguments.tracemalloc else 0,
+        )
         source = snapshot(directory / "source")
         database_file = None if arguments.postgres else directory / "soak.db"
         database: AbstractAsyncContextManager[str] = (
@@ -156,8 +229,13 @@ async def main_async(arguments: argparse.Namespace) -> int:
             f"soak on {backend} for {run.minutes:g} min, {run.soak.users} users, load average {run.load_before}"
         )
         async with database as url:
-            samples, tally, server = await soak(run, url, database_file, directory, source)
+            samples, tally, server, at = await soak(run, url, database_file, directory, source)
         trouble, statuses = server.trouble()
+        census: list[str] = []
+        if run.heap is not None and run.frames:
+            print(report(run.heap, top=20))
+        elif run.heap is not None:
+            census = census_lines(run.heap, [f"{seconds / 60:.1f}" for seconds in at])
     load_after = _load_average()
     text = render(
         backend=backend,
@@ -171,9 +249,10 @@ async def main_async(arguments: argparse.Namespace) -> int:
         load=(run.load_before, load_after),
         when=datetime.now(UTC),
         history_cache_mb=run.history_cache_mb,
+        census=census,
     )
     print(text)
-    if not arguments.no_write:
+    if not arguments.no_write and not run.frames:
         section = f"soak-{backend}" if run.history_cache_mb is None else f"soak-{backend}-small-cache"
         write_section(DOCS, section, text)
         print(f"wrote the {section} section of {DOCS.relative_to(ROOT)}")
@@ -205,6 +284,22 @@ def main() -> int:
         default=None,
         help="the server's history cache budget (DURABLE_CHAT_HISTORY_CACHE_MB): a small one is full "
         "within the warm-up, so what grows after it is not that bounded cache filling",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="trace the server's heap (bench.memory_serve) and write snapshots to DIR; print what grew "
+        "(the run is slower, so docs/benchmarks.md is left alone)",
+    )
+    parser.add_argument(
+        "--frames", type=int, default=12, help="with --tracemalloc: frames each traceback keeps"
+    )
+    parser.add_argument(
+        "--no-census",
+        action="store_true",
+        help="run the bare CLI, not bench.memory_serve's censuses (objects by type, allocators, caches)",
     )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     return asyncio.run(main_async(parser.parse_args()))

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from bench.soak_load import Tally
 
-__all__ = ("RSS_GROWTH_LIMIT", "Sample", "Verdict", "judge", "render")
+__all__ = ("RSS_GROWTH_LIMIT", "WARM_UP_FRACTION", "Sample", "Verdict", "judge", "render")
 
 WARM_UP_FRACTION = 0.2
 RSS_GROWTH_LIMIT = 0.05
@@ -72,6 +72,7 @@ def render(
     load: tuple[str, str],
     when: datetime,
     history_cache_mb: int | None = None,
+    census: Sequence[str] = (),
 ) -> str:
     name = "PostgreSQL" if backend == "postgresql" else "SQLite"
     connections = "sessions (pg_stat_activity)" if backend == "postgresql" else "fds on the database files"
@@ -117,6 +118,8 @@ def render(
         )
         previous = row
     lines += ["", f"**Verdict: {'flat' if verdict.flat else 'not flat'}** — {verdict.text}."]
+    if census:
+        lines += ["", *census]
     return "\n".join(lines) + "\n"
 
 

@@ -136,10 +136,13 @@ class SqlConversationStore(ConversationStore):
         self._histories = HistoryCache(
             budget_from_env() if history_cache_bytes is None else history_cache_bytes
         )
-        # Records by (conversation_id, revision): a revision names one immutable state, so a save
-        # of a conversation loaded or saved here needs no read of its record first. A stale entry
-        # is harmless: the revision-guarded write then fails as a conflict, as it must.
-        self._records: OrderedDict[tuple[str, str], ConversationRecord] = OrderedDict()
+        # The newest record loaded or saved here of each recent conversation: a save of the
+        # revision it names needs no read of its record first. One per conversation, not per
+        # revision: an older revision is never saved on again (that save conflicts), and keeping
+        # every revision filled the cache with one record per save (~1.3 kB each). A stale entry
+        # is harmless: its revision no longer matches, or the revision-guarded write fails as a
+        # conflict, as it must.
+        self._records: OrderedDict[str, ConversationRecord] = OrderedDict()
         # Conversations a load just found missing: their first save needs no read either (a
         # concurrent creator makes the insert fail as a conflict, as it must).
         self._absent: OrderedDict[str, None] = OrderedDict()
@@ -231,7 +234,8 @@ class SqlConversationStore(ConversationStore):
             # A conversation a load just found missing: its first save needs no read of its record.
             known = _ABSENT if self._absent.pop(current.conversation_id, _MISSING) is None else None
         else:
-            known = self._records.get((current.conversation_id, current.revision))
+            remembered = self._records.get(current.conversation_id)
+            known = remembered if remembered is not None and remembered.revision == current.revision else None
         token = _known.set(known)
         try:
             return await super().save(conversation, scope=scope)
@@ -321,9 +325,13 @@ class SqlConversationStore(ConversationStore):
         self._histories.put(record.conversation_id, whole)
         return whole
 
+    def known_records(self) -> int:
+        """How many conversations' records this store keeps in memory (for tests and monitoring)."""
+        return len(self._records)
+
     def _remember(self, record: ConversationRecord) -> None:
-        self._records[(record.conversation_id, record.revision)] = record
-        self._records.move_to_end((record.conversation_id, record.revision))
+        self._records[record.conversation_id] = record
+        self._records.move_to_end(record.conversation_id)
         while len(self._records) > _KNOWN_RECORDS:
             self._records.popitem(last=False)
 
@@ -442,6 +450,7 @@ class SqlConversationStore(ConversationStore):
                 # A fork committed since the family was read points into the entries being released.
                 raise ConversationConflict(conversation_id) from error
         self._histories.forget(conversation_id)
+        self._records.pop(conversation_id, None)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         if not _is_uuid(entry_id):

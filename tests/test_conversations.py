@@ -293,6 +293,38 @@ async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
     assert transcript(loaded.messages) == ["q1"]
 
 
+async def test_the_store_remembers_one_record_per_conversation_not_one_per_save(database_url: str) -> None:
+    # Kept by revision, a soaking server held a record for each of its last 4,096 saves (~5 MB).
+    async with await SqlConversationStore.connect(database_url) as store:
+        conversations = [Conversation(conversation_id=f"chat-{n}") for n in range(3)]
+        for turn in range(5):
+            for conversation in conversations:
+                conversation.messages += [user(f"q{turn}"), reply(f"a{turn}")]
+                await store.save(conversation)
+
+        assert store.known_records() == 3
+        statements: list[str] = []
+
+        def count(*args: object) -> None:
+            statements.append(str(args[2]).split()[0].upper())
+
+        engines = [store.engine.sync_engine, reader(store.engine).sync_engine]
+        for engine in engines:
+            sa.event.listen(engine, "before_cursor_execute", count)
+        try:
+            with observing(lambda sql: count(None, None, sql)):
+                # Continuing the revision it remembers, a save reads no record.
+                conversations[0].messages += [user("q5")]
+                await store.save(conversations[0])
+        finally:
+            for engine in engines:
+                sa.event.remove(engine, "before_cursor_execute", count)
+        assert statements
+        assert "SELECT" not in statements
+        await store.delete("chat-1")
+        assert store.known_records() == 2
+
+
 def _outcome(result: list[object] | BaseException) -> str:
     if isinstance(result, ConversationConflict):
         return "conflict"
