@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .conversations import erase_conversation
+from .erasure import erase_conversation
 from .schema import ACTIVE_RUN_STATUSES, RunRow, ThreadRow, metadata
 
 __all__ = ("count_active_stale", "erase_stale", "erase_thread", "find_stale")
