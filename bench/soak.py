@@ -58,6 +58,8 @@ class Run:
     sample_seconds: float
     load_before: str
     history_cache_mb: int | None = None
+    warm_up_minutes: float | None = None
+    """How long the warm-up lasts; `None`: the first fifth of the run."""
     """The server's `DURABLE_CHAT_HISTORY_CACHE_MB`; `None` leaves its default."""
     heap: Path | None = None
     """Where `bench.memory_serve` writes its censuses or snapshots; `None` runs the bare CLI."""
@@ -110,9 +112,10 @@ async def sample(server: ServerProcess, started: float, tally: Tally, watched: W
 def _snapshot_times(run: Run) -> list[float]:
     """Seconds into the run of every snapshot but the last (taken once the users stop)."""
     seconds = run.minutes * 60
+    warm_up = seconds * WARM_UP_FRACTION if run.warm_up_minutes is None else run.warm_up_minutes * 60
     if run.frames:
-        return [seconds * WARM_UP_FRACTION, seconds / 2]
-    times = [0.0, seconds * WARM_UP_FRACTION]
+        return [warm_up, seconds / 2]
+    times = [0.0, warm_up]
     while times[-1] + 60 < seconds - 10:
         times.append(times[-1] + 60)
     return times
@@ -215,6 +218,7 @@ async def main_async(arguments: argparse.Namespace) -> int:
             sample_seconds=arguments.sample,
             load_before=load_before,
             history_cache_mb=arguments.history_cache_mb,
+            warm_up_minutes=arguments.warm_up,
             heap=heap,
             frames=arguments.frames if arguments.tracemalloc else 0,
         )
@@ -250,6 +254,7 @@ async def main_async(arguments: argparse.Namespace) -> int:
         when=datetime.now(UTC),
         history_cache_mb=run.history_cache_mb,
         census=census,
+        warm_up_minutes=run.warm_up_minutes,
     )
     print(text)
     if not arguments.no_write and not run.frames:
@@ -284,6 +289,14 @@ def main() -> int:
         default=None,
         help="the server's history cache budget (DURABLE_CHAT_HISTORY_CACHE_MB): a small one is full "
         "within the warm-up, so what grows after it is not that bounded cache filling",
+    )
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="how long the warm-up lasts, judged apart (default: the first fifth of the run); with the "
+        "default history cache, past the minutes it takes to fill",
     )
     parser.add_argument(
         "--tracemalloc",

@@ -32,11 +32,15 @@ class Verdict:
     text: str
 
 
-def judge(samples: Sequence[Sample]) -> Verdict:
-    """Compare the run after its warm-up with the warm-up: memory's growth and slope, fds and connections."""
+def judge(samples: Sequence[Sample], warm_up_seconds: float | None = None) -> Verdict:
+    """Compare the run after its warm-up with the warm-up: memory's growth and slope, fds and connections.
+
+    The warm-up is the first fifth of the run unless `warm_up_seconds` says how long it is.
+    """
     end = samples[-1].seconds
-    warm = [s for s in samples if s.seconds <= end * WARM_UP_FRACTION]
-    after = [s for s in samples if s.seconds > end * WARM_UP_FRACTION]
+    warm_up = end * WARM_UP_FRACTION if warm_up_seconds is None else warm_up_seconds
+    warm = [s for s in samples if s.seconds <= warm_up]
+    after = [s for s in samples if s.seconds > warm_up]
     if len(warm) < 2 or len(after) < 3:
         return Verdict(False, "too few samples to judge")
     start_mb = statistics.median(s.rss_kb for s in after[:3]) / 1024
@@ -49,7 +53,7 @@ def judge(samples: Sequence[Sample]) -> Verdict:
     connections_ok = max(s.connections for s in after) <= max(s.connections for s in warm) + 2
     flat = growth <= RSS_GROWTH_LIMIT and fds_ok and connections_ok
     text = (
-        f"after the warm-up (the first {end * WARM_UP_FRACTION / 60:.0f} min), resident memory went from "
+        f"after the warm-up (the first {warm_up / 60:.0f} min), resident memory went from "
         f"{start_mb:.1f} to {end_mb:.1f} MB ({growth:+.1%}; least-squares slope {slope:+.2f} MB/min); open file "
         f"descriptors stayed within {min(s.fds for s in after)} to {max(s.fds for s in after)} (warm-up: "
         f"{min(s.fds for s in warm)} to {max(s.fds for s in warm)}); database connections within "
@@ -73,13 +77,16 @@ def render(
     when: datetime,
     history_cache_mb: int | None = None,
     census: Sequence[str] = (),
+    warm_up_minutes: float | None = None,
 ) -> str:
     name = "PostgreSQL" if backend == "postgresql" else "SQLite"
     connections = "sessions (pg_stat_activity)" if backend == "postgresql" else "fds on the database files"
     flag = " --postgres URL" if backend == "postgresql" else ""
     if history_cache_mb is not None:
         flag += f" --history-cache-mb {history_cache_mb}"
-    verdict = judge(samples)
+    if warm_up_minutes is not None:
+        flag += f" --warm-up {warm_up_minutes:g}"
+    verdict = judge(samples, None if warm_up_minutes is None else warm_up_minutes * 60)
     runs = ", ".join(f"{status} {count}" for status, count in tally.runs.most_common())
     errors = "; ".join(f"{kind} x{count} ({tally.samples[kind]})" for kind, count in tally.errors.items())
     lines = [
