@@ -40,8 +40,10 @@ def refused(error: BaseException) -> Refusal | None:
     start = text.find(_REFUSED)
     if start < 0:
         return None
-    reason = text[start + len(_REFUSED) :].split('"', 1)[0]
+    # The server's message quotes the value as its language does (`"…"`, `«…»`, `„…“`): the reason
+    # is read up to whatever follows it, not up to an ASCII quote.
+    rest = text[start + len(_REFUSED) :]
     for known in _REASONS:
-        if reason == known:
+        if rest.startswith(known) and not rest[len(known) : len(known) + 1].isalnum():
             return known
     return None

@@ -249,3 +249,12 @@ def test_only_the_stores_own_refusals_are_read_as_refusals() -> None:
     )
     assert refused(_Error("23505", ours)) is None
     assert refused(ValueError(ours)) is None
+    # A server whose messages are in another language quotes the value its own way.
+    french = "syntaxe en entrée invalide pour le type integer : « durable-chat refused: no thread »"
+    assert refused(_Error("22P02", french)) == "no thread"
+    german = "ungültige Eingabesyntax für Typ integer: „durable-chat refused: active“"
+    assert refused(_Error("22P02", german)) == "active"
+    assert (
+        refused(_Error("22P02", 'invalid input syntax for type integer: "durable-chat refused: keyedx"'))
+        is None
+    )
