@@ -23,12 +23,12 @@ from .errors import (
     StoreError,
     UnsupportedDatabase,
 )
-from .events import EventLog, LoggedEvent, NewEvent, append_events, insert_events, overwrite_events
+from .events import EventLog, LoggedEvent, NewEvent, append_events, overwrite_events
 from .leases import Leases, Worker
 from .ledger import Execution, Ledger, idempotency_key
 from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
-from .records import NewRecord, Record, Records, insert_records
+from .records import NewRecord, Record, Records
 from .runs import Claimed, Queued, Run, Runs, finish_run, insert_run, record_checkpoint
 from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
@@ -90,10 +90,8 @@ __all__ = (
     "finish_run",
     "head_revision",
     "idempotency_key",
-    "insert_events",
     "insert_new",
     "insert_pending",
-    "insert_records",
     "insert_run",
     "newest_event_id",
     "normalize_url",

@@ -14,14 +14,13 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 
-from .compiled import Compiled
+from .compiled import Compiled, per_dialect
 from .errors import LeaseLost, NotFound
 from .event_inserts import (
     NOW,
@@ -223,8 +222,8 @@ class _SqliteStatements:
     insert_record: Compiled
 
 
-@cache
-def _sqlite(dialect_name: str, dialect: Dialect) -> _SqliteStatements:
+@per_dialect
+def _sqlite(dialect: Dialect) -> _SqliteStatements:
     return _SqliteStatements(
         count_run=Compiled.of(_COUNT_RUN, dialect),
         run_exists=Compiled.of(_RUN_EXISTS, dialect),
@@ -240,7 +239,7 @@ SqliteWork = Callable[[sqlite3.Connection, list[str]], Refusal | None]
 
 def sqlite_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
     """The checkpoint's statements, to run on the thread of a SQLite connection inside its transaction."""
-    statements = _sqlite(dialect.name, dialect)
+    statements = _sqlite(dialect)
     values = checkpoint.values(postgres=False)
     insert_record = statements.insert_record
     records = [

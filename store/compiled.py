@@ -14,11 +14,12 @@ connection when it broke), for `engine.translate_errors` to turn into the store'
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from pydantic_ai.exceptions import UserError
@@ -31,7 +32,17 @@ from sqlalchemy.util import greenlet_spawn
 from .errors import StoreError
 from .sqlite_driver import run_on_thread
 
-__all__ = ("COMMIT", "Compiled", "begun", "checkout", "driver_errors", "executed", "fetch", "observing")
+__all__ = (
+    "COMMIT",
+    "Compiled",
+    "begun",
+    "checkout",
+    "driver_errors",
+    "executed",
+    "fetch",
+    "observing",
+    "per_dialect",
+)
 
 COMMIT = "COMMIT"
 """Given to `executed` after the statements (of the same task) that committed on the driver.
@@ -69,6 +80,30 @@ def executed(*statements: str) -> None:
                 callback(statement)
             elif on_commit is not None:
                 on_commit()
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def per_dialect(build: Callable[Concatenate[Dialect, _P], _T]) -> Callable[Concatenate[Dialect, _P], _T]:
+    """`build(dialect, *key)` run once per dialect name and driver (and `key`), its result kept.
+
+    Every engine has a dialect instance of its own and they all compile the same SQL: a cache keyed
+    by the instance (`functools.cache`) would compile it again for each engine and keep every
+    engine's dialect alive.
+    """
+    built: dict[tuple[object, ...], _T] = {}
+
+    @functools.wraps(build)
+    def once(dialect: Dialect, *key: _P.args, **named: _P.kwargs) -> _T:
+        index = (dialect.name, dialect.driver, *key, *sorted(named.items()))
+        found = built.get(index)
+        if found is None:
+            found = built[index] = build(dialect, *key, **named)
+        return found
+
+    return once
 
 
 _Processor = Callable[[Any], Any] | None

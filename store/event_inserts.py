@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checkout, executed
+from .compiled import COMMIT, Compiled, checkout, executed, per_dialect
 from .errors import LeaseLost, NotFound
 from .notifications import EVENTS_CHANNEL
 from .refusals import Refusal, refuse_unless, refused
@@ -146,9 +145,9 @@ class _Statements:
     """SQLite: the run's owner. PostgreSQL: the events, fenced."""
 
 
-@cache
-def _statements(dialect_name: str, dialect: Dialect) -> _Statements:
-    if dialect_name == "postgresql":
+@per_dialect
+def _statements(dialect: Dialect) -> _Statements:
+    if dialect.name == "postgresql":
         return _Statements(
             Compiled.of(_pg_insert(fenced=False), dialect), Compiled.of(_pg_insert(fenced=True), dialect)
         )
@@ -199,7 +198,7 @@ async def insert_fenced(
         LeaseLost: `worker_id` no longer holds `run_id`; nothing was stored.
         NotFound: No run `run_id`; nothing was stored.
     """
-    statements = _statements(engine.dialect.name, engine.dialect)
+    statements = _statements(engine.dialect)
     fenced = run_id is not None and worker_id is not None
     postgres = engine.dialect.name == "postgresql"
     values = event_values(thread_id, events, postgres=postgres) | {

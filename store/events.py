@@ -3,7 +3,7 @@
 The store knows events only as a type name and the bytes of their JSON data; `stream/` owns
 their shape. Ids come from the thread's `last_event_id` counter: a run reserves a block of them
 when it starts (`Runs.start_reserving`, or `EventLog.reserve` when a block runs out) and stores
-its events with them (`insert_events`, in a checkpoint's transaction or on its own); a decision
+its events with them (`store.checkpoints`, in a checkpoint's trip, or `EventLog.insert` on its own); a decision
 appends its event with the next id (`append_events`). Ids a run leaves unused are never reused.
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .compiled import Compiled, fetch
+from .compiled import Compiled, fetch, per_dialect
 from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
 from .event_inserts import insert_fenced
@@ -25,7 +25,7 @@ from .notifications import EventNotice, notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_events", "overwrite_events")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_events")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -54,26 +54,20 @@ class LoggedEvent:
 _NO_LIMIT = 2**62
 """`EventLog.read`'s limit when none is given: more rows than a thread can hold."""
 
-_reads: dict[str, Compiled] = {}
-"""`EventLog.read`'s statement by dialect."""
 
-
+@per_dialect
 def _read_statement(dialect: Dialect) -> Compiled:
-    compiled = _reads.get(dialect.name)
-    if compiled is None:
-        query = (
-            sa.select(
-                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
-            )
-            .where(
-                _events.c.thread_id == sa.bindparam("thread_id", type_=sa.String()),
-                _events.c.event_id > sa.bindparam("after", type_=sa.BigInteger()),
-            )
-            .order_by(_events.c.event_id)
-            .limit(sa.bindparam("limit", type_=sa.BigInteger()))
+    """`EventLog.read`'s statement."""
+    query = (
+        sa.select(_events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at)
+        .where(
+            _events.c.thread_id == sa.bindparam("thread_id", type_=sa.String()),
+            _events.c.event_id > sa.bindparam("after", type_=sa.BigInteger()),
         )
-        compiled = _reads[dialect.name] = Compiled.of(query, dialect)
-    return compiled
+        .order_by(_events.c.event_id)
+        .limit(sa.bindparam("limit", type_=sa.BigInteger()))
+    )
+    return Compiled.of(query, dialect)
 
 
 class EventLog:
@@ -184,33 +178,6 @@ class EventLog:
                     )
                 ).scalar_one_or_none()
         return value or 0
-
-
-async def insert_events(
-    connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
-) -> None:
-    """Store events whose ids were reserved (`EventLog.reserve`), inside the caller's unit of work.
-
-    On PostgreSQL, other processes' listeners are notified when the unit of work commits.
-    """
-    if not events:
-        return
-    now = now_utc()
-    await connection.execute(
-        _events.insert(),
-        [
-            {
-                "thread_id": thread_id,
-                "event_id": event_id,
-                "run_id": event.run_id,
-                "type": event.type,
-                "data": event.data,
-                "created_at": now,
-            }
-            for event_id, event in events
-        ],
-    )
-    await notify_stored(connection, thread_id, max(event_id for event_id, _ in events))
 
 
 async def append_events(

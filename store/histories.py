@@ -14,7 +14,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import checkpoints, codec
 from .checkpoints import Checkpoint, SqliteWork
-from .compiled import COMMIT, Compiled, begun, checkout, driver_errors, executed
+from .compiled import COMMIT, Compiled, begun, checkout, driver_errors, executed, fetch, per_dialect
 from .errors import NotFound
 from .history_cache import CachedHistory
 from .refusals import Refusal, refused
@@ -153,10 +152,11 @@ class Statements:
     """PostgreSQL: a run's checkpoint without a conversation."""
 
 
-@cache
-def _statements(dialect_name: str, dialect: Dialect) -> Statements:
+@per_dialect
+def statements(dialect: Dialect) -> Statements:
+    """The load's and the save's statements for `dialect`."""
     writes = (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK)
-    if dialect_name == "postgresql":
+    if dialect.name == "postgresql":
         update, root, fork = (Compiled.of(_one_statement(s), dialect) for s in writes)
         checkpointed = tuple(Compiled.of(_one_statement(s, checkpointed=True), dialect) for s in writes)
         alone = Compiled.of(checkpoints.pg_checkpointed(None), dialect)
@@ -173,11 +173,6 @@ def _statements(dialect_name: str, dialect: Dialect) -> Statements:
         checkpointed=(checkpointed[0], checkpointed[1], checkpointed[2]),
         checkpoint_alone=alone,
     )
-
-
-def statements(dialect: Dialect) -> Statements:
-    # Keyed by name: a dialect instance per engine, the SQL the same for all of them.
-    return _statements(dialect.name, dialect)
 
 
 # -- a load ----------------------------------------------------------------------------------------
@@ -256,25 +251,14 @@ async def read_head(
     return record, rows
 
 
-def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
-    return connection.execute(sql, parameters).fetchall()
-
-
 async def read_chain(
     engine: AsyncEngine, head_id: str, *, limit: int | None, stop: str = NO_STOP
 ) -> list[tuple[Any, ...]]:
     """The entries from `head_id` back to `stop` (excluded) or the first one, at most `limit`, oldest first."""
     compiled = statements(engine.dialect).history
-    parameters = compiled.parameters(
-        {"head_id": head_id, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
+    return await fetch(
+        engine, compiled, {"head_id": head_id, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
     )
-    async with checkout(engine, compiled.sql) as pooled:
-        if engine.dialect.name == "sqlite":
-            raw = await run_on_thread(pooled.dbapi_connection, _fetch_all, compiled.sql, parameters)
-        else:
-            raw = await pooled.driver_connection.fetch(compiled.sql, *parameters)
-    executed(compiled.sql)
-    return [compiled.row(row) for row in raw]
 
 
 def decode_chain(

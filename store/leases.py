@@ -37,7 +37,6 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
-from .errors import LeaseLost, NotFound
 from .schema import ACTIVE_RUN_STATUSES, RunRow, UtcDateTime, metadata, now_utc
 
 __all__ = (
@@ -48,7 +47,6 @@ __all__ = (
     "claimable",
     "clock",
     "gone_from_this_host",
-    "hold",
     "new_worker_id",
     "release",
     "skip_locked",
@@ -279,26 +277,3 @@ async def release(connection: AsyncConnection, worker_id: str, run_id: str | Non
         query.values(status="queued", lease_owner=None, lease_expires_at=None).returning(_runs.c.run_id)
     )
     return list(result.scalars())
-
-
-async def hold(connection: AsyncConnection, run_id: str, worker_id: str) -> None:
-    """Make sure, inside the caller's transaction, that `worker_id` holds `run_id`, and keep it so.
-
-    On PostgreSQL the run's row is share-locked until the transaction ends, so a worker taking the
-    run over waits for it: what the transaction stores comes before the takeover. On SQLite the
-    caller's earlier write holds the database's one write lock already. The run's status is not
-    checked: a worker still writes the end of a run it just finished.
-
-    Raises:
-        LeaseLost: Another worker holds the run now (or none does).
-        NotFound: No such run.
-    """
-    owner = (
-        await connection.execute(
-            sa.select(_runs.c.lease_owner).where(_runs.c.run_id == run_id).with_for_update(read=True)
-        )
-    ).one_or_none()
-    if owner is None:
-        raise NotFound(f"no run {run_id!r}")
-    if owner[0] != worker_id:
-        raise LeaseLost(f"run {run_id!r} is no longer held by worker {worker_id!r}")

@@ -12,14 +12,13 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checkout, executed
+from .compiled import COMMIT, Compiled, checkout, executed, per_dialect
 from .leases import Worker
 from .refusals import Refusal, refuse_unless, refused
 from .schema import (
@@ -178,11 +177,11 @@ class _Statements:
     insert: Compiled | None
 
 
-@cache
-def _statements(dialect_name: str, dialect: Dialect, shape: tuple[bool, bool, bool, bool]) -> _Statements:
+@per_dialect
+def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool]) -> _Statements:
     keyed, counting, claiming, titled = shape
     mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled)
-    if dialect_name == "postgresql":
+    if dialect.name == "postgresql":
         return _Statements(Compiled.of(_pg_statement(mark, claiming=claiming), dialect), None)
     values = _values(postgres=False, claiming=claiming)
     insert = _runs.insert().values(**values).returning(*_runs.c)
@@ -238,7 +237,7 @@ async def queue(
     claiming = worker is not None and claim_events is not None
     shape = (idempotency_key is not None, count_since is not None, claiming, bool(title))
     dialect = engine.dialect
-    statements = _statements(dialect.name, dialect, shape)
+    statements = _statements(dialect, shape)
     now = now_utc()
     lease = worker.lease if worker is not None else timedelta(0)
     values: dict[str, Any] = {

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .engine import insert_new, reader, translate_errors
-from .schema import RecordRow, metadata, now_utc
+from .engine import reader, translate_errors
+from .schema import RecordRow, metadata
 
-__all__ = ("NewRecord", "Record", "Records", "insert_records")
+__all__ = ("NewRecord", "Record", "Records")
 
 _records = metadata.tables[RecordRow.__tablename__]
 
@@ -63,24 +62,3 @@ class Records:
             )
             for row in rows
         ]
-
-
-async def insert_records(
-    connection: AsyncConnection, thread_id: str, run_id: str, records: Sequence[NewRecord]
-) -> None:
-    """Save `records` inside the caller's unit of work; a tool call's record saved already is kept."""
-    if not records:
-        return
-    now = now_utc()
-    rows = [
-        {
-            "thread_id": thread_id,
-            "tool_call_id": record.tool_call_id,
-            "run_id": run_id,
-            "kind": record.kind,
-            "data": json.dumps(record.data, separators=(",", ":"), ensure_ascii=False).encode(),
-            "created_at": now,
-        }
-        for record in records
-    ]
-    await connection.execute(insert_new(connection.dialect.name, _records), rows)

@@ -14,7 +14,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .compiled import Compiled, fetch
+from .compiled import Compiled, fetch, per_dialect
 from .engine import reader, translate_errors
 from .errors import Conflict, NotFound
 from .retention import count_active_stale, erase_stale, erase_thread, find_stale
@@ -101,7 +101,7 @@ class Threads:
             NotFound: No such thread for that user; another user's thread is indistinguishable.
         """
         # Every request of a thread reads it: a statement compiled once, run on the driver.
-        compiled = _get_statement(self._reader.dialect, owned=user_id is not None)
+        compiled = _get_statement(self._reader.dialect, user_id is not None)
         with translate_errors(f"reading thread {thread_id!r}"):
             rows = await fetch(self._reader, compiled, {"thread_id": thread_id, "user_id": user_id})
         if not rows:
@@ -261,19 +261,13 @@ def touched(*, status: ThreadStatus | None = None, message: str | None = None) -
 _THREAD_COLUMNS = tuple(_threads.c.keys())
 
 
-_gets: dict[str, tuple[Compiled, Compiled]] = {}
-"""`Threads.get`'s statements by dialect: without and with the owner."""
-
-
-def _get_statement(dialect: Dialect, *, owned: bool) -> Compiled:
-    statements = _gets.get(dialect.name)
-    if statements is None:
-        query = sa.select(_threads).where(
-            _threads.c.thread_id == sa.bindparam("thread_id", type_=sa.String())
-        )
-        mine = query.where(_threads.c.user_id == sa.bindparam("user_id", type_=sa.String()))
-        statements = _gets[dialect.name] = (Compiled.of(query, dialect), Compiled.of(mine, dialect))
-    return statements[owned]
+@per_dialect
+def _get_statement(dialect: Dialect, owned: bool) -> Compiled:
+    """`Threads.get`'s statement: a thread by id, and (`owned`) its user's."""
+    query = sa.select(_threads).where(_threads.c.thread_id == sa.bindparam("thread_id", type_=sa.String()))
+    if owned:
+        query = query.where(_threads.c.user_id == sa.bindparam("user_id", type_=sa.String()))
+    return Compiled.of(query, dialect)
 
 
 def _thread(row: Mapping[Any, Any]) -> Thread:
