@@ -44,6 +44,7 @@ from .live_server import LiveServer, live_server, sqlite_url
 from .scripted import Script
 from .step_app import App, AppFactory
 from .store_conformance import StoreFactory
+from .store_workers import open_worker  # noqa: F401  (store-level workers, for test_leases and test_checkpoints)
 from .travel import airline, travel_project, travel_server  # noqa: F401  (the travel desk's processes)
 
 pydantic_ai.models.ALLOW_MODEL_REQUESTS = False

@@ -6,7 +6,6 @@ Both run on statements compiled once, in one trip: what each guard refuses store
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -26,39 +25,16 @@ from store import (
     PendingCall,
     Run,
     StoreError,
-    Worker,
     insert_pending,
 )
 from store.refusals import refused
 from store.schema import RunRow, metadata, now_utc
 
-from .conftest import MigratedDatabases
+from .store_workers import OpenWorker
 
 pytestmark = pytest.mark.anyio
 
 _runs = metadata.tables[RunRow.__tablename__]
-
-OpenWorker = Callable[[str], Awaitable[Database]]
-
-
-@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def open_worker(
-    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
-) -> AsyncIterator[OpenWorker]:
-    """Opens workers (a `Database` each) on one empty database: `await open_worker("w1")`."""
-    url = await migrated_databases.empty(request.param)
-    opened: list[Database] = []
-
-    async def open_one(worker_id: str) -> Database:
-        db = await Database.connect(url, worker=Worker(worker_id=worker_id))
-        opened.append(db)
-        return db
-
-    try:
-        yield open_one
-    finally:
-        for db in opened:
-            await db.aclose()
 
 
 async def _running(db: Database) -> tuple[Run, int]:

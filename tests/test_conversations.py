@@ -7,6 +7,8 @@ Each test runs on pydantic-ai's `InMemoryConversationStore` (the reference) and 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -260,17 +262,13 @@ async def test_a_conversation_created_elsewhere_after_a_load_found_it_missing_co
     assert transcript(loaded.messages) == ["theirs"]
 
 
-async def test_saving_what_a_load_just_found_missing_reads_nothing(database_url: str) -> None:
-    async with await SqlConversationStore.connect(database_url) as store:
-        await _save_after_a_missing_load(store)
-
-
-async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
-    assert await store.load("fresh") is None
-    statements: list[str] = []
+@contextmanager
+def _verbs(store: SqlConversationStore) -> Iterator[list[str]]:
+    """The verb of every statement `store` sends inside the block, through SQLAlchemy or on the driver."""
+    verbs: list[str] = []
 
     def count(*args: object) -> None:
-        statements.append(str(args[2]).split()[0].upper())
+        verbs.append(str(args[2]).split()[0].upper())
 
     engines = [store.engine.sync_engine, reader(store.engine).sync_engine]
     for engine in engines:
@@ -278,13 +276,24 @@ async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
     try:
         # The hot path's statements bypass SQLAlchemy's execution: they are observed apart.
         with observing(lambda sql: count(None, None, sql)):
-            await store.save(Conversation(conversation_id="fresh", messages=[user("q1")]))
-            first = list(statements)
-            # The next new conversation was never looked up: its save reads its record first.
-            await store.save(Conversation(conversation_id="unlooked", messages=[user("q1")]))
+            yield verbs
     finally:
         for engine in engines:
             sa.event.remove(engine, "before_cursor_execute", count)
+
+
+async def test_saving_what_a_load_just_found_missing_reads_nothing(database_url: str) -> None:
+    async with await SqlConversationStore.connect(database_url) as store:
+        await _save_after_a_missing_load(store)
+
+
+async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
+    assert await store.load("fresh") is None
+    with _verbs(store) as statements:
+        await store.save(Conversation(conversation_id="fresh", messages=[user("q1")]))
+        first = list(statements)
+        # The next new conversation was never looked up: its save reads its record first.
+        await store.save(Conversation(conversation_id="unlooked", messages=[user("q1")]))
 
     assert "SELECT" not in first
     assert "SELECT" in statements[len(first) :]
@@ -303,22 +312,10 @@ async def test_the_store_remembers_one_record_per_conversation_not_one_per_save(
                 await store.save(conversation)
 
         assert store.known_records() == 3
-        statements: list[str] = []
-
-        def count(*args: object) -> None:
-            statements.append(str(args[2]).split()[0].upper())
-
-        engines = [store.engine.sync_engine, reader(store.engine).sync_engine]
-        for engine in engines:
-            sa.event.listen(engine, "before_cursor_execute", count)
-        try:
-            with observing(lambda sql: count(None, None, sql)):
-                # Continuing the revision it remembers, a save reads no record.
-                conversations[0].messages += [user("q5")]
-                await store.save(conversations[0])
-        finally:
-            for engine in engines:
-                sa.event.remove(engine, "before_cursor_execute", count)
+        with _verbs(store) as statements:
+            # Continuing the revision it remembers, a save reads no record.
+            conversations[0].messages += [user("q5")]
+            await store.save(conversations[0])
         assert statements
         assert "SELECT" not in statements
         await store.delete("chat-1")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -22,11 +22,10 @@ from store import Database, LeaseLost, Run, Worker, record_checkpoint
 from store.leases import gone_from_this_host
 from store.schema import RunRow, ThreadRow, metadata
 
-from .conftest import MigratedDatabases
+from .store_workers import LONG, OpenWorker
 
 pytestmark = pytest.mark.anyio
 
-LONG = timedelta(seconds=60)
 SHORT = timedelta(milliseconds=200)
 DEADLINE = 20.0
 
@@ -34,28 +33,6 @@ T = TypeVar("T")
 
 RUNS = metadata.tables[RunRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
-
-OpenWorker = Callable[..., Awaitable[Database]]
-
-
-@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def open_worker(
-    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
-) -> AsyncIterator[OpenWorker]:
-    """Opens workers on one empty database: `await open_worker("w1", lease=...)`."""
-    url = await migrated_databases.empty(request.param)
-    opened: list[Database] = []
-
-    async def open_one(worker_id: str, *, lease: timedelta = LONG) -> Database:
-        db = await Database.connect(url, worker=Worker(worker_id=worker_id, lease=lease))
-        opened.append(db)
-        return db
-
-    try:
-        yield open_one
-    finally:
-        for db in opened:
-            await db.aclose()
 
 
 async def queued_run(db: Database, content: str = "Where is ORD-5678?") -> Run:
