@@ -220,6 +220,7 @@ class _Step:
     ) -> None:
         run, user_id, sent = claimed.run, claimed.user_id, claimed.messages_sent
         self.runtime = runtime
+        self.claimed = claimed
         self.run = run
         self.trace_id = trace_id
         self.db = runtime.db
@@ -249,7 +250,7 @@ class _Step:
         await self.out.emit(RunStarted(run_id=run.run_id, kind=kind))
         if run.kind == "message" and run.attempt == 1 and run.content is not None:
             await self.out.emit(UserMessage(run_id=run.run_id, content=run.content))
-        loaded = await self.db.conversations.load(run.thread_id)
+        loaded = await self._load()
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
@@ -314,6 +315,13 @@ class _Step:
         if isinstance(output, DeferredToolRequests):
             return await self._pause(messages, output)
         return await self._complete(messages, output)
+
+    async def _load(self) -> Conversation | None:
+        stored = self.claimed.conversation
+        if stored is None:
+            return await self.db.conversations.load(self.run.thread_id)
+        # Read as the run was queued and claimed: no trip when the store remembers that revision.
+        return await self.db.conversations.load_at(self.run.thread_id, stored.revision)
 
     # -- checkpoints ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from .ledger import Execution, Ledger, idempotency_key
 from .migrate import current_revision, head_revision, run_environment, upgrade
 from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
 from .records import NewRecord, Record, Records
-from .runs import Claimed, Queued, Run, Runs, finish_run, insert_run, record_checkpoint
+from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
 from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
 from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
 from .tracing import record_store_spans, recording_store_spans, run_trace_id
@@ -77,6 +77,7 @@ __all__ = (
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
+    "StoredRevision",
     "Thread",
     "ThreadCursor",
     "ThreadStatus",

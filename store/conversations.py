@@ -202,6 +202,29 @@ class SqlConversationStore(ConversationStore):
         finally:
             _prefetch.reset(token)
 
+    async def load_at(self, conversation_id: str, revision: str | None) -> Conversation | None:
+        """`load`, for a caller that read the stored revision in a transaction of its own (`None`: none stored).
+
+        What this store remembers of that revision (its record, and its history in the cache) is
+        not read again: a run queued and claimed in one transaction that read the revision starts
+        with no trip of its own for the load. Anything not remembered is read as `load` reads it.
+
+        Only a caller that knows nothing else saved the conversation since may use it (the run
+        holding a thread): a save in between would be missed here, and found only by the
+        caller's next save, as a conflict.
+        """
+        if revision is None:
+            self._mark_absent(conversation_id)
+            return None
+        remembered = self._records.get(conversation_id)
+        if remembered is None or remembered.revision != revision:
+            return await self.load(conversation_id)
+        token = _known.set(remembered)  # `read_record` hands it over; the history comes from the cache
+        try:
+            return await self.load(conversation_id)
+        finally:
+            _known.reset(token)
+
     async def load_entries(
         self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
     ) -> list[ConversationEntry] | None:
@@ -282,10 +305,13 @@ class SqlConversationStore(ConversationStore):
                 prefetch.head_id = record.head_id
                 prefetch.history = self._history_read(record, rows, cached, prefetch.limit)
         elif prefetch is not None:
-            self._absent[conversation_id] = None
-            while len(self._absent) > _KNOWN_RECORDS:
-                self._absent.popitem(last=False)
+            self._mark_absent(conversation_id)
         return record
+
+    def _mark_absent(self, conversation_id: str) -> None:
+        self._absent[conversation_id] = None
+        while len(self._absent) > _KNOWN_RECORDS:
+            self._absent.popitem(last=False)
 
     def _history_read(
         self,

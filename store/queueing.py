@@ -24,6 +24,7 @@ from .refusals import Refusal, refuse_unless, refused
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
+    ConversationRecordRow,
     RunKind,
     RunRow,
     ThreadRow,
@@ -39,11 +40,12 @@ __all__ = ("Refusals", "queue")
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
+_records = metadata.tables[ConversationRecordRow.__tablename__]
 
 
 @dataclass(frozen=True)
 class Refusals:
-    """What the thread's UPDATE read: its user, its event counter, and what may refuse a run."""
+    """What the thread's UPDATE read: its user, its event counter, what may refuse a run, and its revision."""
 
     user_id: str
     last_event_id: int
@@ -51,6 +53,8 @@ class Refusals:
     active: bool
     pending: bool
     sent: int | None
+    revision: str | None
+    """The revision of the thread's conversation (`None`: nothing stored yet), as the run was queued."""
 
 
 _RUN_COLUMNS = tuple(_runs.c.keys())
@@ -100,6 +104,9 @@ def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool) -> sa.Up
             )
             .scalar_subquery()
         )
+    # The run's first load needs no trip when the store remembers this revision (`Claimed.conversation`).
+    records = _records.alias("thread_conversation")
+    revision = sa.select(records.c.revision).where(records.c.conversation_id == this_thread).scalar_subquery()
     return (
         _threads.update()
         .where(threads.thread_id == _bind("q_thread_id", sa.String()))
@@ -111,6 +118,7 @@ def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool) -> sa.Up
             active.label("active"),
             pending.label("pending"),
             sent.label("sent"),
+            revision.label("revision"),
         )
     )
 
@@ -166,6 +174,7 @@ def _pg_statement(mark: sa.Update, *, claiming: bool) -> sa.Select[Any, *tuple[A
         marked.c.user_id,
         marked.c.last_event_id,
         marked.c.sent,
+        marked.c.revision,
         *(inserted.c[name] for name in _RUN_COLUMNS),
     ).select_from(outcome.outerjoin(marked, sa.true()).outerjoin(inserted, sa.true()))
 
@@ -272,8 +281,8 @@ async def queue(
                     return refusal, None, None
                 ran.append(COMMIT)
                 row = mark.row(raw)
-                state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]))
-                return None, state, dict(zip(_RUN_COLUMNS, row[4:], strict=True))
+                state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]), _text(row[4]))
+                return None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True))
             insert = statements.insert
             raw_mark, raw_row = await run_on_thread(
                 pooled.dbapi_connection,
@@ -288,7 +297,7 @@ async def queue(
             executed(*ran)
     if raw_mark is None:
         return "no thread", None, None
-    user_id, last_event_id, keyed, active, pending, sent = mark.row(raw_mark)
+    user_id, last_event_id, keyed, active, pending, sent, revision = mark.row(raw_mark)
     state = Refusals(
         str(user_id),
         int(last_event_id),
@@ -296,6 +305,7 @@ async def queue(
         bool(active),
         bool(pending),
         _count(sent),
+        _text(revision),
     )
     refusal: Refusal | None = (
         "keyed" if keyed is not None else "active" if active else "pending" if pending else None
@@ -307,3 +317,7 @@ async def queue(
 
 def _count(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

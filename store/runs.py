@@ -35,6 +35,7 @@ __all__ = (
     "Queued",
     "Run",
     "Runs",
+    "StoredRevision",
     "finish_run",
     "insert_run",
     "record_checkpoint",
@@ -76,6 +77,21 @@ class Claimed:
     """The first of the event ids reserved for the run."""
     messages_sent: tuple[timedelta, int] | None = None
     """Counted as the run was queued: the user's messages within a window, this one included."""
+    conversation: StoredRevision | None = None
+    """The thread's conversation as the run was queued (`None`: not read then)."""
+
+
+@dataclass(frozen=True)
+class StoredRevision:
+    """The revision of a stored conversation as a transaction read it; `revision` `None`: none stored.
+
+    The run that holds the thread may load at this revision without reading it again
+    (`SqlConversationStore.load_at`): only a run of the thread writes its conversation, and the
+    thread has one run at a time; a write that came between anyway fails the run's first
+    checkpoint as a conflict, as it would after any load.
+    """
+
+    revision: str | None
 
 
 @dataclass(frozen=True)
@@ -212,7 +228,8 @@ class Runs:
         sent = None
         if count_window is not None and state.sent is not None:
             sent = (count_window, state.sent + (kind == "message"))
-        return Queued(run, True, Claimed(run, state.user_id, state.last_event_id - claim_events + 1, sent))
+        first = state.last_event_id - claim_events + 1
+        return Queued(run, True, Claimed(run, state.user_id, first, sent, StoredRevision(state.revision)))
 
     async def _keyed(self, thread_id: str, idempotency_key: str | None) -> Run | None:
         if idempotency_key is None:
