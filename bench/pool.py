@@ -133,7 +133,7 @@ async def main_async(arguments: argparse.Namespace) -> int:
     raise_open_files_limit()
     logs = Path(tempfile.mkdtemp(prefix="bench-pool-"))
     started = time.monotonic()
-    results = []
+    results: list[Measured] = []
     for pool in arguments.pools:
         found = await measure(arguments.postgres, pool, arguments.users, arguments.turns, logs)
         print(
@@ -152,7 +152,7 @@ async def main_async(arguments: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.pool", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.pool", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--postgres", default=os.environ.get(POSTGRES_ENV))
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--turns", type=int, default=10, help="turns per user (default 10)")
