@@ -64,8 +64,11 @@ def _bind(name: str, type_: Any) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
-def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool) -> sa.Update:
-    """Mark the thread running (reserving `q_claim` ids), returning what may refuse the run."""
+def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool, owned: bool) -> sa.Update:
+    """Mark the thread running (reserving `q_claim` ids), returning what may refuse the run.
+
+    `owned`: only a thread of the user `q_user_id`; another user's is not found.
+    """
     threads = _threads.c
     values: dict[str, Any] = {"updated_at": _bind("q_now", UtcDateTime()), "status": "running"}
     if titled:
@@ -107,9 +110,12 @@ def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool) -> sa.Up
     # The run's first load needs no trip when the store remembers this revision (`Claimed.conversation`).
     records = _records.alias("thread_conversation")
     revision = sa.select(records.c.revision).where(records.c.conversation_id == this_thread).scalar_subquery()
+    found = threads.thread_id == _bind("q_thread_id", sa.String())
+    if owned:
+        found = sa.and_(found, threads.user_id == _bind("q_user_id", sa.String()))
     return (
         _threads.update()
-        .where(threads.thread_id == _bind("q_thread_id", sa.String()))
+        .where(found)
         .values(**values)
         .returning(
             threads.user_id,
@@ -187,9 +193,9 @@ class _Statements:
 
 
 @per_dialect
-def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool]) -> _Statements:
-    keyed, counting, claiming, titled = shape
-    mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled)
+def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool]) -> _Statements:
+    keyed, counting, claiming, titled, owned = shape
+    mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled, owned=owned)
     if dialect.name == "postgresql":
         return _Statements(Compiled.of(_pg_statement(mark, claiming=claiming), dialect), None)
     values = _values(postgres=False, claiming=claiming)
@@ -233,8 +239,11 @@ async def queue(
     *,
     claim_events: int | None,
     count_since: datetime | None,
+    user_id: str | None = None,
 ) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
     """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
+
+    With `user_id`, a thread of another user is refused as `no thread`, as a missing one is.
 
     Returns why it was refused (and nothing was written), what the thread's UPDATE read (on SQLite
     also when refused, on PostgreSQL only when not), and the inserted run's row.
@@ -244,13 +253,14 @@ async def queue(
     """
     title = title_from(content) if kind == "message" else ""
     claiming = worker is not None and claim_events is not None
-    shape = (idempotency_key is not None, count_since is not None, claiming, bool(title))
+    shape = (idempotency_key is not None, count_since is not None, claiming, bool(title), user_id is not None)
     dialect = engine.dialect
     statements = _statements(dialect, shape)
     now = now_utc()
     lease = worker.lease if worker is not None else timedelta(0)
     values: dict[str, Any] = {
         "q_thread_id": thread_id,
+        "q_user_id": user_id,
         "q_now": now,
         "q_title": title,
         "q_claim": claim_events,

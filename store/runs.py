@@ -152,14 +152,16 @@ class Runs:
         idempotency_key: str | None = None,
         claim_events: int | None = None,
         count_window: timedelta | None = None,
+        user_id: str | None = None,
     ) -> Queued:
         """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
 
         With `claim_events`, the run is created claimed by this worker and started (as
         `start_reserving` would, with that many event ids reserved): the worker drives it at once,
         with no transaction of its own to claim it; with `count_window` too, the user's messages
-        within that window, across their threads, are counted for it (for a rate limit). Refused
-        like `create_message_run`.
+        within that window, across their threads, are counted for it (for a rate limit). With
+        `user_id`, only a thread of that user is found (a request needs no read of the thread to
+        check whose it is). Refused like `create_message_run`.
         """
         return await self._create(
             thread_id,
@@ -168,6 +170,7 @@ class Runs:
             idempotency_key=idempotency_key,
             claim_events=claim_events,
             count_window=count_window,
+            user_id=user_id,
         )
 
     async def _create(
@@ -179,6 +182,7 @@ class Runs:
         idempotency_key: str | None,
         claim_events: int | None = None,
         count_window: timedelta | None = None,
+        user_id: str | None = None,
     ) -> Queued:
         # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
@@ -198,6 +202,7 @@ class Runs:
                     worker,
                     claim_events=claim_events,
                     count_since=since,
+                    user_id=user_id,
                 )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.

@@ -286,3 +286,32 @@ async def test_the_app_served_and_the_context_it_gives_reviewers(
     assert round(refunded + refundable, 2) == 24.95
     assert listed == pending
     assert "outcome" not in pending  # only a call whose outcome became unknown says so
+
+
+async def test_a_bad_message_to_a_thread_not_the_users_is_a_404_and_stores_nothing(
+    server: LiveServer, client: httpx.AsyncClient
+) -> None:
+    # Queueing finds only the user's own thread, with no read of it first: a bad body is checked
+    # before, and on that path the thread is read, so a missing thread still answers 404 first.
+    alice, mallory = server.token("alice-bad-body"), server.token("mallory-bad-body")
+    thread_id = await new_thread(client, alice)
+    too_long = {"content": "x" * 9000}
+    bodies: list[tuple[bytes, tuple[int, str]]] = [
+        (b'{"content": "hi"', (400, "invalid_json")),
+        (b'{"content": 42}', (422, "validation_error")),
+        (httpx.Request("POST", "/", json=too_long).content, (422, "validation_error")),
+    ]
+    path = f"/api/threads/{thread_id}/messages"
+    headers = {"Content-Type": "application/json"}
+    for body, (status, code) in bodies:
+        mine = await client.post(path, content=body, headers=auth(alice) | headers)
+        assert (mine.status_code, mine.json()["error"]["code"]) == (status, code), body[:40]
+        for token, where in ((mallory, path), (alice, path.replace(thread_id, "no-such-thread"))):
+            theirs = await client.post(where, content=body, headers=auth(token) | headers)
+            assert theirs.status_code == 404, (body[:40], where)
+            assert theirs.json()["error"]["code"] == "not_found"
+    # Good bodies too: another user's POST finds no thread, and leaves it as it was.
+    response = await client.post(path, json={"content": "hello"}, headers=auth(mallory))
+    assert response.json() == {"error": {"code": "not_found", "message": f"no thread {thread_id!r}"}}
+    thread = (await client.get(f"/api/threads/{thread_id}", headers=auth(alice))).json()
+    assert (thread["status"], thread["messages"]) == ("idle", [])

@@ -118,6 +118,23 @@ async def test_a_refused_run_leaves_the_thread_as_it_was(db: Database) -> None:
     assert await _thread_row(db, thread.thread_id) == before
 
 
+async def test_a_run_queued_for_a_user_finds_only_that_users_thread(db: Database) -> None:
+    thread = await db.threads.create(user_id="alice", title="")
+    before = await _thread_row(db, thread.thread_id)
+    for claim in (8, None):
+        with pytest.raises(NotFound):
+            await db.runs.queue(
+                thread.thread_id, "message", content="mine now", claim_events=claim, user_id="bob"
+            )
+    assert await _thread_row(db, thread.thread_id) == before
+    async with db.engine.connect() as connection:
+        runs = (await connection.execute(sa.text("SELECT count(*) FROM runs"))).scalar_one()
+    assert runs == 0
+    queued = await db.runs.queue(thread.thread_id, "message", content="mine", claim_events=8, user_id="alice")
+    assert queued.claimed is not None
+    assert (queued.run.content, queued.claimed.user_id) == ("mine", "alice")
+
+
 async def test_of_concurrent_requests_with_one_key_one_queues_the_run(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="")
     outcomes = await asyncio.gather(

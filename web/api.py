@@ -151,8 +151,28 @@ async def delete_thread(request: Request) -> Response:
 
 async def post_message(request: Request) -> Response:
     s = services(request)
-    thread = await owned_thread(request, s, user_of(request, s, write=True))
-    body = await read_body(request, MessageBody, max_bytes=s.settings.max_body_bytes)
+    user_id = user_of(request, s, write=True)
+    thread_id = _path_id(request, "thread_id", "thread")
+    try:
+        body = _message(await read_body(request, MessageBody, max_bytes=s.settings.max_body_bytes), s)
+    except ApiError:
+        # A missing thread answers 404 before a bad body does; only this path reads the thread.
+        await owned_thread(request, s, user_id)
+        raise
+    try:
+        # Queueing finds the thread only if it is the user's (no read of it first), and drives the
+        # run from the same transaction when this worker has room (see `web.runner`).
+        queued = await s.runner.queue(
+            thread_id, "message", content=body.content, idempotency_key=body.idempotency_key, user_id=user_id
+        )
+    except (RunActive, ApprovalPending) as error:
+        raise ApiError(409, error.code, str(error)) from error
+    except NotFound as error:  # missing, another user's, or deleted meanwhile
+        raise ApiError.not_found(f"no thread {thread_id!r}") from error
+    return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread_id}, status_code=202)
+
+
+def _message(body: MessageBody, s: Services) -> MessageBody:
     limit = s.settings.max_message_chars
     if len(body.content) > limit:
         details: list[dict[str, object]] = [
@@ -164,16 +184,7 @@ async def post_message(request: Request) -> Response:
             f"the message is {len(body.content)} characters long; the limit is {limit}",
             details=details,
         )
-    try:
-        # Driven here from the same transaction when this worker has room (see `web.runner`).
-        queued = await s.runner.queue(
-            thread.thread_id, "message", content=body.content, idempotency_key=body.idempotency_key
-        )
-    except (RunActive, ApprovalPending) as error:
-        raise ApiError(409, error.code, str(error)) from error
-    except NotFound as error:  # deleted meanwhile
-        raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread.thread_id}, status_code=202)
+    return body
 
 
 async def cancel_run(request: Request) -> Response:

@@ -80,9 +80,17 @@ class Runner:
         return self._leases.worker.worker_id
 
     async def queue(
-        self, thread_id: str, kind: RunKind, *, content: str, idempotency_key: str | None = None
+        self,
+        thread_id: str,
+        kind: RunKind,
+        *,
+        content: str,
+        idempotency_key: str | None = None,
+        user_id: str | None = None,
     ) -> Queued:
         """Queue a `message` or `regenerate` run (see `store.Runs.queue`) and drive it here if it is new.
+
+        With `user_id`, a thread of another user is not found.
 
         Raises:
             NotFound: No such thread.
@@ -97,6 +105,7 @@ class Runner:
             idempotency_key=idempotency_key,
             claim_events=EVENT_BLOCK if claim else None,
             count_window=message_window(self._runtime.guardrails) if kind == "message" else None,
+            user_id=user_id,
         )
         if not queued.created:
             return queued
