@@ -30,18 +30,24 @@ class Ours:
             return "ours: SqlConversationStore"
         return "ours (STAND-IN: InMemoryConversationStore)"
 
-    async def connect(self, location: Location) -> ConversationStore:
+    async def connect(
+        self, location: Location, *, history_cache_bytes: int | None = None
+    ) -> ConversationStore:
+        """Our store at `location`; `history_cache_bytes` as `SqlConversationStore` takes it (default: its own)."""
         if self.stand_in_reason is not None:
             return InMemoryConversationStore()
         from store import SqlConversationStore
 
-        return await SqlConversationStore.connect(location.url)
+        return await SqlConversationStore.connect(location.url, history_cache_bytes=history_cache_bytes)
 
-    async def open(self, location: Location) -> PydanticStoreBackend:
-        store = await self.connect(location)
+    async def open(
+        self, location: Location, *, history_cache_bytes: int | None = None, label: str = ""
+    ) -> PydanticStoreBackend:
+        """Our store at `location` as a benchmarked system, named `self.name` and `label`."""
+        store = await self.connect(location, history_cache_bytes=history_cache_bytes)
         if location.dialect == "sqlite" and self.stand_in_reason is None:
             self.pragmas = await _sqlite_pragmas(store)
-        return PydanticStoreBackend(self.name, store)
+        return PydanticStoreBackend(f"{self.name}{label}", store)
 
 
 async def _sqlite_pragmas(store: ConversationStore) -> dict[str, str]:

@@ -27,7 +27,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import await_, greenlet_spawn
 
 from .errors import StoreError
 from .sqlite_driver import run_on_thread
@@ -36,6 +36,7 @@ __all__ = (
     "COMMIT",
     "Compiled",
     "begun",
+    "checked_out",
     "checkout",
     "driver_errors",
     "executed",
@@ -159,6 +160,26 @@ class Compiled:
             for value, process in zip(raw, self.results, strict=True)
         )
 
+    def rows(self, raw: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        """Each of `raw` as `row` gives it, at about two thirds of the cost per row.
+
+        Only the columns with a processor are visited (a history's message bytes have none); a
+        history of a thousand entries is a thousand rows.
+        """
+        processed = [(index, process) for index, process in enumerate(self.results) if process is not None]
+        width = len(self.results)
+        converted: list[tuple[Any, ...]] = []
+        for row in raw:
+            if len(row) != width:
+                raise ValueError(f"a row of {len(row)} columns for a statement of {width}")
+            values = list(row)
+            for index, process in processed:
+                value = values[index]
+                if value is not None:
+                    values[index] = process(value)
+            converted.append(tuple(values))
+        return converted
+
 
 @asynccontextmanager
 async def driver_errors(connection: AsyncConnection, statement: str) -> AsyncGenerator[Any]:
@@ -220,13 +241,61 @@ async def checkout(engine: AsyncEngine, statement: str) -> AsyncGenerator[Any]:
         await greenlet_spawn(fairy.close)
 
 
-async def _raise_translated(
-    invalidate: Callable[[BaseException], Awaitable[None]],
-    dialect: Dialect,
-    adapted: Any,
-    error: Exception,
+async def checked_out(
+    engine: AsyncEngine,
     statement: str,
-) -> NoReturn:
+    work: Callable[Concatenate[Any, _P], Awaitable[_T]],
+    *args: _P.args,
+    **named: _P.kwargs,
+) -> _T:
+    """`await work(pooled, *args)` on a connection from `engine`'s pool; errors as in `checkout`.
+
+    What `async with checkout(engine, statement) as pooled: return await work(pooled, *args)` does,
+    in one greenlet where `checkout` takes two: SQLAlchemy's pool is synchronous code that awaits the
+    driver from inside a greenlet, and `checkout` spawns one to take the connection and another to
+    give it back. Here the checkout, the work (awaited from inside that greenlet) and the return run
+    in one: ~40 µs less CPU per use, measured on the store's load.
+    """
+    return await greenlet_spawn(_checked_out, engine, statement, work, *args, **named)
+
+
+def _checked_out(
+    engine: AsyncEngine,
+    statement: str,
+    work: Callable[Concatenate[Any, _P], Awaitable[_T]],
+    *args: _P.args,
+    **named: _P.kwargs,
+) -> _T:
+    dialect = engine.dialect
+    try:
+        fairy = engine.sync_engine.raw_connection()
+    except dialect.loaded_dbapi.Error as error:
+        # Unlike `engine.connect()`, the pool raises the driver's error as it is: wrap it as that does.
+        raise exc.DBAPIError.instance(
+            None, None, error, dialect.loaded_dbapi.Error, connection_invalidated=True, dialect=dialect
+        ) from error
+    try:
+        return await_(work(fairy, *args, **named))
+    except (exc.SQLAlchemyError, StoreError, UserError):
+        raise
+    except Exception as error:
+        found = _translated(dialect, fairy.dbapi_connection, error, statement)
+        if found is None:
+            raise
+        translated, dbapi_error, invalidated = found
+        if invalidated:
+            fairy.invalidate(dbapi_error)
+        raise translated from error
+    finally:
+        fairy.close()
+
+
+def _translated(
+    dialect: Dialect, adapted: Any, error: Exception, statement: str
+) -> tuple[BaseException, Exception, bool] | None:
+    """What SQLAlchemy raises for the driver's `error`, the DB-API error, and whether it was a
+    disconnect (the caller invalidates the connection); `None` when `error` is not the driver's.
+    """
     dbapi_error_class: type[Exception] = dialect.loaded_dbapi.Error
     dbapi_error: Exception = error
     if not isinstance(error, dbapi_error_class):
@@ -236,17 +305,38 @@ async def _raise_translated(
         except Exception as translated:
             dbapi_error = translated
     if not isinstance(dbapi_error, dbapi_error_class):
-        raise error
+        return None
     invalidated = dialect.is_disconnect(dbapi_error, adapted, None)
+    translated = exc.DBAPIError.instance(
+        statement, None, dbapi_error, dbapi_error_class, connection_invalidated=invalidated, dialect=dialect
+    )
+    return translated, dbapi_error, invalidated
+
+
+async def _raise_translated(
+    invalidate: Callable[[BaseException], Awaitable[None]],
+    dialect: Dialect,
+    adapted: Any,
+    error: Exception,
+    statement: str,
+) -> NoReturn:
+    found = _translated(dialect, adapted, error, statement)
+    if found is None:
+        raise error
+    translated, dbapi_error, invalidated = found
     if invalidated:
         await invalidate(dbapi_error)
-    raise exc.DBAPIError.instance(
-        statement, None, dbapi_error, dbapi_error_class, connection_invalidated=invalidated, dialect=dialect
-    ) from error
+    raise translated from error
 
 
 def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
     return connection.execute(sql, parameters).fetchall()
+
+
+async def _fetch_on(pooled: Any, dialect_name: str, sql: str, parameters: Sequence[Any]) -> list[Any]:
+    if dialect_name == "sqlite":
+        return await run_on_thread(pooled.dbapi_connection, _fetch_all, sql, parameters)
+    return await pooled.driver_connection.fetch(sql, *parameters)
 
 
 async def fetch(engine: AsyncEngine, compiled: Compiled, values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -254,11 +344,8 @@ async def fetch(engine: AsyncEngine, compiled: Compiled, values: Mapping[str, An
 
     Errors as in `checkout`: SQLAlchemy's, for `engine.translate_errors`.
     """
-    parameters = compiled.parameters(values)
-    async with checkout(engine, compiled.sql) as pooled:
-        if engine.dialect.name == "sqlite":
-            raw = await run_on_thread(pooled.dbapi_connection, _fetch_all, compiled.sql, parameters)
-        else:
-            raw = await pooled.driver_connection.fetch(compiled.sql, *parameters)
+    raw = await checked_out(
+        engine, compiled.sql, _fetch_on, engine.dialect.name, compiled.sql, compiled.parameters(values)
+    )
     executed(compiled.sql)
-    return [compiled.row(row) for row in raw]
+    return compiled.rows(raw)

@@ -139,11 +139,17 @@ class SqlConversationStore(ConversationStore):
 
     @classmethod
     async def connect(
-        cls, url: str | URL, *, migrate: bool = True, options: ConnectionOptions | None = None
+        cls,
+        url: str | URL,
+        *,
+        migrate: bool = True,
+        options: ConnectionOptions | None = None,
+        history_cache_bytes: int | None = None,
     ) -> Self:
         """Open the database at `url`, creating or upgrading its schema unless `migrate` is false.
 
-        `options` configure PostgreSQL connections (pool, timeouts, pooler mode).
+        `options` configure PostgreSQL connections (pool, timeouts, pooler mode);
+        `history_cache_bytes` the history cache's budget, as in the constructor.
 
         Raises:
             UnsupportedDatabase: The URL names a dialect other than SQLite or PostgreSQL.
@@ -163,7 +169,7 @@ class SqlConversationStore(ConversationStore):
         except BaseException:
             await dispose(engine)
             raise
-        return cls(engine)
+        return cls(engine, history_cache_bytes=history_cache_bytes)
 
     @property
     def history_cache(self) -> HistoryCache:

@@ -11,8 +11,9 @@ per dialect (`compiled.py`).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import checkpoints, codec
 from .checkpoints import Checkpoint, SqliteWork
-from .compiled import COMMIT, Compiled, begun, checkout, driver_errors, executed, fetch, per_dialect
+from .compiled import COMMIT, Compiled, begun, checked_out, driver_errors, executed, fetch, per_dialect
 from .errors import NotFound
 from .history_cache import CachedHistory
 from .refusals import Refusal, refused
@@ -182,16 +183,47 @@ def _read_on_thread(
     connection: sqlite3.Connection,
     record_sql: str,
     record_parameters: tuple[Any, ...],
-    history_sql: str | None,
-    history_parameters: list[Any],
+    history_sql: str,
+    history_parameters: list[Any] | None,
     head_slot: int,
     cached_head: object,
 ) -> tuple[Any, list[Any] | None]:
     row = connection.execute(record_sql, record_parameters).fetchone()
-    if row is None or history_sql is None or row[_HEAD] is None or row[_HEAD] == cached_head:
+    if row is None or history_parameters is None or row[_HEAD] is None or row[_HEAD] == cached_head:
         return row, None
     history_parameters[head_slot] = row[_HEAD]
     return row, connection.execute(history_sql, history_parameters).fetchall()
+
+
+async def _read_pooled(
+    pooled: Any,
+    dialect_name: str,
+    compiled: Statements,
+    record_parameters: tuple[Any, ...],
+    history_parameters: list[Any] | None,
+    head_slot: int,
+    skip: object,
+    cached_head: str | None,
+) -> tuple[Any, list[Any] | None]:
+    """`read_head`'s statements on a pooled connection: the record's row, and the history's rows or `None`."""
+    if dialect_name == "sqlite":
+        return await run_on_thread(
+            pooled.dbapi_connection,
+            _read_on_thread,
+            compiled.record.sql,
+            record_parameters,
+            compiled.history.sql,
+            history_parameters,
+            head_slot,
+            skip,
+        )
+    driver = pooled.driver_connection
+    raw_record = await driver.fetchrow(compiled.record.sql, *record_parameters)
+    head = None if raw_record is None else raw_record[_HEAD]
+    if history_parameters is None or head is None or str(head) == cached_head:
+        return raw_record, None
+    history_parameters[head_slot] = head
+    return raw_record, await driver.fetch(compiled.history.sql, *history_parameters)
 
 
 async def read_head(
@@ -222,32 +254,23 @@ async def read_head(
             {"head_id": NO_STOP, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
         )
     )
-    raw_rows: list[Any] | None
-    async with checkout(engine, compiled.history.sql) as pooled:
-        if engine.dialect.name == "sqlite":
-            raw_record, raw_rows = await run_on_thread(
-                pooled.dbapi_connection,
-                _read_on_thread,
-                compiled.record.sql,
-                record_parameters,
-                compiled.history.sql if history else None,
-                history_parameters,
-                head_slot,
-                skip,
-            )
-        else:
-            driver = pooled.driver_connection
-            raw_record = await driver.fetchrow(compiled.record.sql, *record_parameters)
-            raw_rows = None
-            head = None if raw_record is None else raw_record[_HEAD]
-            if history and head is not None and str(head) != cached_head:
-                history_parameters[head_slot] = head
-                raw_rows = await driver.fetch(compiled.history.sql, *history_parameters)
+    raw_record, raw_rows = await checked_out(
+        engine,
+        compiled.history.sql,
+        _read_pooled,
+        engine.dialect.name,
+        compiled,
+        record_parameters,
+        history_parameters if history else None,
+        head_slot,
+        skip,
+        cached_head,
+    )
     executed(compiled.record.sql, *([] if raw_rows is None else [compiled.history.sql]))
     if raw_record is None:
         return None, None
     record = dict(zip(RECORD_NAMES, compiled.record.row(raw_record), strict=True))
-    rows = None if raw_rows is None else [compiled.history.row(row) for row in raw_rows]
+    rows = None if raw_rows is None else compiled.history.rows(raw_rows)
     return record, rows
 
 
@@ -359,31 +382,30 @@ async def write(
         }
     commit = isinstance(target, AsyncEngine)
     ran: list[str] = []
-    async with checkout(target, record.sql) if commit else driver_errors(target, record.sql) as pooled:
-        try:
-            if target.dialect.name == "sqlite":
-                insert = compiled.insert_entries
-                entry_rows = [
-                    insert.parameters(
-                        {"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message}
-                    )
-                    for entry_id, parent_id, kind, message in entries
-                ]
-                refusal = await run_on_thread(
-                    pooled.dbapi_connection,
-                    _write_on_thread,
-                    insert.sql,
-                    entry_rows,
-                    None if values is None else record.sql,
-                    record.parameters(bound) if values is not None else (),
-                    None if checkpoint is None else checkpoints.sqlite_work(checkpoint, target.dialect),
-                    commit,
-                    ran,
-                )
-            else:
-                refusal = await _write_pg(pooled, record, bound, entries, checkpoint, commit=commit, ran=ran)
-        finally:
-            executed(*ran)
+    work: Callable[[Any], Awaitable[Refusal | None]]
+    if target.dialect.name == "sqlite":
+        then = None if checkpoint is None else checkpoints.sqlite_work(checkpoint, target.dialect)
+        work = functools.partial(
+            _write_sqlite, compiled.insert_entries, entries, record, bound, values, then, commit, ran
+        )
+    else:
+        work = functools.partial(
+            _write_pg,
+            record=record,
+            bound=bound,
+            entries=entries,
+            checkpoint=checkpoint,
+            commit=commit,
+            ran=ran,
+        )
+    try:
+        if commit:
+            refusal = await checked_out(target, record.sql, work)
+        else:
+            async with driver_errors(target, record.sql) as pooled:
+                refusal = await work(pooled)
+    finally:
+        executed(*ran)
     if refusal is None:
         return True
     if checkpoint is not None:
@@ -391,16 +413,46 @@ async def write(
     return False
 
 
+async def _write_sqlite(
+    insert: Compiled,
+    entries: Sequence[tuple[str, str | None, str, bytes]],
+    record: Compiled,
+    bound: dict[str, Any],
+    values: Mapping[str, Any] | None,
+    then: SqliteWork | None,
+    commit: bool,
+    ran: list[str],
+    pooled: Any,
+) -> Refusal | None:
+    """`write` on SQLite: the entries, the record and the checkpoint in one trip to the connection's thread."""
+    entry_rows = [
+        insert.parameters({"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message})
+        for entry_id, parent_id, kind, message in entries
+    ]
+    return await run_on_thread(
+        pooled.dbapi_connection,
+        _write_on_thread,
+        insert.sql,
+        entry_rows,
+        None if values is None else record.sql,
+        () if values is None else record.parameters(bound),
+        then,
+        commit,
+        ran,
+    )
+
+
 async def _write_pg(
     pooled: Any,
+    *,
     record: Compiled,
     bound: dict[str, Any],
     entries: Sequence[tuple[str, str | None, str, bytes]],
     checkpoint: Checkpoint | None,
-    *,
     commit: bool,
     ran: list[str],
 ) -> Refusal | None:
+    """`write` on PostgreSQL: one statement (`_one_statement`), in the connection's transaction unless `commit`."""
     if not commit:
         await begun(pooled)
     bound |= {
