@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checkout, executed, per_dialect
+from .compiled import COMMIT, Compiled, checked_out, executed, per_dialect
 from .errors import LeaseLost, NotFound
 from .notifications import EVENTS_CHANNEL
 from .refusals import Refusal, refuse_unless, refused
@@ -183,6 +183,42 @@ def _insert_on_thread(
     return refusal
 
 
+async def _sqlite_insert_on(
+    pooled: Any,
+    insert_sql: str,
+    rows: list[tuple[Any, ...]],
+    held: tuple[str, tuple[Any, ...]] | None,
+    worker_id: str | None,
+    ran: list[str],
+) -> Refusal | None:
+    held_sql, held_parameters = held if held is not None else (None, ())
+    return await run_on_thread(
+        pooled.dbapi_connection,
+        _insert_on_thread,
+        insert_sql,
+        rows,
+        held_sql,
+        held_parameters,
+        worker_id,
+        ran,
+    )
+
+
+async def _pg_insert_on(
+    pooled: Any, statement: Compiled, values: dict[str, Any], ran: list[str]
+) -> Refusal | None:
+    ran.append(statement.sql)
+    try:
+        await pooled.driver_connection.fetchrow(statement.sql, *statement.parameters(values))
+    except Exception as error:
+        refusal = refused(error)
+        if refusal is None:
+            raise
+        return refusal
+    ran.append(COMMIT)
+    return None
+
+
 async def insert_fenced(
     engine: AsyncEngine,
     thread_id: str,
@@ -206,32 +242,18 @@ async def insert_fenced(
         "h_worker_id": worker_id,
     }
     ran: list[str] = []
-    refusal: Refusal | None = None
     statement = statements.fenced if postgres and fenced else statements.insert
-    async with checkout(engine, statement.sql) as pooled:
-        try:
-            if postgres:
-                ran.append(statement.sql)
-                try:
-                    await pooled.driver_connection.fetchrow(statement.sql, *statement.parameters(values))
-                    ran.append(COMMIT)
-                except Exception as error:
-                    refusal = refused(error)
-                    if refusal is None:
-                        raise
-            else:
-                refusal = await run_on_thread(
-                    pooled.dbapi_connection,
-                    _insert_on_thread,
-                    statements.insert.sql,
-                    sqlite_rows(statements.insert, values, events),
-                    statements.fenced.sql if fenced else None,
-                    statements.fenced.parameters(values),
-                    worker_id,
-                    ran,
-                )
-        finally:
-            executed(*ran)
+    try:
+        if postgres:
+            refusal = await checked_out(engine, statement.sql, _pg_insert_on, statement, values, ran)
+        else:
+            rows = sqlite_rows(statements.insert, values, events)
+            held = (statements.fenced.sql, statements.fenced.parameters(values)) if fenced else None
+            refusal = await checked_out(
+                engine, statement.sql, _sqlite_insert_on, statements.insert.sql, rows, held, worker_id, ran
+            )
+    finally:
+        executed(*ran)
     if refusal == "no run":
         raise NotFound(f"no run {run_id!r}")
     if refusal is not None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checkout, executed, per_dialect
+from .compiled import COMMIT, Compiled, checked_out, executed, per_dialect
 from .leases import Worker
 from .refusals import Refusal, refuse_unless, refused
 from .schema import (
@@ -229,6 +229,43 @@ def _queue_on_thread(
         raise
 
 
+@dataclass(frozen=True)
+class _PostgresOutcome:
+    refusal: Refusal | None
+    state: Refusals | None
+    row: dict[str, Any] | None
+
+
+async def _queue_on(
+    pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]
+) -> _PostgresOutcome | tuple[Any, Any]:
+    """The trip, on a pooled connection: PostgreSQL's outcome read, or SQLite's two raw rows."""
+    mark = statements.mark
+    if statements.insert is None:
+        ran.append(mark.sql)
+        try:
+            raw = await pooled.driver_connection.fetchrow(mark.sql, *mark.parameters(values))
+        except Exception as error:
+            refusal = refused(error)
+            if refusal is None:
+                raise
+            return _PostgresOutcome(refusal, None, None)
+        ran.append(COMMIT)
+        row = mark.row(raw)
+        state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]), _text(row[4]))
+        return _PostgresOutcome(None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True)))
+    insert = statements.insert
+    return await run_on_thread(
+        pooled.dbapi_connection,
+        _queue_on_thread,
+        mark.sql,
+        mark.parameters(values),
+        insert.sql,
+        insert.parameters(values),
+        ran,
+    )
+
+
 async def queue(
     engine: AsyncEngine,
     thread_id: str,
@@ -278,33 +315,15 @@ async def queue(
     }
     mark = statements.mark
     ran: list[str] = []
-    async with checkout(engine, mark.sql) as pooled:
-        try:
-            if statements.insert is None:
-                ran.append(mark.sql)
-                try:
-                    raw = await pooled.driver_connection.fetchrow(mark.sql, *mark.parameters(values))
-                except Exception as error:
-                    refusal = refused(error)
-                    if refusal is None:
-                        raise
-                    return refusal, None, None
-                ran.append(COMMIT)
-                row = mark.row(raw)
-                state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]), _text(row[4]))
-                return None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True))
-            insert = statements.insert
-            raw_mark, raw_row = await run_on_thread(
-                pooled.dbapi_connection,
-                _queue_on_thread,
-                mark.sql,
-                mark.parameters(values),
-                insert.sql,
-                insert.parameters(values),
-                ran,
-            )
-        finally:
-            executed(*ran)
+    try:
+        outcome = await checked_out(engine, mark.sql, _queue_on, statements, values, ran)
+    finally:
+        executed(*ran)
+    if isinstance(outcome, _PostgresOutcome):
+        return outcome.refusal, outcome.state, outcome.row
+    raw_mark, raw_row = outcome
+    insert = statements.insert
+    assert insert is not None
     if raw_mark is None:
         return "no thread", None, None
     user_id, last_event_id, keyed, active, pending, sent, revision = mark.row(raw_mark)
