@@ -4,7 +4,8 @@ A worker (one server process) drives a run only while it holds the run's lease: 
 names the worker and `runs.lease_expires_at` says until when. Deliberate choices:
 
 - **A claim is one statement**: a guarded UPDATE that matches only a run nobody holds (queued and
-  free, or reserved for this worker) or one whose lease lapsed. On PostgreSQL the row is picked
+  free, or reserved for this worker) or one whose lease lapsed (`claiming.py`, with its thread's
+  reservation of event ids in the same trip). On PostgreSQL the row is picked
   `FOR UPDATE SKIP LOCKED`, so concurrent claimers never queue behind each other: one gets the row,
   the others nothing, at once. SQLite has one writer at a time, so its plain guarded UPDATE is as good.
 - **The database's clock**: on PostgreSQL, expiries are computed and compared on the server, so
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
@@ -43,7 +43,6 @@ __all__ = (
     "DEFAULT_LEASE",
     "Leases",
     "Worker",
-    "claim",
     "claimable",
     "clock",
     "gone_from_this_host",
@@ -103,8 +102,11 @@ def _lapsed(now: sa.ColumnElement[datetime]) -> sa.ColumnElement[bool]:
     return sa.or_(_runs.c.lease_expires_at.is_(None), _runs.c.lease_expires_at < now)
 
 
-def claimable(worker_id: str, now: sa.ColumnElement[datetime]) -> sa.ColumnElement[bool]:
-    """Runs `worker_id` may start: queued and free or reserved for it, or under a lapsed lease."""
+def claimable(
+    worker_id: str | sa.ColumnElement[str], now: sa.ColumnElement[datetime]
+) -> sa.ColumnElement[bool]:
+    """Runs `worker_id` (a value, or a bound parameter) may start: queued and free or reserved for it,
+    or under a lapsed lease."""
     runs = _runs.c
     return sa.or_(
         sa.and_(
@@ -234,38 +236,6 @@ class Leases:
         with translate_errors("releasing leases"):
             async with self._engine.begin() as connection:
                 return await release(connection, self.worker.worker_id)
-
-
-async def claim(
-    connection: AsyncConnection, worker: Worker, run_id: str, *, trace_id: str | None = None
-) -> RowMapping | None:
-    """Claim `run_id` for `worker` if it may (see `claimable`): running, leased, its attempt counted.
-
-    `trace_id` is the trace of the attempt the claim starts, kept on the run's row.
-
-    Returns the claimed run's row, or `None`.
-    """
-    dialect = connection.dialect.name
-    picked = skip_locked(
-        sa.select(_runs.c.run_id).where(
-            _runs.c.run_id == run_id, claimable(worker.worker_id, clock(dialect))
-        ),
-        dialect,
-    )
-    result = await connection.execute(
-        _runs.update()
-        .where(_runs.c.run_id == picked.scalar_subquery())
-        .values(
-            status="running",
-            started_at=now_utc(),
-            attempt=_runs.c.attempt + 1,
-            lease_owner=worker.worker_id,
-            lease_expires_at=clock(dialect, worker.lease),
-            trace_id=trace_id,
-        )
-        .returning(*_runs.c)
-    )
-    return result.mappings().one_or_none()
 
 
 async def release(connection: AsyncConnection, worker_id: str, run_id: str | None = None) -> list[str]:

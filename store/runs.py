@@ -13,9 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import histories
 from .checkpoints import Checkpoint, thread_status_after
+from .claiming import start_reserving
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
-from .leases import Worker, claim, release
+from .leases import Worker, release
 from .queueing import queue
 from .schema import (
     ACTIVE_RUN_STATUSES,
@@ -284,19 +285,14 @@ class Runs:
         attempt, kept on the run's row.
         """
         with translate_errors(f"starting run {run_id!r}"):
-            async with self._engine.begin() as connection:
-                row = await claim(connection, self.worker, run_id, trace_id=trace_id)
-                if row is None:
-                    return None
-                reserved = (
-                    await connection.execute(
-                        _threads.update()
-                        .where(_threads.c.thread_id == row["thread_id"])
-                        .values(last_event_id=_threads.c.last_event_id + events)
-                        .returning(_threads.c.user_id, _threads.c.last_event_id)
-                    )
-                ).one()
-        return _run(row), reserved[0], reserved[1] - events + 1
+            # One trip (`claiming.py`): the claim and the reservation, one statement on PostgreSQL.
+            started = await start_reserving(
+                self._engine, self.worker, run_id, events=events, trace_id=trace_id
+            )
+        if started is None:
+            return None
+        row, user_id, first_event_id = started
+        return Run(**{name: row[name] for name in Run.__dataclass_fields__}), user_id, first_event_id
 
     @traced("requeue_run")
     async def requeue(self, run_id: str) -> bool:

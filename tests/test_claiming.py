@@ -1,0 +1,83 @@
+"""Starting a queued run in one trip (`store/claiming.py`), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from store import Database, Worker
+from store.compiled import observing
+from store.schema import ThreadRow, metadata
+
+from .conftest import MigratedDatabases
+
+pytestmark = pytest.mark.anyio
+
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def url(request: pytest.FixtureRequest, migrated_databases: MigratedDatabases) -> str:
+    return await migrated_databases.empty(request.param)
+
+
+@pytest.fixture
+async def db(url: str) -> AsyncIterator[Database]:
+    opened = await Database.connect(url, worker=Worker(worker_id="w1", lease=timedelta(seconds=30)))
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def _counter(db: Database, thread_id: str) -> int:
+    async with db.engine.connect() as connection:
+        query = sa.select(_threads.c.last_event_id).where(_threads.c.thread_id == thread_id)
+        return int((await connection.execute(query)).scalar_one())
+
+
+async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Database, url: str) -> None:
+    thread = await db.threads.create(user_id="alice", title="")
+    queued = await db.runs.queue(thread.thread_id, "message", content="hi")
+    assert queued.claimed is None
+    statements: list[str] = []
+    commits: list[int] = []
+    with observing(
+        lambda sql: statements.append(" ".join(sql.split()[:3])), on_commit=lambda: commits.append(1)
+    ):
+        started = await db.runs.start_reserving(queued.run.run_id, events=16, trace_id="ab" * 16)
+    assert started is not None
+    run, user_id, first = started
+    assert (run.status, run.attempt, run.lease_owner) == ("running", 1, "w1")
+    assert run.lease_expires_at is not None
+    assert run.started_at is not None
+    assert run.lease_expires_at > run.started_at
+    assert (user_id, first) == ("alice", 1)
+    assert await _counter(db, thread.thread_id) == 16
+    assert await db.runs.get(run.run_id) == run
+    async with db.engine.connect() as connection:
+        kept = await connection.execute(
+            sa.text("SELECT trace_id FROM runs WHERE run_id = :r"), {"r": run.run_id}
+        )
+        assert kept.scalar_one() == "ab" * 16
+    if url.startswith("sqlite"):
+        assert statements == ["UPDATE runs SET", "UPDATE threads SET"]
+    else:
+        assert statements == ["WITH claimed AS"]
+    assert commits == [1]
+
+
+async def test_a_run_that_may_not_be_started_is_left_as_it_was(db: Database, url: str) -> None:
+    thread = await db.threads.create(user_id="alice", title="")
+    queued = await db.runs.queue(thread.thread_id, "message", content="hi")
+    assert await db.runs.start_reserving(queued.run.run_id, events=16) is not None
+    held = await db.runs.get(queued.run.run_id)
+    # Held by this worker's live lease: another worker gets nothing, and nothing changes.
+    async with await Database.connect(url, worker=Worker(worker_id="w2")) as other:
+        assert await other.runs.start_reserving(queued.run.run_id, events=16) is None
+    assert await db.runs.start_reserving("no-such-run", events=16) is None
+    assert await db.runs.get(queued.run.run_id) == held
+    assert await _counter(db, thread.thread_id) == 16
