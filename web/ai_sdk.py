@@ -195,8 +195,8 @@ async def _frames(
     """The chunks of each batch of events in one write; the start with the first chunks, the end with
     the last (those of the batch that finishes `until_run_id`, where `follow_run` ends).
 
-    A write costs a send through the middleware and a system call: one a chunk made ~25 a turn,
-    where the native stream makes a handful.
+    A write costs a send through the middleware and a system call: the demo turn's 20 chunks were
+    20 writes, now 4 or 5, as the native stream makes.
     """
     head = _encoded(encoder.start())
     async with aclosing(batches):
