@@ -1,7 +1,7 @@
 """`CountedEventStream`: an SSE response served with one task more, not sse-starlette's task group of four.
 
-sse-starlette's set-up was paid once a turn by the AI SDK endpoint: in process, 349 µs a response of
-one frame against 68 µs here (`python -m bench.cpu_sse`, a busy machine). What it keeps of
+sse-starlette's set-up was paid once a turn by the AI SDK endpoint: a response of one frame in
+process cost 1.19 M instructions there, 0.17 M here (callgrind). What it keeps of
 `EventSourceResponse`, and why: docs/web.md, "Streams".
 """
 
