@@ -1,17 +1,20 @@
 """Where the server's CPU goes per turn: py-spy on a real server, in issue 14's categories.
 
-    python -m bench.profile [--turns 300] [--users 20] [--postgres URL | --no-postgres] [--quick] [--no-write]
+    python -m bench.profile [--turns 300] [--users 20] [--protocol native|ai-sdk]
+                            [--postgres URL | --no-postgres] [--quick] [--no-write]
 
 A real `durable-chat serve` (SQLite; PostgreSQL in a scratch database too when `--postgres` or
 $DURABLE_CHAT_TEST_POSTGRES_URL names a server; not with `--quick`),
 pinned to core 1, tracing at its default, takes the demo's 3-node turn "Where is ORD-5678?" from
-`--users` users over the native API (POST and the thread's SSE stream) while `py-spy record
+`--users` users over the native API (POST and the thread's SSE stream; `--protocol ai-sdk`: the AI
+SDK's endpoint, one POST a turn resending the conversation, as `bench.cpu` drives it) while `py-spy record
 --native` samples every thread of it. The CPU it used in that window comes from /proc: the loop
 thread's user time is shared out by its samples' categories (`bench.profile_categories`), its
 system time is the kernel's row, and the other threads' CPU (the process's less the loop
 thread's) is shared out by theirs. Samples of a thread blocked on a lock or in `epoll` are no
 CPU and are left out, and so are those in a system call (a socket write: system time, the kernel's
-row). Writes the `profile-sqlite` (and `profile-postgresql`) section of
+row). Writes the `profile-sqlite` (and `profile-postgresql`; with `--protocol ai-sdk`,
+`profile-ai-sdk-sqlite` and `profile-ai-sdk-postgresql`) section of
 `docs/benchmarks.md` (a full run only, unless `--write`). ~1 minute per database.
 """
 
@@ -34,7 +37,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bench.cpu import pinned, scratch
-from bench.cpu_clients import run_round
+from bench.cpu_clients import Protocol, run_round
 from bench.profile_categories import (
     CATEGORIES,
     GC,
@@ -55,6 +58,11 @@ from bench.web_process import ServerProcess, start_server
 _TICKS = os.sysconf("SC_CLK_TCK")
 RATE = 200
 TURNS, QUICK_TURNS = 300, 40
+_TITLES: dict[Protocol, str] = {"native": "", "ai-sdk": ", AI SDK endpoint"}
+_APIS: dict[Protocol, str] = {
+    "native": "native API",
+    "ai-sdk": "AI SDK endpoint (one POST a turn, the conversation resent)",
+}
 
 
 def _times(path: Path) -> tuple[float, float]:
@@ -119,7 +127,8 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
         argv[argv.index("cli")] = "bench.profile_serve"
         server = await start_server(f"ours-{database}", pinned(argv), env, logs, cwd=source)
         stack.push_async_callback(server.stop)
-        await run_round(server.base_url, "native", users=2, seconds=0, turns=3, secret=SECRET)  # warm-up
+        protocol = arguments.protocol
+        await run_round(server.base_url, protocol, users=2, seconds=0, turns=3, secret=SECRET)  # warm-up
         output = logs / "py-spy.txt"
         recorder: asyncio.subprocess.Process | None = None
         if spy is not None:
@@ -136,7 +145,7 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
         marks: list[tuple[float, float, float, float]] = []
         result = await run_round(
             server.base_url,
-            "native",
+            protocol,
             users=users,
             seconds=0,
             turns=per_user,
@@ -158,7 +167,7 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
     ]
     if recorder is None or not output.exists():
         why = "py-spy is not installed" if spy is None else (logs / "py-spy.err").read_text()[-300:]
-        return _render(database, arguments, {}, process / turns, 0, [*notes, f"no samples: {why}"])
+        return render(database, arguments, {}, process / turns, 0, [*notes, f"no samples: {why}"])
     samples = parse_raw(output.read_text().splitlines())
     seconds = share(samples, process, loop_user, loop_system, collected)
     blocked = sum(count for _, frames, count in samples if is_waiting(frames))
@@ -172,10 +181,10 @@ async def profile(database: str, arguments: argparse.Namespace, source: Path) ->
         f"thread blocked, {syscalls} one in a system call (the kernel's row) and {unknown} no Python frame: "
         "all left out of the shares"
     )
-    return _render(database, arguments, per_turn, process / turns, sum(c for _, _, c in samples), notes)
+    return render(database, arguments, per_turn, process / turns, sum(c for _, _, c in samples), notes)
 
 
-def _render(
+def render(
     database: str,
     arguments: argparse.Namespace,
     per_turn: dict[str, float],
@@ -188,11 +197,11 @@ def _render(
     except metadata.PackageNotFoundError:
         version = "not installed"
     lines = [
-        f"## Profile: server CPU per turn by category ({database})",
+        f"## Profile: server CPU per turn by category ({database}{_TITLES[arguments.protocol]})",
         "",
         f"`py-spy record --nonblocking --threads --full-filenames --rate {RATE}` (py-spy {version}; Python stacks, the server "
-        "never paused) on a real server pinned to one core, during the demo's 3-node turn over the native "
-        "API; CPU from /proc, shared out by samples as `bench/profile.py` says; garbage collection timed "
+        "never paused) on a real server pinned to one core, during the demo's 3-node turn over the "
+        f"{_APIS[arguments.protocol]}; CPU from /proc, shared out by samples as `bench/profile.py` says; garbage collection timed "
         "in the server by `gc.callbacks` (`bench/profile_serve.py`) and taken off the loop thread's share.",
         "",
         *environment(arguments.command, arguments.postgres_version if database == "PostgreSQL" else None, []),
@@ -231,6 +240,12 @@ def main() -> int:
     parser.add_argument("--turns", type=int, help=f"turns in all (default {TURNS})")
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument(
+        "--protocol",
+        choices=["native", "ai-sdk"],
+        default="native",
+        help="the clients' API: the native one (POST + the thread's stream) or the AI SDK's endpoint",
+    )
+    parser.add_argument(
         "--postgres",
         metavar="URL",
         default=os.environ.get(POSTGRES_ENV),
@@ -252,7 +267,8 @@ def main() -> int:
     for database, lines in sections:
         print("\n" + "\n".join(lines), flush=True)
         if write:
-            write_section(arguments.output, f"profile-{database.lower()}", "\n".join(lines))
+            prefix = "profile" if arguments.protocol == "native" else "profile-ai-sdk"
+            write_section(arguments.output, f"{prefix}-{database.lower()}", "\n".join(lines))
     if write:
         print(f"wrote the profile sections of {arguments.output}", flush=True)
     return 0

@@ -100,6 +100,23 @@ async def test_each_probe_is_a_clear_4xx_on_either_database(api: Api) -> None:
             b'{"reason": "\\ud83d"}',
             (422, "validation_error"),
         ),
+        # `json.loads` refuses an integer of more than 4,300 digits with a bare ValueError (a 500).
+        (
+            "POST",
+            "/api/threads",
+            bearer,
+            b'{"title": "t", "n": 1' + b"0" * 5000 + b"}",
+            (400, "invalid_json"),
+        ),
+        (
+            "POST",
+            "/api/ai-sdk/chat",
+            bearer,
+            b'{"id": "c", "messages": [{"id": "m", "role": "user", "parts": []}], "n": 1'
+            + b"0" * 5000
+            + b"}",
+            (400, "invalid_json"),
+        ),
         # Two credentials: which one counts depends on who reads them.
         ("GET", "/api/threads", bearer * 2, b"", (400, "ambiguous_credentials")),
         (

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from bench.profile import share
+from bench.profile import render, share
 from bench.profile_categories import (
     DRIVERS,
     GC,
@@ -143,3 +145,23 @@ def test_samples_in_a_system_call_are_the_kernels_not_their_callers() -> None:
     assert share(parse_raw(raw), process=0.5, loop_user=0.4, loop_system=0.1) == pytest.approx(
         {KERNEL: 0.1, DRIVERS: 0.4}
     )
+
+
+@pytest.mark.parametrize(
+    ("protocol", "title", "api"),
+    [
+        ("native", "(SQLite)", "over the native API"),
+        (
+            "ai-sdk",
+            "(SQLite, AI SDK endpoint)",
+            "over the AI SDK endpoint (one POST a turn, the conversation resent)",
+        ),
+    ],
+)
+def test_the_section_names_the_api_it_profiled(protocol: str, title: str, api: str) -> None:
+    arguments = argparse.Namespace(
+        protocol=protocol, command="python -m bench.profile", postgres_version=None
+    )
+    lines = render("SQLite", arguments, {"other": 0.001}, 0.002, 10, [])
+    assert lines[0] == f"## Profile: server CPU per turn by category {title}"
+    assert api in lines[2]

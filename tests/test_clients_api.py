@@ -7,14 +7,18 @@ answer is read whole, since each one ends when its run does. It serves the core 
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from web import Settings, create_app, issue_token
 
@@ -115,6 +119,63 @@ async def paused_call(api: httpx.AsyncClient, chat_id: str, text: str = "Send bo
 async def only_thread(api: httpx.AsyncClient, user: str = "alice") -> dict[str, object]:
     (thread,) = (await api.get("/api/threads", headers=auth(user))).json()["threads"]
     return thread
+
+
+# -- writes -------------------------------------------------------------------------------------------
+
+
+async def test_an_answer_is_written_a_batch_of_events_at_a_time(database_url: str, tmp_path: Path) -> None:
+    settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
+    app = create_app(settings, app=core_app(Script([LOOKUP, "The balance is 10."])))
+    writes: list[bytes] = []
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_recorded(message: Message) -> None:
+            if message["type"] == "http.response.body" and scope["path"] == CHAT:
+                writes.append(bytes(message.get("body", b"")))
+            await send(message)
+
+        await app(scope, receive, send_recorded)
+
+    transport = httpx.ASGITransport(app=recording)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as api,
+    ):
+        answer = await api.post(CHAT, json=submit("chat-w", user_message("My balance?")), headers=auth())
+    frames = [write.count(b"\n\n") for write in writes]
+    assert sum(frames) == len(chunks(answer))
+    assert writes[-1] == b""  # the end of the body
+    # The start goes with the first chunks (the step's, the call's); the end (the step's end,
+    # `finish`, `[DONE]`) with the last batch's, in one write.
+    assert writes[0].startswith(b'data: {"type":"start"')
+    assert frames[0] >= 3
+    assert writes[-2].endswith(b"data: [DONE]\n\n")
+    assert frames[-2] >= 3
+    assert len(writes) - 1 < len(chunks(answer))
+
+
+async def test_an_answer_that_ends_closes_what_it_read_itself(open_api: OpenApi) -> None:
+    # Left to the garbage collector, each generator costs the loop a task and a self-pipe wake-up,
+    # and the broker subscription lives until then.
+    hooks = sys.get_asyncgen_hooks()
+    finalized: list[str] = []
+
+    def finalizer(generator: AsyncGenerator[object]) -> None:
+        finalized.append(generator.__qualname__)
+        assert hooks.finalizer is not None
+        hooks.finalizer(generator)
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    try:
+        api = await open_api(Script([LOOKUP, "The balance is 10."]))
+        answer = await api.post(CHAT, json=submit("chat-c", user_message("My balance?")), headers=auth())
+        assert types(answer)[-1] == "[DONE]"
+        gc.collect()
+        await anyio.lowlevel.checkpoint()
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert finalized == []
 
 
 # -- flows --------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import anyio
@@ -164,3 +165,25 @@ async def test_an_idle_stream_gets_keep_alive_comments(tmp_path: Path) -> None:
     # Nothing happens on the thread: the stream holds only comments, which clients ignore.
     assert received.startswith(": ping\n\n: ping\n\n: ping\n\n")
     assert set(received.split("\n\n")) <= {": ping", ""}
+
+
+async def test_a_shutdown_ends_open_streams_at_once_and_cleanly(tmp_path: Path) -> None:
+    # Uvicorn waits for open responses before it shuts down: an event stream, endless, must end
+    # itself, and with the end of its body, so the client sees it end and comes back.
+    with live_server(sqlite_url(tmp_path), tmp_path) as server:
+        token = server.token("alice")
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            thread_id = await new_thread(client, token)
+            async with client.stream(
+                "GET", f"/api/threads/{thread_id}/events", headers=auth(token), timeout=None
+            ) as response:
+                assert response.status_code == 200
+                assert server.process is not None
+                process = server.process
+                process.terminate()
+                with anyio.fail_after(60):
+                    received = [chunk async for chunk in response.aiter_bytes()]
+            returncode = await anyio.to_thread.run_sync(process.wait)
+        assert set(received) <= {b": ping\n\n"}
+        assert returncode == -signal.SIGTERM  # uvicorn's own end after a graceful shutdown
+        assert not server.logged("returned without completing response")

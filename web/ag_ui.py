@@ -10,7 +10,8 @@ with neither, sent while a run is active, streams that run (a reconnect).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from contextlib import aclosing
 
 from ag_ui.core import BaseEvent, ResumeEntry, RunAgentInput, TextPart, UserMessage
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
@@ -120,11 +121,20 @@ def _response(s: Services, user_id: str, events: list[BaseEvent]) -> Response:
     return stream_response(s, frames(), user_id=user_id)
 
 
-async def _frames(encoder: AGUIStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
-    for event in encoder.start():
-        yield encode_event(event)
-    async for stream_event in events:
-        for event in encoder.encode(stream_event):
-            yield encode_event(event)
-    for event in encoder.end():
-        yield encode_event(event)
+async def _frames(encoder: AGUIStream, batches: AsyncGenerator[list[StreamEvent]]) -> AsyncIterator[bytes]:
+    """The events of each batch in one write (a write each costs a send through the middleware and a
+    system call), the start with the first."""
+    head = _encoded(encoder.start())
+    async with aclosing(batches):
+        async for batch in batches:
+            frames = head + _encoded(
+                event for stream_event in batch for event in encoder.encode(stream_event)
+            )
+            head = b""
+            if frames:
+                yield frames
+    yield head + _encoded(encoder.end())
+
+
+def _encoded(events: Iterable[BaseEvent]) -> bytes:
+    return b"".join(encode_event(event) for event in events)

@@ -12,17 +12,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from contextlib import aclosing
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic_ai.ui.vercel_ai.response_types import BaseChunk
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent import stored_events
 from store import Thread
-from stream import StoredEvent, StreamEvent
+from stream import RunFinished, StoredEvent, StreamEvent
 
 from .ai_sdk_messages import TURN_KINDS, ui_messages
 from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
@@ -183,20 +185,38 @@ def _stream(
     events = follow_run(
         s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id, after=after
     )
-    return stream_response(s, _frames(encoder, events), user_id=thread.user_id, headers=HEADERS)
+    frames = _frames(encoder, events, until_run_id=until_run_id)
+    return stream_response(s, frames, user_id=thread.user_id, headers=HEADERS)
 
 
-async def _frames(encoder: UIMessageStream, events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
-    for chunk in encoder.start():
-        yield encode_chunk(chunk)
-    async for event in events:
-        for chunk in encoder.encode(event):
-            yield encode_chunk(chunk)
-    for chunk in encoder.end():
-        yield encode_chunk(chunk)
+async def _frames(
+    encoder: UIMessageStream, batches: AsyncGenerator[list[StreamEvent]], *, until_run_id: str | None = None
+) -> AsyncIterator[bytes]:
+    """The chunks of each batch of events in one write; the start with the first chunks, the end with
+    the last (those of the batch that finishes `until_run_id`, where `follow_run` ends).
+
+    A write costs a send through the middleware and a system call: the demo turn's 20 chunks were
+    20 writes, now 4 or 5, as the native stream makes.
+    """
+    head = _encoded(encoder.start())
+    async with aclosing(batches):
+        async for batch in batches:
+            frames = _encoded(chunk for event in batch for chunk in encoder.encode(event))
+            last = batch[-1] if batch else None
+            if isinstance(last, RunFinished) and last.run_id == until_run_id:
+                yield head + frames + _encoded(encoder.end())
+                return
+            if frames:
+                yield head + frames
+                head = b""
+    yield head + _encoded(encoder.end())
 
 
-async def _nothing() -> AsyncIterator[StreamEvent]:
+def _encoded(chunks: Iterable[BaseChunk]) -> bytes:
+    return b"".join(encode_chunk(chunk) for chunk in chunks)
+
+
+async def _nothing() -> AsyncGenerator[list[StreamEvent]]:
     return
     yield
 

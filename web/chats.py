@@ -11,7 +11,8 @@ event log followed as `GET /api/threads/{id}/events` follows it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +23,7 @@ from stream import RunFinished, StreamEvent
 from .bodies import validation_details
 from .errors import ApiError
 from .services import Services
-from .sse import idle_poll_seconds, thread_events
+from .sse import idle_poll_seconds, thread_batches
 
 __all__ = (
     "MAX_CHAT_ID",
@@ -164,19 +165,26 @@ def queued_after(queued: Queued) -> int | None:
 
 async def follow_run(
     s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, after: int | None = None
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[list[StreamEvent]]:
     """The thread's events from the start of `start_run_id` until `until_run_id` finished (or the thread is gone).
 
     Live ones as they happen, after a replay of the stored ones: what a client that reconnects
-    needs, from any point of the run's life. Ending the iteration (a client that went away)
-    stops nothing but the reading. `after`: where the run's events start, when known
-    (`queued_after`); else it is read.
+    needs, from any point of the run's life. A batch at a time (what the broker handed over, or a
+    replay page), to be written at once. Ending the iteration (a client that went away) stops
+    nothing but the reading. `after`: where the run's events start, when known (`queued_after`);
+    else it is read.
     """
     if after is None:
         after = await s.db.events.before_run(thread_id, start_run_id)
-    async for stored in thread_events(
-        s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s)
-    ):
-        yield stored.event
-        if isinstance(stored.event, RunFinished) and stored.event.run_id == until_run_id:
-            return
+    poll_seconds = idle_poll_seconds(s)
+    async with aclosing(
+        thread_batches(s.db, s.broker, thread_id, after=after, poll_seconds=poll_seconds)
+    ) as batches:
+        async for batch in batches:
+            events: list[StreamEvent] = []
+            for stored in batch:
+                events.append(stored.event)
+                if isinstance(stored.event, RunFinished) and stored.event.run_id == until_run_id:
+                    yield events
+                    return
+            yield events

@@ -20,32 +20,31 @@ the live ones. How:
 
 Frames come from `stream.encode_events` only, a batch at a time (a replay page, or what the broker
 handed over since the last write) in one write; the keep-alive is `stream.ping_frame`, sent by
-sse-starlette's ping task, which also races the stream against the client's disconnect.
+`web.sse_response.CountedEventStream`, which also ends the stream when the client disconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agent import stored_events
 from store import Database, DatabaseUnavailable, NotFound
-from stream import StoredEvent, encode_events, ping_frame
+from stream import StoredEvent, encode_events
 
 from .api import owned_thread, user_of
 from .broker import Broker, SubscriberDropped
 from .errors import ApiError
 from .services import Services, services
+from .sse_response import CountedEventStream
 
-__all__ = ("event_frames", "idle_poll_seconds", "sse_routes", "stream_response", "thread_events")
+__all__ = ("event_frames", "idle_poll_seconds", "sse_routes", "stream_response", "thread_batches")
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +81,10 @@ def stream_response(
     Raises:
         ApiError: 429 `too_many_streams`.
     """
-    return _CountedStream(
+    return CountedEventStream(
         frames,
         release=s.streams.acquire(user_id),
-        sep="\n",
         ping=s.settings.sse_ping_seconds,
-        ping_message_factory=_Ping,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )
 
@@ -100,41 +97,40 @@ async def event_frames(
     Each item is the frames of one batch, to be written at once. The stream ends when the thread is
     deleted or the database cannot be reached.
     """
-    async for batch in _batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
-        yield encode_events(batch)
+    async with aclosing(
+        thread_batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds)
+    ) as batches:
+        async for batch in batches:
+            yield encode_events(batch)
 
 
-async def thread_events(
+async def thread_batches(
     db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[StoredEvent]:
-    """Every event of `thread_id` after `after`, then the live ones, as `event_frames` sends them.
+) -> AsyncGenerator[list[StoredEvent]]:
+    """Every event of `thread_id` after `after`, then the live ones, a batch at a time as `event_frames` sends them.
 
-    The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too.
+    The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too. Closing it
+    closes what it reads from at once (its broker subscription included), not when the garbage
+    collector finds the generators: that would cost the loop a task and a self-pipe wake-up each.
     """
-    async for batch in _batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
-        for stored in batch:
-            yield stored
-
-
-async def _batches(
-    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[list[StoredEvent]]:
-    try:
-        async for batch in _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds):
-            yield batch
-    except DatabaseUnavailable as error:
-        logger.warning("ended an event stream of thread %s: %s", thread_id, error)
+    async with aclosing(_events(db, broker, thread_id, after=after, poll_seconds=poll_seconds)) as events:
+        try:
+            async for batch in events:
+                yield batch
+        except DatabaseUnavailable as error:
+            logger.warning("ended an event stream of thread %s: %s", thread_id, error)
 
 
 async def _events(
     db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[list[StoredEvent]]:
+) -> AsyncGenerator[list[StoredEvent]]:
     last = after
     while True:
         with broker.subscribe(thread_id, after=last) as subscription:
-            async for page in _replay(db, thread_id, after=last):
-                last = subscription.position = page[-1].event_id
-                yield page
+            async with aclosing(_replay(db, thread_id, after=last)) as pages:
+                async for page in pages:
+                    last = subscription.position = page[-1].event_id
+                    yield page
             while True:
                 try:
                     batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
@@ -152,7 +148,7 @@ async def _events(
                     yield fresh
 
 
-async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncIterator[list[StoredEvent]]:
+async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncGenerator[list[StoredEvent]]:
     while True:
         logged = await db.events.read(thread_id, after=after, limit=_REPLAY_PAGE)
         page = stored_events(logged)
@@ -182,32 +178,3 @@ def _after(request: Request) -> int:
             f"Last-Event-ID / after must be a non-negative integer, not {text[:40]!r}",
         )
     return int(text)
-
-
-class _CountedStream(EventSourceResponse):
-    """An event stream that holds one of its user's stream slots (`web.limits`) until it ends."""
-
-    def __init__(self, frames: AsyncIterator[bytes], *, release: Callable[[], None], **options: Any) -> None:
-        try:
-            # sse-starlette types its content loosely (a bare `dict`).
-            super().__init__(frames, **options)  # pyright: ignore[reportUnknownMemberType]
-        except BaseException:
-            release()
-            raise
-        self._release = release
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
-
-
-class _Ping(ServerSentEvent):
-    """sse-starlette's ping task sends whatever `encode` returns: our keep-alive frame."""
-
-    def __init__(self) -> None:
-        super().__init__(comment="ping")
-
-    def encode(self) -> bytes:
-        return ping_frame()

@@ -1,0 +1,88 @@
+"""`read_body`'s two ways agree: a body taken straight from its bytes is what `json.loads` and validation make.
+
+`read_body` validates a body with `model_validate_json` and falls back to `json.loads` and
+`model_validate` (which find what to answer) for anything refused. The fallback's answers are
+tested in `tests/test_api_input.py` and `tests/test_api_fuzz.py`; here, that whatever the first way
+accepts, the second accepts too, the same.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from web.ai_sdk import ChatBody
+from web.bodies import ApproveBody, MessageBody, RenameBody
+
+TEXT = st.text(max_size=8) | st.sampled_from(["", "x", "\x00", "\u2028", "\ufeff", "user", "text"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(TEXT, children, max_size=3),
+    max_leaves=8,
+)
+APPROVAL = st.fixed_dictionaries(
+    {"id": TEXT | JSON},
+    optional={"approved": st.booleans() | JSON, "reason": TEXT | JSON, "isAutomatic": JSON},
+)
+PART = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "step-start", "tool-x"]) | TEXT},
+    optional={
+        "text": TEXT | JSON,
+        "state": st.just("approval-responded") | JSON,
+        "approval": APPROVAL | JSON,
+    },
+)
+MESSAGE = st.fixed_dictionaries(
+    {
+        "id": TEXT | JSON,
+        "role": st.sampled_from(["user", "assistant", "system"]) | JSON,
+        "parts": st.lists(PART, max_size=3) | JSON,
+    },
+    optional={"metadata": JSON},
+)
+CHAT = st.fixed_dictionaries(
+    {"id": TEXT | JSON, "messages": st.lists(MESSAGE, max_size=3) | JSON},
+    optional={
+        "trigger": st.sampled_from(["submit-message", "regenerate-message"]) | JSON,
+        "messageId": TEXT | JSON,
+        "extra": JSON,
+    },
+)
+NATIVE = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": TEXT | JSON,
+        "idempotency_key": TEXT | JSON,
+        "title": TEXT | JSON,
+        "override_args": JSON,
+        "x": JSON,
+    },
+)
+
+
+def agree(model: type[BaseModel], value: object, ensure_ascii: bool) -> None:
+    try:
+        raw = json.dumps(value, ensure_ascii=ensure_ascii).encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate written raw is not UTF-8: refused by both
+    if b"\\u" in raw:
+        return  # `read_body` takes such a body the longer way only
+    try:
+        fast = model.model_validate_json(raw)
+    except ValidationError:
+        return  # the longer way answers
+    assert fast == model.model_validate(json.loads(raw.decode("utf-8")))
+
+
+@given(value=CHAT | JSON, ensure_ascii=st.booleans())
+def test_the_ai_sdk_body_is_read_alike_both_ways(value: object, ensure_ascii: bool) -> None:
+    agree(ChatBody, value, ensure_ascii)
+
+
+@given(value=NATIVE, ensure_ascii=st.booleans())
+def test_the_native_bodies_are_read_alike_both_ways(value: object, ensure_ascii: bool) -> None:
+    for model in (MessageBody, RenameBody, ApproveBody):
+        agree(model, value, ensure_ascii)
