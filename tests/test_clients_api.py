@@ -386,6 +386,9 @@ async def test_bad_ai_sdk_requests(open_api: OpenApi) -> None:
     # Nothing of that changed the paused call.
     pending = (await api.get("/api/approvals?status=pending", headers=auth())).json()["approvals"]
     assert call_id in [a["tool_call_id"] for a in pending]
+    # A refused first message of a new chat ("fresh") leaves no thread behind: the threads are the
+    # chats "bad" and "other", and "never-used" (a regenerate's chat is made before it is refused).
+    assert len((await api.get("/api/threads", headers=auth())).json()["threads"]) == 3
 
 
 async def test_bad_ag_ui_requests(open_api: OpenApi) -> None:

@@ -23,14 +23,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent import stored_events
-from store import Thread
 from stream import RunFinished, StoredEvent, StreamEvent
 
 from .ai_sdk_messages import TURN_KINDS, ui_messages
 from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
 from .api import user_of
 from .bodies import read_body
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_message, queued_after
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message, queued_after
 from .errors import ApiError
 from .regenerate import queue_regenerate
 from .services import Services, services
@@ -92,6 +91,25 @@ async def post_chat(request: Request) -> Response:
     # The answer is a stream: refuse one too many before a run is queued, not after.
     s.streams.check(user_id)
     body = await read_body(request, ChatBody, max_bytes=s.settings.max_body_bytes)
+    last = body.messages[-1]
+    if body.trigger == "submit-message" and last.role == "user":
+        if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
+            raise ApiError(
+                422, "validation_error", "editing a sent message is not supported; send a new message"
+            )
+        text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
+        # The common case: queued on the chat's thread with no read of it first.
+        thread_id, queued = await queue_chat_message(s, user_id, body.id, text, idempotency_key=last.id)
+        run_id = queued.run.run_id
+        return _stream(
+            s,
+            thread_id,
+            user_id,
+            run_id,
+            run_id,
+            UIMessageStream(message_id=run_id),
+            after=queued_after(queued),
+        )
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None
     if body.trigger == "regenerate-message":
@@ -99,19 +117,13 @@ async def post_chat(request: Request) -> Response:
         queued = await queue_regenerate(s, thread, idempotency_key=key)
         run_id = queued.run.run_id
         return _stream(
-            s, thread, run_id, run_id, UIMessageStream(message_id=run_id), after=queued_after(queued)
-        )
-    last = body.messages[-1]
-    if last.role == "user":
-        if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
-            raise ApiError(
-                422, "validation_error", "editing a sent message is not supported; send a new message"
-            )
-        text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
-        queued = await queue_message(s, thread, text, idempotency_key=last.id)
-        run_id = queued.run.run_id
-        return _stream(
-            s, thread, run_id, run_id, UIMessageStream(message_id=run_id), after=queued_after(queued)
+            s,
+            thread.thread_id,
+            user_id,
+            run_id,
+            run_id,
+            UIMessageStream(message_id=run_id),
+            after=queued_after(queued),
         )
     answers = [
         Answer(
@@ -136,7 +148,9 @@ async def post_chat(request: Request) -> Response:
             s, _frames(UIMessageStream(message_id=None), _nothing()), user_id=user_id, headers=HEADERS
         )
     # The resumed run continues the client's assistant message, whatever id it holds.
-    return _stream(s, thread, resume_run_id, resume_run_id, UIMessageStream(message_id=None))
+    return _stream(
+        s, thread.thread_id, user_id, resume_run_id, resume_run_id, UIMessageStream(message_id=None)
+    )
 
 
 async def resume_stream(request: Request) -> Response:
@@ -154,7 +168,7 @@ async def resume_stream(request: Request) -> Response:
         a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id) if a.status != "pending"
     ]
     encoder = UIMessageStream(message_id=first.run_id, decided=decided)
-    return _stream(s, thread, first.run_id, active.run_id, encoder)
+    return _stream(s, thread.thread_id, thread.user_id, first.run_id, active.run_id, encoder)
 
 
 async def get_chat(request: Request) -> Response:
@@ -175,18 +189,17 @@ async def get_chat(request: Request) -> Response:
 
 def _stream(
     s: Services,
-    thread: Thread,
+    thread_id: str,
+    user_id: str,
     start_run_id: str,
     until_run_id: str,
     encoder: UIMessageStream,
     *,
     after: int | None = None,
 ) -> Response:
-    events = follow_run(
-        s, thread.thread_id, start_run_id=start_run_id, until_run_id=until_run_id, after=after
-    )
+    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, after=after)
     frames = _frames(encoder, events, until_run_id=until_run_id)
-    return stream_response(s, frames, user_id=thread.user_id, headers=HEADERS)
+    return stream_response(s, frames, user_id=user_id, headers=HEADERS)
 
 
 async def _frames(

@@ -32,6 +32,7 @@ __all__ = (
     "check_length",
     "decide_all",
     "follow_run",
+    "queue_chat_message",
     "queue_message",
     "queued_after",
 )
@@ -85,9 +86,7 @@ def check_length(s: Services, content: str) -> None:
 
 async def queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Queued:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
-    check_length(s, content)
-    if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
-        raise ApiError(422, "validation_error", f"a message id has at most {MAX_CHAT_ID} characters")
+    _check_message(s, content, idempotency_key)
     try:
         queued = await s.runner.queue(
             thread.thread_id, "message", content=content, idempotency_key=idempotency_key
@@ -97,6 +96,39 @@ async def queue_message(s: Services, thread: Thread, content: str, *, idempotenc
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
     return queued
+
+
+async def queue_chat_message(
+    s: Services, user_id: str, chat_id: str, content: str, *, idempotency_key: str | None
+) -> tuple[str, Queued]:
+    """Queue a user message on the chat's thread; its thread id and the queued run.
+
+    Straight on the chat's derived thread first, with no read of it: queueing finds only a thread
+    of `user_id` (`store.Runs.queue`), and the derived thread, the common case, is found that way
+    in the one statement that queues. Else the thread `chat_thread` finds or makes.
+    """
+    if chat_id and len(chat_id) <= MAX_CHAT_ID and "\x00" not in chat_id:
+        _check_message(s, content, idempotency_key)
+        derived = _derived_thread_id(user_id, chat_id)
+        try:
+            queued = await s.runner.queue(
+                derived, "message", content=content, idempotency_key=idempotency_key, user_id=user_id
+            )
+        except (RunActive, ApprovalPending) as error:
+            raise ApiError(409, error.code, str(error)) from error
+        except NotFound:
+            pass  # not used yet, or the chat names a thread of the user's own
+        else:
+            return derived, queued
+    thread = await chat_thread(s, user_id, chat_id, create=True)
+    assert thread is not None
+    return thread.thread_id, await queue_message(s, thread, content, idempotency_key=idempotency_key)
+
+
+def _check_message(s: Services, content: str, idempotency_key: str | None) -> None:
+    check_length(s, content)
+    if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
+        raise ApiError(422, "validation_error", f"a message id has at most {MAX_CHAT_ID} characters")
 
 
 @dataclass(frozen=True)
