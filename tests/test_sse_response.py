@@ -202,3 +202,21 @@ async def test_the_shutdown_ends_an_open_stream_with_the_end_of_its_body() -> No
     assert other.bodies == [b""]
     assert not later.started
     assert other.released == 1
+
+
+async def test_a_stream_after_a_shutdown_that_is_over_streams_again() -> None:
+    # One event loop for several servers, one after the other (as tests run them): the first one's
+    # shutdown must not end the next one's streams.
+    AppStatus.should_exit = True
+    try:
+        frames, client = Frames(b"data: 1\n\n", idle=True), Client()
+        with anyio.fail_after(30):
+            await client.serve(response(frames, client))
+        assert client.ended()
+    finally:
+        AppStatus.should_exit = False
+    after, again = Frames(b"data: 2\n\n"), Client()
+    with anyio.fail_after(30):
+        await again.serve(response(after, again))
+    assert again.bodies == [b"data: 2\n\n", b""]
+    assert after.started

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import AppStatus
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -160,7 +161,10 @@ class _Shutdown:
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> _Shutdown:
         found = _SHUTDOWNS.get(loop)
-        if found is None:
+        if found is None or (found.fired and not AppStatus.should_exit):
+            # None yet, or the shutdown this loop saw is over (a server started again in the same
+            # process, as tests do): watch anew, as sse-starlette does not keep a shutdown for the
+            # next server either.
             found = _SHUTDOWNS[loop] = cls(loop)
         return found
 
