@@ -81,10 +81,10 @@ class Settings:
     pool_size: int = 20
     """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`).
 
-    Enough for a worker's runs (16 at once) and its requests: a pool that keeps fewer than the load
-    holds at once opens a connection, and closes it on return, time after time. With 10 kept and
-    20 more allowed, 200 demo turns of 20 users opened 116 sessions on PostgreSQL; with 20 and 10
-    (the same 30 at most), none."""
+    Enough for a worker's runs and its requests: a pool that keeps fewer than the load holds at
+    once opens a connection, and closes it on return, time after time. With 10 kept and 20 more
+    allowed, 200 demo turns of 20 users opened 51 sessions on PostgreSQL; with 20 and 10 (the same
+    30 at most), 1 (`python -m bench.pool`)."""
     pool_max_overflow: int = 10
     """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
     pool_pre_ping: bool = False
