@@ -200,6 +200,8 @@ async def test_the_shutdown_ends_an_open_stream_with_the_end_of_its_body() -> No
     await other.serve(response(later, other))
     assert [m["type"] for m in other.sent] == [START, BODY]
     assert other.bodies == [b""]
+    # ... on a connection closed after it, so that a client reconnecting at once does not keep it open.
+    assert dict(other.sent[0]["headers"])[b"connection"] == b"close"
     assert not later.started
     assert other.released == 1
 

@@ -72,9 +72,13 @@ class CountedEventStream(Response):
         assert task is not None
         shutdown = _Shutdown.of(asyncio.get_running_loop())
         if shutdown.fired:  # opened while the server shuts down: an empty stream, the client comes back
-            await send(
-                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-            )
+            # On a connection closed after it: a client reconnecting at once (a browser's EventSource)
+            # would otherwise come back on the same kept-alive connection, again and again, and the
+            # server would wait for that connection to finish its shutdown.
+            closing = [
+                (name, b"close" if name == b"connection" else value) for name, value in self.raw_headers
+            ]
+            await send({"type": "http.response.start", "status": self.status_code, "headers": closing})
             await send(_END)
             return
         lock = asyncio.Lock()
