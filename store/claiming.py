@@ -9,16 +9,15 @@ the commit. The run is locked before its thread, as a checkpoint locks them.
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checked_out, executed, per_dialect
+from .compiled import COMMIT, Compiled, checked_out, executed, first_then_second, per_dialect
 from .leases import Worker, claimable, skip_locked
 from .schema import RunRow, ThreadRow, UtcDateTime, metadata, now_utc
 from .sqlite_driver import run_on_thread
@@ -99,38 +98,13 @@ def _statements(dialect: Dialect) -> _Statements:
     return _Statements(Compiled.of(both, dialect), None)
 
 
-def _start_on_thread(
-    connection: sqlite3.Connection,
-    claim_sql: str,
-    claim_parameters: tuple[Any, ...],
-    reserve_sql: str,
-    reserve_parameters: list[Any],
-    thread_index: int,
-    ran: list[str],
-) -> tuple[Any, Any] | None:
-    try:
-        ran.append(claim_sql)
-        claimed = connection.execute(claim_sql, claim_parameters).fetchall()
-        if not claimed:
-            if connection.in_transaction:
-                connection.rollback()
-            return None
-        reserve_parameters[thread_index] = claimed[0][_RUN_COLUMNS.index("thread_id")]
-        ran.append(reserve_sql)
-        [reserved] = connection.execute(reserve_sql, reserve_parameters).fetchall()
-        connection.commit()
-        ran.append(COMMIT)
-        return claimed[0], reserved
-    except BaseException:
-        if connection.in_transaction:
-            connection.rollback()
-        raise
+_THREAD_ID = _RUN_COLUMNS.index("thread_id")
 
 
 async def _start_on(
     pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]
-) -> tuple[Any, Any] | None:
-    """The trip, on a pooled connection: the claimed run's raw row and its thread's, or `None`."""
+) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The trip, on a pooled connection: the claimed run's row and its thread's, or `None`."""
     claim = statements.claim
     if statements.reserve is None:
         ran.append(claim.sql)
@@ -141,20 +115,22 @@ async def _start_on(
         row = claim.row(raw)
         return row[: len(_RUN_COLUMNS)], row[len(_RUN_COLUMNS) :]
     reserve = statements.reserve
-    found = await run_on_thread(
+
+    def of_its_thread(claimed: Sequence[Any]) -> tuple[Any, ...]:
+        # The thread is the claimed run's, known on the driver's thread.
+        return reserve.parameters(values | {"k_thread_id": claimed[_THREAD_ID]})
+
+    raw_run, raw_reserved = await run_on_thread(
         pooled.dbapi_connection,
-        _start_on_thread,
+        first_then_second,
         claim.sql,
         claim.parameters(values),
         reserve.sql,
-        # The thread's id comes from the claimed row, on the driver's thread.
-        list(reserve.parameters(values | {"k_thread_id": None})),
-        reserve.index("k_thread_id"),
+        of_its_thread,
         ran,
     )
-    if found is None:
+    if raw_run is None:
         return None
-    raw_run, raw_reserved = found
     return claim.row(raw_run), reserve.row(raw_reserved)
 
 
@@ -173,7 +149,7 @@ async def start_reserving(
         "k_now": now,
         "k_started": now,
         "k_expires": now + worker.lease,
-        "k_lease": worker.lease if worker.lease else timedelta(0),
+        "k_lease": worker.lease,
         "k_trace_id": trace_id,
         "k_events": events,
     }

@@ -40,6 +40,7 @@ __all__ = (
     "driver_errors",
     "executed",
     "fetch",
+    "first_then_second",
     "observing",
     "per_dialect",
 )
@@ -298,6 +299,41 @@ async def _raise_translated(
     if invalidated:
         await invalidate(dbapi_error)
     raise translated from error
+
+
+def first_then_second(
+    connection: sqlite3.Connection,
+    first_sql: str,
+    first_parameters: Sequence[Any],
+    second_sql: str,
+    second_parameters: Callable[[Any], Sequence[Any] | None],
+    ran: list[str],
+) -> tuple[Any, Any]:
+    """SQLite, on the connection's thread: a transaction of two statements, each returning one row.
+
+    The first runs; `second_parameters(its row)` says what the second runs with, or `None` to stop
+    there (never called without a row). The second's row is read and the transaction committed; a
+    stop or an error rolls it back. Returns the first's row (`None` if it had none) and the second's
+    (`None` if it did not run). `ran` collects the statements for `executed`.
+    """
+    try:
+        ran.append(first_sql)
+        rows = connection.execute(first_sql, first_parameters).fetchall()
+        first = rows[0] if rows else None
+        parameters = None if first is None else second_parameters(first)
+        if parameters is None:
+            if connection.in_transaction:
+                connection.rollback()
+            return first, None
+        ran.append(second_sql)
+        [second] = connection.execute(second_sql, parameters).fetchall()
+        connection.commit()
+        ran.append(COMMIT)
+        return first, second
+    except BaseException:
+        if connection.in_transaction:
+            connection.rollback()
+        raise
 
 
 def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:

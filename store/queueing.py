@@ -8,8 +8,8 @@ user's recent messages. The INSERT may create the run claimed by a worker and st
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checked_out, executed, per_dialect
+from .compiled import COMMIT, Compiled, checked_out, executed, first_then_second, per_dialect
 from .leases import Worker
 from .refusals import Refusal, refuse_unless, refused
 from .schema import (
@@ -203,43 +203,11 @@ def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool]) ->
     return _Statements(Compiled.of(mark, dialect), Compiled.of(insert, dialect))
 
 
-def _queue_on_thread(
-    connection: sqlite3.Connection,
-    mark_sql: str,
-    mark_parameters: tuple[Any, ...],
-    insert_sql: str,
-    insert_parameters: tuple[Any, ...],
-    ran: list[str],
-) -> tuple[Any, Any]:
-    try:
-        ran.append(mark_sql)
-        marked = connection.execute(mark_sql, mark_parameters).fetchall()
-        if not marked or marked[0][2] is not None or marked[0][3] or marked[0][4]:
-            if connection.in_transaction:
-                connection.rollback()
-            return (marked[0] if marked else None), None
-        ran.append(insert_sql)
-        [row] = connection.execute(insert_sql, insert_parameters).fetchall()
-        connection.commit()
-        ran.append(COMMIT)
-        return marked[0], row
-    except BaseException:
-        if connection.in_transaction:
-            connection.rollback()
-        raise
+_Outcome = tuple[Refusal | None, Refusals | None, dict[str, Any] | None]
 
 
-@dataclass(frozen=True)
-class _PostgresOutcome:
-    refusal: Refusal | None
-    state: Refusals | None
-    row: dict[str, Any] | None
-
-
-async def _queue_on(
-    pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]
-) -> _PostgresOutcome | tuple[Any, Any]:
-    """The trip, on a pooled connection: PostgreSQL's outcome read, or SQLite's two raw rows."""
+async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]) -> _Outcome:
+    """The trip, on a pooled connection: what `queue` returns."""
     mark = statements.mark
     if statements.insert is None:
         ran.append(mark.sql)
@@ -249,21 +217,43 @@ async def _queue_on(
             refusal = refused(error)
             if refusal is None:
                 raise
-            return _PostgresOutcome(refusal, None, None)
+            return refusal, None, None
         ran.append(COMMIT)
         row = mark.row(raw)
         state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]), _text(row[4]))
-        return _PostgresOutcome(None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True)))
+        return None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True))
     insert = statements.insert
-    return await run_on_thread(
+    insert_parameters = insert.parameters(values)
+
+    def unless_refused(marked: Sequence[Any]) -> tuple[Any, ...] | None:
+        # No insert when the thread's row says the run is refused: a key, an active run, approvals.
+        return None if marked[2] is not None or marked[3] or marked[4] else insert_parameters
+
+    raw_mark, raw_row = await run_on_thread(
         pooled.dbapi_connection,
-        _queue_on_thread,
+        first_then_second,
         mark.sql,
         mark.parameters(values),
         insert.sql,
-        insert.parameters(values),
+        unless_refused,
         ran,
     )
+    if raw_mark is None:
+        return "no thread", None, None
+    user_id, last_event_id, keyed, active, pending, sent, revision = mark.row(raw_mark)
+    state = Refusals(
+        str(user_id),
+        int(last_event_id),
+        None if keyed is None else str(keyed),
+        bool(active),
+        bool(pending),
+        _count(sent),
+        _text(revision),
+    )
+    if raw_row is None:
+        why: Refusal = "keyed" if keyed is not None else "active" if active else "pending"
+        return why, state, None
+    return None, state, dict(zip(_RUN_COLUMNS, insert.row(raw_row), strict=True))
 
 
 async def queue(
@@ -313,35 +303,11 @@ async def queue(
         "q_expires": now + lease if claiming else None,
         "q_lease": lease,
     }
-    mark = statements.mark
     ran: list[str] = []
     try:
-        outcome = await checked_out(engine, mark.sql, _queue_on, statements, values, ran)
+        return await checked_out(engine, statements.mark.sql, _queue_on, statements, values, ran)
     finally:
         executed(*ran)
-    if isinstance(outcome, _PostgresOutcome):
-        return outcome.refusal, outcome.state, outcome.row
-    raw_mark, raw_row = outcome
-    insert = statements.insert
-    assert insert is not None
-    if raw_mark is None:
-        return "no thread", None, None
-    user_id, last_event_id, keyed, active, pending, sent, revision = mark.row(raw_mark)
-    state = Refusals(
-        str(user_id),
-        int(last_event_id),
-        None if keyed is None else str(keyed),
-        bool(active),
-        bool(pending),
-        _count(sent),
-        _text(revision),
-    )
-    refusal: Refusal | None = (
-        "keyed" if keyed is not None else "active" if active else "pending" if pending else None
-    )
-    if raw_row is None:
-        return refusal, state, None
-    return None, state, dict(zip(_RUN_COLUMNS, insert.row(raw_row), strict=True))
 
 
 def _count(value: Any) -> int | None:

@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from datetime import timedelta
-
 import pytest
 import sqlalchemy as sa
 
-from store import Database, Worker
+from store import Database
 from store.compiled import observing
 from store.schema import ThreadRow, metadata
 
-from .conftest import MigratedDatabases
+from .store_workers import OpenWorker
 
 pytestmark = pytest.mark.anyio
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 
 
-@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def url(request: pytest.FixtureRequest, migrated_databases: MigratedDatabases) -> str:
-    return await migrated_databases.empty(request.param)
-
-
 @pytest.fixture
-async def db(url: str) -> AsyncIterator[Database]:
-    opened = await Database.connect(url, worker=Worker(worker_id="w1", lease=timedelta(seconds=30)))
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
+async def db(open_worker: OpenWorker) -> Database:
+    """A store-level worker on an empty database, SQLite or PostgreSQL; `open_worker` opens more on it."""
+    return await open_worker("w1")
 
 
 async def _counter(db: Database, thread_id: str) -> int:
@@ -39,7 +28,7 @@ async def _counter(db: Database, thread_id: str) -> int:
         return int((await connection.execute(query)).scalar_one())
 
 
-async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Database, url: str) -> None:
+async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="")
     queued = await db.runs.queue(thread.thread_id, "message", content="hi")
     assert queued.claimed is None
@@ -63,21 +52,21 @@ async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Dat
             sa.text("SELECT trace_id FROM runs WHERE run_id = :r"), {"r": run.run_id}
         )
         assert kept.scalar_one() == "ab" * 16
-    if url.startswith("sqlite"):
+    if db.engine.dialect.name == "sqlite":
         assert statements == ["UPDATE runs SET", "UPDATE threads SET"]
     else:
         assert statements == ["WITH claimed AS"]
     assert commits == [1]
 
 
-async def test_a_run_that_may_not_be_started_is_left_as_it_was(db: Database, url: str) -> None:
+async def test_a_run_that_may_not_be_started_is_left_as_it_was(db: Database, open_worker: OpenWorker) -> None:
     thread = await db.threads.create(user_id="alice", title="")
     queued = await db.runs.queue(thread.thread_id, "message", content="hi")
     assert await db.runs.start_reserving(queued.run.run_id, events=16) is not None
     held = await db.runs.get(queued.run.run_id)
     # Held by this worker's live lease: another worker gets nothing, and nothing changes.
-    async with await Database.connect(url, worker=Worker(worker_id="w2")) as other:
-        assert await other.runs.start_reserving(queued.run.run_id, events=16) is None
+    other = await open_worker("w2")
+    assert await other.runs.start_reserving(queued.run.run_id, events=16) is None
     assert await db.runs.start_reserving("no-such-run", events=16) is None
     assert await db.runs.get(queued.run.run_id) == held
     assert await _counter(db, thread.thread_id) == 16

@@ -7,8 +7,6 @@ Each test runs on pydantic-ai's `InMemoryConversationStore` (the reference) and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -22,8 +20,6 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
 from store import CorruptData, SqlConversationStore
-from store.compiled import observing
-from store.engine import reader
 from store.schema import ConversationEntryRow
 
 from .conftest import MigratedDatabases
@@ -33,6 +29,7 @@ from .messages import (
     full_fidelity_usage,
     realistic_turn,
 )
+from .statements import sent_statements
 from .store_conformance import (
     Operation,
     Reopen,
@@ -262,24 +259,8 @@ async def test_a_conversation_created_elsewhere_after_a_load_found_it_missing_co
     assert transcript(loaded.messages) == ["theirs"]
 
 
-@contextmanager
-def _verbs(store: SqlConversationStore) -> Iterator[list[str]]:
-    """The verb of every statement `store` sends inside the block, through SQLAlchemy or on the driver."""
-    verbs: list[str] = []
-
-    def count(*args: object) -> None:
-        verbs.append(str(args[2]).split()[0].upper())
-
-    engines = [store.engine.sync_engine, reader(store.engine).sync_engine]
-    for engine in engines:
-        sa.event.listen(engine, "before_cursor_execute", count)
-    try:
-        # The hot path's statements bypass SQLAlchemy's execution: they are observed apart.
-        with observing(lambda sql: count(None, None, sql)):
-            yield verbs
-    finally:
-        for engine in engines:
-            sa.event.remove(engine, "before_cursor_execute", count)
+def _verb(sql: str) -> str:
+    return sql.split()[0].upper()
 
 
 async def test_saving_what_a_load_just_found_missing_reads_nothing(database_url: str) -> None:
@@ -289,7 +270,7 @@ async def test_saving_what_a_load_just_found_missing_reads_nothing(database_url:
 
 async def _save_after_a_missing_load(store: SqlConversationStore) -> None:
     assert await store.load("fresh") is None
-    with _verbs(store) as statements:
+    with sent_statements(store.engine, _verb) as statements:
         await store.save(Conversation(conversation_id="fresh", messages=[user("q1")]))
         first = list(statements)
         # The next new conversation was never looked up: its save reads its record first.
@@ -312,7 +293,7 @@ async def test_the_store_remembers_one_record_per_conversation_not_one_per_save(
                 await store.save(conversation)
 
         assert store.known_records() == 3
-        with _verbs(store) as statements:
+        with sent_statements(store.engine, _verb) as statements:
             # Continuing the revision it remembers, a save reads no record.
             conversations[0].messages += [user("q5")]
             await store.save(conversations[0])

@@ -6,57 +6,29 @@ loads at that revision with no statement when the store remembers it, and reads 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from datetime import timedelta
+from contextlib import AbstractContextManager
 
 import pytest
-import sqlalchemy as sa
 from pydantic_ai.conversation import Conversation
 
-from store import Database, StoredRevision, Worker
-from store.compiled import observing
-from store.engine import reader
+from store import Database, StoredRevision
 
-from .conftest import MigratedDatabases
 from .messages import full_fidelity_conversation, full_fidelity_usage, realistic_turn
+from .statements import sent_statements
+from .store_workers import OpenWorker
 
 pytestmark = pytest.mark.anyio
 
-_WORKER = Worker(worker_id="w1", lease=timedelta(seconds=30))
-
-
-@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def url(request: pytest.FixtureRequest, migrated_databases: MigratedDatabases) -> str:
-    return await migrated_databases.empty(request.param)
-
 
 @pytest.fixture
-async def db(url: str) -> AsyncIterator[Database]:
-    opened = await Database.connect(url, worker=_WORKER)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
+async def db(open_worker: OpenWorker) -> Database:
+    """A store-level worker on an empty database, SQLite or PostgreSQL; `open_worker` opens more on it."""
+    return await open_worker("w1")
 
 
-@contextmanager
-def _statements(db: Database) -> Iterator[list[str]]:
-    """Every statement `db` sends inside the block, through SQLAlchemy or on the driver."""
-    sent: list[str] = []
-
-    def count(*args: object) -> None:
-        sent.append(" ".join(str(args[2]).split()[:4]))
-
-    engines = [db.engine.sync_engine, reader(db.engine).sync_engine]
-    for engine in engines:
-        sa.event.listen(engine, "before_cursor_execute", count)
-    try:
-        with observing(lambda sql: count(None, None, sql)):
-            yield sent
-    finally:
-        for engine in engines:
-            sa.event.remove(engine, "before_cursor_execute", count)
+def _statements(db: Database) -> AbstractContextManager[list[str]]:
+    """Every statement `db` sends inside the block, its first four words."""
+    return sent_statements(db.engine, lambda sql: " ".join(sql.split()[:4]))
 
 
 async def _queued_revision(db: Database, thread_id: str) -> StoredRevision | None:
@@ -122,16 +94,16 @@ async def test_loading_at_no_revision_reads_nothing_and_neither_does_the_first_s
     assert loaded.messages == realistic_turn(0)
 
 
-async def test_a_revision_this_store_does_not_remember_is_read(db: Database, url: str) -> None:
+async def test_a_revision_this_store_does_not_remember_is_read(db: Database, open_worker: OpenWorker) -> None:
     thread = await db.threads.create(user_id="alice", title="")
     mine = Conversation(conversation_id=thread.thread_id, messages=realistic_turn(0))
     await db.conversations.save(mine)
     # Another worker saves a newer revision: this store remembers only the older one.
-    async with await Database.connect(url, worker=_WORKER) as other:
-        theirs = await other.conversations.load(thread.thread_id)
-        assert theirs is not None
-        theirs.messages = [*theirs.messages, *realistic_turn(1)]
-        await other.conversations.save(theirs)
+    other = await open_worker("w2")
+    theirs = await other.conversations.load(thread.thread_id)
+    assert theirs is not None
+    theirs.messages = [*theirs.messages, *realistic_turn(1)]
+    await other.conversations.save(theirs)
     assert theirs.revision not in (None, mine.revision)
 
     with _statements(db) as sent:

@@ -43,7 +43,7 @@ MAX_CHAT_ID = 200
 
 async def chat_thread(s: Services, user_id: str, chat_id: str, *, create: bool) -> Thread | None:
     """The thread the chat `chat_id` of `user_id` names; created when `create`, else `None` if there is none."""
-    if not chat_id or len(chat_id) > MAX_CHAT_ID or "\x00" in chat_id:
+    if not _valid_chat_id(chat_id):
         if create:
             raise ApiError(422, "validation_error", f"a chat id has 1 to {MAX_CHAT_ID} characters and no NUL")
         return None
@@ -62,6 +62,10 @@ async def chat_thread(s: Services, user_id: str, chat_id: str, *, create: bool) 
         return await s.db.threads.create(user_id=user_id, thread_id=thread_id)
     except Conflict:  # a concurrent first request of the same chat made it
         return await s.db.threads.get(thread_id, user_id=user_id)
+
+
+def _valid_chat_id(chat_id: str) -> bool:
+    return bool(chat_id) and len(chat_id) <= MAX_CHAT_ID and "\x00" not in chat_id
 
 
 def _derived_thread_id(user_id: str, chat_id: str) -> str:
@@ -107,7 +111,7 @@ async def queue_chat_message(
     of `user_id` (`store.Runs.queue`), and the derived thread, the common case, is found that way
     in the one statement that queues. Else the thread `chat_thread` finds or makes.
     """
-    if chat_id and len(chat_id) <= MAX_CHAT_ID and "\x00" not in chat_id:
+    if _valid_chat_id(chat_id):  # else `chat_thread` refuses it
         _check_message(s, content, idempotency_key)
         derived = _derived_thread_id(user_id, chat_id)
         try:
