@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from store import Thread
+from store import Queued, Thread
 from stream import PendingCall, StreamEvent
 
 from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 from .api import user_of
 from .bodies import read_body, validation_error
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_message, queued_after
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
 from .errors import ApiError
 from .services import Services, services
 from .sse import stream_response
@@ -70,7 +70,7 @@ async def run_agent(request: Request) -> Response:
     last = body.messages[-1] if body.messages else None
     if isinstance(last, UserMessage):
         queued = await queue_message(s, thread, _text(last), idempotency_key=last.id)
-        return _stream(s, thread, queued.run.run_id, encoder, after=queued_after(queued))
+        return _stream(s, thread, queued.run.run_id, encoder, queued=queued)
     active = await s.db.runs.active(thread.thread_id)
     if active is None:
         raise ApiError(
@@ -107,9 +107,9 @@ def _text(message: UserMessage) -> str:
 
 
 def _stream(
-    s: Services, thread: Thread, run_id: str, encoder: AGUIStream, *, after: int | None = None
+    s: Services, thread: Thread, run_id: str, encoder: AGUIStream, *, queued: Queued | None = None
 ) -> Response:
-    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id, after=after)
+    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
     return stream_response(s, _frames(encoder, events), user_id=thread.user_id)
 
 

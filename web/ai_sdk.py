@@ -23,13 +23,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent import stored_events
+from store import Queued
 from stream import RunFinished, StoredEvent, StreamEvent
 
 from .ai_sdk_messages import TURN_KINDS, ui_messages
 from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
 from .api import user_of
 from .bodies import read_body
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message, queued_after
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
 from .errors import ApiError
 from .regenerate import queue_regenerate
 from .services import Services, services
@@ -108,7 +109,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            after=queued_after(queued),
+            queued=queued,
         )
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None
@@ -123,7 +124,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            after=queued_after(queued),
+            queued=queued,
         )
     answers = [
         Answer(
@@ -195,9 +196,9 @@ def _stream(
     until_run_id: str,
     encoder: UIMessageStream,
     *,
-    after: int | None = None,
+    queued: Queued | None = None,
 ) -> Response:
-    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, after=after)
+    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, queued=queued)
     frames = _frames(encoder, events, until_run_id=until_run_id)
     return stream_response(s, frames, user_id=user_id, headers=HEADERS)
 

@@ -94,12 +94,25 @@ class Broker:
     @contextmanager
     def subscribe(self, thread_id: str, *, after: int = 0) -> Generator[Subscription]:
         """Follow `thread_id` for the duration of the `with` block, from a follower that has up to `after`."""
-        subscription = Subscription(thread_id, self._capacity, after)
-        self._subscriptions.setdefault(thread_id, set()).add(subscription)
+        subscription = self.open(thread_id, after=after)
         try:
             yield subscription
         finally:
-            self._discard(subscription)
+            self.close(subscription)
+
+    def open(self, thread_id: str, *, after: int = 0) -> Subscription:
+        """Follow `thread_id` from now, from a follower that has up to `after`, until `close`.
+
+        `subscribe` is the usual way; this one is for a follower that must be subscribed before it
+        can start reading (see `web.chats.follow_run`).
+        """
+        subscription = Subscription(thread_id, self._capacity, after)
+        self._subscriptions.setdefault(thread_id, set()).add(subscription)
+        return subscription
+
+    def close(self, subscription: Subscription) -> None:
+        """Stop following (a subscription `open` made); closing it again does nothing."""
+        self._discard(subscription)
 
     def publish(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
         """Hand `events` to every follower of `thread_id`, in id order; never blocks.

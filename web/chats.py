@@ -11,6 +11,7 @@ event log followed as `GET /api/threads/{id}/events` follows it.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Queued, R
 from stream import RunFinished, StreamEvent
 
 from .bodies import validation_details
+from .broker import Subscription
 from .errors import ApiError
 from .services import Services
 from .sse import idle_poll_seconds, thread_batches
@@ -34,7 +36,6 @@ __all__ = (
     "follow_run",
     "queue_chat_message",
     "queue_message",
-    "queued_after",
 )
 
 MAX_CHAT_ID = 200
@@ -188,34 +189,48 @@ async def decide_all(s: Services, user_id: str, thread: Thread, answers: Sequenc
     return resume_run_id
 
 
-def queued_after(queued: Queued) -> int | None:
-    """Below every event of a run this request just queued and claimed, and above every earlier one.
-
-    Such a run has its block of event ids reserved by the queueing transaction, so what
-    `follow_run` would read (`EventLog.before_run`) is known without a read; `None` otherwise.
-    """
-    if not queued.created or queued.claimed is None:
-        return None
-    return queued.claimed.first_event_id - 1
-
-
-async def follow_run(
-    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, after: int | None = None
+def follow_run(
+    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, queued: Queued | None = None
 ) -> AsyncGenerator[list[StreamEvent]]:
     """The thread's events from the start of `start_run_id` until `until_run_id` finished (or the thread is gone).
 
     Live ones as they happen, after a replay of the stored ones: what a client that reconnects
     needs, from any point of the run's life. A batch at a time (what the broker handed over, or a
     replay page), to be written at once. Ending the iteration (a client that went away) stops
-    nothing but the reading. `after`: where the run's events start, when known (`queued_after`);
-    else it is read.
+    nothing but the reading.
+
+    `queued`: the run `start_run_id` as this request just queued it. When the queueing also
+    claimed it here, nothing is read: its block of event ids says where its events start, and the
+    thread is subscribed to now, before the run (a task not started: the request has not let the
+    event loop run since it queued) can store and publish any, so every one of them comes through
+    the subscription. The subscription ends with the iteration, or with the iterator if it is never
+    started.
     """
+    if queued is None or not queued.created or queued.claimed is None:
+        return _follow(s, thread_id, until_run_id, start_run_id=start_run_id)
+    after = queued.claimed.first_event_id - 1
+    subscription = s.broker.open(thread_id, after=after)
+    events = _follow(s, thread_id, until_run_id, after=after, subscribed=subscription)
+    weakref.finalize(events, s.broker.close, subscription)
+    return events
+
+
+async def _follow(
+    s: Services,
+    thread_id: str,
+    until_run_id: str,
+    *,
+    start_run_id: str | None = None,
+    after: int | None = None,
+    subscribed: Subscription | None = None,
+) -> AsyncGenerator[list[StreamEvent]]:
     if after is None:
+        assert start_run_id is not None
         after = await s.db.events.before_run(thread_id, start_run_id)
-    poll_seconds = idle_poll_seconds(s)
-    async with aclosing(
-        thread_batches(s.db, s.broker, thread_id, after=after, poll_seconds=poll_seconds)
-    ) as batches:
+    batches = thread_batches(
+        s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s), subscribed=subscribed
+    )
+    async with aclosing(batches):
         async for batch in batches:
             events: list[StreamEvent] = []
             for stored in batch:

@@ -39,7 +39,7 @@ from store import Database, DatabaseUnavailable, NotFound
 from stream import StoredEvent, encode_events
 
 from .api import owned_thread, user_of
-from .broker import Broker, SubscriberDropped
+from .broker import Broker, SubscriberDropped, Subscription
 from .errors import ApiError
 from .services import Services, services
 from .sse_response import CountedEventStream
@@ -105,15 +105,26 @@ async def event_frames(
 
 
 async def thread_batches(
-    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+    db: Database,
+    broker: Broker,
+    thread_id: str,
+    *,
+    after: int,
+    poll_seconds: float,
+    subscribed: Subscription | None = None,
 ) -> AsyncGenerator[list[StoredEvent]]:
     """Every event of `thread_id` after `after`, then the live ones, a batch at a time as `event_frames` sends them.
 
     The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too. Closing it
     closes what it reads from at once (its broker subscription included), not when the garbage
     collector finds the generators: that would cost the loop a task and a self-pipe wake-up each.
+
+    `subscribed`: a subscription of the thread made (`Broker.open`) when nothing after `after` was
+    stored yet, so every such event reaches it: the log is not read until it is dropped (it is
+    closed with the iteration).
     """
-    async with aclosing(_events(db, broker, thread_id, after=after, poll_seconds=poll_seconds)) as events:
+    events = _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds, subscribed=subscribed)
+    async with aclosing(events):
         try:
             async for batch in events:
                 yield batch
@@ -122,15 +133,24 @@ async def thread_batches(
 
 
 async def _events(
-    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
+    db: Database,
+    broker: Broker,
+    thread_id: str,
+    *,
+    after: int,
+    poll_seconds: float,
+    subscribed: Subscription | None,
 ) -> AsyncGenerator[list[StoredEvent]]:
     last = after
     while True:
-        with broker.subscribe(thread_id, after=last) as subscription:
-            async with aclosing(_replay(db, thread_id, after=last)) as pages:
-                async for page in pages:
-                    last = subscription.position = page[-1].event_id
-                    yield page
+        subscription = subscribed if subscribed is not None else broker.open(thread_id, after=last)
+        try:
+            if subscribed is None:
+                async with aclosing(_replay(db, thread_id, after=last)) as pages:
+                    async for page in pages:
+                        last = subscription.position = page[-1].event_id
+                        yield page
+            subscribed = None  # once dropped or idle, it reads the log like any follower
             while True:
                 try:
                     batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
@@ -146,6 +166,8 @@ async def _events(
                 if fresh:
                     last = subscription.position = fresh[-1].event_id
                     yield fresh
+        finally:
+            broker.close(subscription)
 
 
 async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncGenerator[list[StoredEvent]]:
