@@ -9,7 +9,7 @@ from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, def
 from .approvals import decide
 from .arguments import InvalidArguments, ToolSchemas, validate_args
 from .cancellation import Cancellation, cancel, interrupted_messages
-from .eventlog import EventLogSink, Publisher, stored_events
+from .eventlog import EventLogSink, Publisher, new_event, opening_events, opening_stored, stored_events
 from .guardrails import (
     HIDE_BLOCKED_TURNS,
     Guardrail,
@@ -27,14 +27,14 @@ from .guardrails import (
 )
 from .ledger import ToolLedger
 from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
-from .logs import LOG_FORMAT, install_log_filters
+from .logs import LOG_FORMAT, format_trace_id, install_log_filters
 from .records import RunRecords
 from .redaction import secrets_from_environment
 from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
 from .retries import ModelRetries
 from .run_hooks import RunHooks
 from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
-from .step import EVENT_BLOCK, run_step
+from .step import EVENT_BLOCK, run_step, start_run_span
 from .texts import Texts
 from .tool_failures import ToolFailures
 from .tracing import (
@@ -89,6 +89,7 @@ __all__ = (
     "default_guardrails",
     "default_limits",
     "first_tripped",
+    "format_trace_id",
     "injection_guardrail",
     "install_log_filters",
     "instrumentation",
@@ -97,11 +98,15 @@ __all__ = (
     "leak_guardrail",
     "load_app",
     "message_window",
+    "new_event",
     "open_runtime",
+    "opening_events",
+    "opening_stored",
     "resolve_model",
     "run_step",
     "secrets_from_environment",
     "setup_tracing",
+    "start_run_span",
     "stored_events",
     "validate_args",
     "without_last_turn",

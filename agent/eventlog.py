@@ -26,9 +26,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Literal
 
-from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
-from stream import Sink, StoredEvent, StreamEvent, ToolCall, ToolResult, event_data, event_from_data
+from store import Claimed, DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
+from stream import (
+    RunStarted,
+    Sink,
+    StoredEvent,
+    StreamEvent,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    event_data,
+    event_from_data,
+)
 
 __all__ = (
     "REPEATABLE",
@@ -37,7 +48,10 @@ __all__ = (
     "SkipLogged",
     "TraceStampSink",
     "logged_tool_events",
+    "new_event",
     "new_events",
+    "opening_events",
+    "opening_stored",
     "stored_events",
 )
 
@@ -46,14 +60,37 @@ Publisher = Callable[[str, Sequence[StoredEvent]], None]
 
 
 def new_events(events: Sequence[StoredEvent]) -> list[tuple[int, NewEvent]]:
-    return [
-        (stored.event_id, NewEvent(stored.event.run_id, stored.event.type, event_data(stored.event)))
-        for stored in events
-    ]
+    return [(stored.event_id, new_event(stored.event)) for stored in events]
+
+
+def new_event(event: StreamEvent) -> NewEvent:
+    """`event` as the store keeps it."""
+    return NewEvent(event.run_id, event.type, event_data(event))
 
 
 def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
     return [StoredEvent(item.event_id, event_from_data(item.type, item.data)) for item in logged]
+
+
+StartKind = Literal["message", "resume", "recover", "regenerate"]
+
+
+def opening_events(
+    run_id: str, kind: StartKind, content: str | None, *, trace_id: str | None = None
+) -> list[StreamEvent]:
+    """The events a run starts with: `run_started`, and the user's message for a `message` run with `content`."""
+    events: list[StreamEvent] = [RunStarted(run_id=run_id, kind=kind, trace_id=trace_id)]
+    if kind == "message" and content is not None:
+        events.append(UserMessage(run_id=run_id, content=content, trace_id=trace_id))
+    return events
+
+
+def opening_stored(claimed: Claimed) -> list[StoredEvent]:
+    """The events the queueing stored with a run it claimed (`Claimed.opening`), with their ids."""
+    first = claimed.first_event_id
+    return [
+        StoredEvent(first + i, event_from_data(new.type, new.data)) for i, new in enumerate(claimed.opening)
+    ]
 
 
 class EventLogSink:
@@ -70,8 +107,12 @@ class EventLogSink:
         run_id: str | None = None,
         worker_id: str | None = None,
         interval: float = 0.05,
+        last_id: int = 0,
     ) -> None:
-        """`reserved`: a block of ids reserved already, as (first id, count).
+        """`reserved`: a block of ids reserved already, as (first id, count). `last_id`: the newest id
+        stored for the run already (its opening events, stored by the queueing just before): that
+        transaction counts as the writer's previous one, so its next starts no sooner than
+        `interval` after it, as after any other.
 
         `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
         the least time between the starts of two transactions of the writer (or a checkpoint's).
@@ -85,13 +126,13 @@ class EventLogSink:
         self._next_id, self._end_id = (
             (0, -1) if reserved is None else (reserved[0], reserved[0] + reserved[1] - 1)
         )
-        self._last_id = 0
+        self._last_id = last_id
         self._unstored: list[StoredEvent] = []
         self._interval = interval
         self._writer: asyncio.Task[None] | None = None
         self._writing = False
         """The writer's transaction is in flight (else it waits for its turn, holding nothing)."""
-        self._next_write = 0.0
+        self._next_write = asyncio.get_running_loop().time() + interval if last_id else 0.0
         """When the writer may start its next transaction (the event loop's clock)."""
         self._taken = False
         """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""

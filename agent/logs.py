@@ -14,7 +14,14 @@ from opentelemetry import trace
 
 from .redaction import redact, usable_secrets
 
-__all__ = ("LOG_FORMAT", "RedactingFilter", "TraceIdFilter", "current_trace_id", "install_log_filters")
+__all__ = (
+    "LOG_FORMAT",
+    "RedactingFilter",
+    "TraceIdFilter",
+    "current_trace_id",
+    "format_trace_id",
+    "install_log_filters",
+)
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s%(trace_suffix)s"
 """The command line's log format: `trace_suffix` is ` trace_id=<32 hex digits>` inside a run, else empty."""
@@ -22,7 +29,12 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s%(trace_suffix)s"
 
 def current_trace_id() -> str | None:
     """The trace id of the current span as 32 hex digits, or `None` outside a recorded trace."""
-    context = trace.get_current_span().get_span_context()
+    return format_trace_id(trace.get_current_span())
+
+
+def format_trace_id(span: trace.Span) -> str | None:
+    """The trace id of `span` as 32 hex digits, or `None` for a span of no trace (tracing is off)."""
+    context = span.get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
 
 

@@ -62,7 +62,6 @@ from stream import (
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
-    RunStarted,
     Sink,
     TeeSink,
     TextDelta,
@@ -70,16 +69,24 @@ from stream import (
     ToolCall,
     ToolOutcomeUnknown,
     ToolResult,
-    UserMessage,
 )
 from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
 from .arguments import ToolSchemas
-from .eventlog import EventLogSink, SkipLogged, TraceStampSink, logged_tool_events, new_events
+from .eventlog import (
+    EventLogSink,
+    SkipLogged,
+    TraceStampSink,
+    logged_tool_events,
+    new_events,
+    opening_events,
+    opening_stored,
+)
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
+from .merge import merge_stored
 from .records import RunRecords
 from .regenerate import without_last_turn
 from .retries import is_transient
@@ -107,8 +114,19 @@ class _Stopped(Exception):
     """The runtime is stopping: the run reached a checkpoint and is put back in the queue."""
 
 
+def start_run_span(run_id: str) -> trace.Span:
+    """The span of a run's attempt, started (not current) for `run_step(span=)`: a run queued and
+    claimed at once starts it before the queueing, whose opening events carry its trace id."""
+    return tracer.start_span("run", attributes=run_attributes(run_id))
+
+
 async def run_step(
-    runtime: Runtime, run_id: str, *, sink: Sink | None = None, claimed: Claimed | None = None
+    runtime: Runtime,
+    run_id: str,
+    *,
+    sink: Sink | None = None,
+    claimed: Claimed | None = None,
+    span: trace.Span | None = None,
 ) -> RunStatus:
     """Drive the queued run `run_id` to its end (or its pause) and return the status it ended with.
 
@@ -120,10 +138,11 @@ async def run_step(
     Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
     spans; its trace id is kept on the run's row and on every event and approval row of the run.
     `claimed`: the run as queueing it claimed it for this worker (`Runs.queue`): no claim here.
+    `span`: this attempt's span, started already (`start_run_span`), ended here.
     """
-    with tracer.start_as_current_span("run", attributes=run_attributes(run_id)) as span:
+    with trace.use_span(span or start_run_span(run_id), end_on_exit=True) as current:
         status = await _run_step(runtime, run_id, sink, claimed)
-        span.set_attribute("durable_chat.run.status", status)
+        current.set_attribute("durable_chat.run.status", status)
         return status
 
 
@@ -134,17 +153,21 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         if started is None:
             return (await runtime.db.runs.get(run_id)).status
         claimed = Claimed(*started)
-    run, first_event_id = claimed.run, claimed.first_event_id
+    run, first_event_id, opened = claimed.run, claimed.first_event_id, len(claimed.opening)
     trace.get_current_span().set_attributes(run_attributes(run_id, run))
     log = EventLogSink(
         runtime.db.events,
         run.thread_id,
         publish=runtime.publish,
         block=EVENT_BLOCK,
-        reserved=(first_event_id, EVENT_BLOCK),
+        reserved=(first_event_id + opened, EVENT_BLOCK - opened),
         run_id=run.run_id,
         worker_id=run.lease_owner,
+        last_id=first_event_id + opened - 1 if opened else 0,
     )
+    if sink is not None:
+        for stored in opening_stored(claimed):  # stored already: for the caller's sink only
+            await sink.emit(stored.event)
     out: Sink = log if sink is None else TeeSink(log, sink)
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
@@ -247,9 +270,9 @@ class _Step:
         run = self.run
         continuing = run.checkpoints > 0
         kind = run.kind if run.attempt == 1 else "recover"
-        await self.out.emit(RunStarted(run_id=run.run_id, kind=kind))
-        if run.kind == "message" and run.attempt == 1 and run.content is not None:
-            await self.out.emit(UserMessage(run_id=run.run_id, content=run.content))
+        if not self.claimed.opening:  # else the queueing stored them
+            for event in opening_events(run.run_id, kind, run.content if run.attempt == 1 else None):
+                await self.out.emit(event)
         loaded = await self._load()
         if loaded is not None:
             self.conversation = loaded
@@ -336,7 +359,7 @@ class _Step:
     ) -> None:
         self.guard.scrub(messages)
         stored = self.conversation.messages
-        merged = _merge(stored, messages)
+        merged = merge_stored(stored, messages)
         records = self.records.drain()
         changed = len(merged) != len(stored) or any(a is not b for a, b in zip(merged, stored, strict=True))
         if not changed and not records and finish is None:
@@ -547,29 +570,6 @@ def _answers_last_response(node: object) -> bool:
         return False
     response: ModelResponse = node.model_response  # pyright: ignore[reportUnknownMemberType]
     return not response.tool_calls
-
-
-def _merge(stored: Sequence[ModelMessage], current: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """`current`, with the stored objects kept wherever it holds an equal message.
-
-    pydantic-ai re-creates some messages it carries over (a resumed request, a response it answers
-    deferred calls of) with the same content; keeping the stored objects lets the store append only
-    what is new instead of comparing the whole history.
-    """
-    merged: list[ModelMessage] = []
-    for index, message in enumerate(current):
-        old = stored[index] if index < len(stored) else None
-        if old is not None and (message is old or _same(message, old)):
-            merged.append(old)
-        else:
-            merged.append(message)
-    return merged
-
-
-def _same(message: ModelMessage, old: ModelMessage) -> bool:
-    if type(message) is not type(old):
-        return False
-    return message.parts is old.parts or message == old
 
 
 def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:

@@ -15,16 +15,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .compiled import COMMIT, Compiled, checked_out, executed, first_then_second, per_dialect
+from .event_inserts import array, sqlite_event_insert, sqlite_rows
+from .events import NewEvent
 from .leases import Worker
+from .notifications import EVENTS_CHANNEL
 from .refusals import Refusal, refuse_unless, refused
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
     ConversationRecordRow,
+    EventRow,
     RunKind,
     RunRow,
     ThreadRow,
@@ -41,6 +46,7 @@ _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
+_events = metadata.tables[EventRow.__tablename__]
 
 
 @dataclass(frozen=True)
@@ -152,8 +158,46 @@ def _values(*, postgres: bool, claiming: bool) -> dict[str, Any]:
     }
 
 
-def _pg_statement(mark: sa.Update, *, claiming: bool) -> sa.Select[Any, *tuple[Any, ...]]:
-    """PostgreSQL: the mark and the insert in one statement, which refuses itself when the run is refused."""
+def _pg_opening(marked: sa.CTE, inserted: sa.CTE) -> sa.CTE:
+    """PostgreSQL: the run's opening events (the arrays `o_…s`) stored from the first id it reserved,
+    and their notice; nothing when the run was refused (no row inserted). A CTE to read."""
+    rows = (
+        sa.func.unnest(array("o_types", sa.String()), array("o_datas", postgresql.BYTEA()))
+        .table_valued("type", "data", with_ordinality="position")
+        .render_derived(name="opening_events")
+    )
+    first = marked.c.last_event_id - _bind("q_claim", sa.BigInteger()) + 1
+    stored = (
+        _events.insert()
+        .from_select(
+            ["thread_id", "event_id", "run_id", "type", "data", "created_at"],
+            sa.select(
+                inserted.c.thread_id,
+                first + rows.c.position - 1,
+                inserted.c.run_id,
+                rows.c.type,
+                rows.c.data,
+                inserted.c.created_at,
+            ).select_from(inserted.join(marked, sa.true()).join(rows, sa.true())),
+        )
+        .returning(_events.c.thread_id, _events.c.event_id)
+        .cte("opened")
+    )
+    # The followers in other processes learn of them at once, as of any stored event (`EventListener`).
+    notice = sa.func.concat(stored.c.thread_id, " ", sa.func.max(stored.c.event_id))
+    return (
+        sa.select(sa.func.pg_notify(EVENTS_CHANNEL, notice).label("sent"))
+        .select_from(stored)
+        .group_by(stored.c.thread_id)
+        .cte("opening_notified")
+    )
+
+
+def _pg_statement(mark: sa.Update, *, claiming: bool, opening: bool) -> sa.Select[Any, *tuple[Any, ...]]:
+    """PostgreSQL: the mark and the insert in one statement, which refuses itself when the run is refused.
+
+    `opening`: the run's first events are stored with it (`_pg_opening`).
+    """
     marked = mark.cte("marked")
     values = _values(postgres=True, claiming=claiming)
     allowed = sa.and_(marked.c.keyed.is_(None), sa.not_(marked.c.active), sa.not_(marked.c.pending))
@@ -175,12 +219,16 @@ def _pg_statement(mark: sa.Update, *, claiming: bool) -> sa.Select[Any, *tuple[A
     ]
     # Outer joins: the one row of `outcome` is always there, so its refusal is always evaluated.
     outcome = sa.select(refuse_unless(*reasons).label("refused")).subquery("outcome")
+    notified: sa.ColumnElement[Any] = sa.null()
+    if opening:
+        notified = sa.select(sa.func.count()).select_from(_pg_opening(marked, inserted)).scalar_subquery()
     return sa.select(
         outcome.c.refused,
         marked.c.user_id,
         marked.c.last_event_id,
         marked.c.sent,
         marked.c.revision,
+        notified.label("notified"),
         *(inserted.c[name] for name in _RUN_COLUMNS),
     ).select_from(outcome.outerjoin(marked, sa.true()).outerjoin(inserted, sa.true()))
 
@@ -188,19 +236,23 @@ def _pg_statement(mark: sa.Update, *, claiming: bool) -> sa.Select[Any, *tuple[A
 @dataclass(frozen=True)
 class _Statements:
     mark: Compiled
-    """SQLite: the thread's UPDATE. PostgreSQL: both, one statement."""
+    """SQLite: the thread's UPDATE. PostgreSQL: both, one statement (the opening events too)."""
     insert: Compiled | None
+    event: Compiled | None
+    """SQLite: one opening event."""
 
 
 @per_dialect
-def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool]) -> _Statements:
-    keyed, counting, claiming, titled, owned = shape
+def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool, bool]) -> _Statements:
+    keyed, counting, claiming, titled, owned, opening = shape
     mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled, owned=owned)
     if dialect.name == "postgresql":
-        return _Statements(Compiled.of(_pg_statement(mark, claiming=claiming), dialect), None)
+        statement = _pg_statement(mark, claiming=claiming, opening=opening)
+        return _Statements(Compiled.of(statement, dialect), None, None)
     values = _values(postgres=False, claiming=claiming)
     insert = _runs.insert().values(**values).returning(*_runs.c)
-    return _Statements(Compiled.of(mark, dialect), Compiled.of(insert, dialect))
+    event = Compiled.of(sqlite_event_insert(), dialect) if opening else None
+    return _Statements(Compiled.of(mark, dialect), Compiled.of(insert, dialect), event)
 
 
 _Outcome = tuple[Refusal | None, Refusals | None, dict[str, Any] | None]
@@ -221,7 +273,7 @@ async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any]
         ran.append(COMMIT)
         row = mark.row(raw)
         state = Refusals(str(row[1]), int(row[2]), None, False, False, _count(row[3]), _text(row[4]))
-        return None, state, dict(zip(_RUN_COLUMNS, row[5:], strict=True))
+        return None, state, dict(zip(_RUN_COLUMNS, row[6:], strict=True))
     insert = statements.insert
     insert_parameters = insert.parameters(values)
 
@@ -229,6 +281,17 @@ async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any]
         # No insert when the thread's row says the run is refused: a key, an active run, approvals.
         return None if marked[2] is not None or marked[3] or marked[4] else insert_parameters
 
+    then = None
+    event = statements.event
+    if event is not None:
+        opening: Sequence[NewEvent] = values["q_opening"]
+
+        def opening_rows(marked: Sequence[Any]) -> list[tuple[Any, ...]]:
+            first = int(marked[1]) - int(values["q_claim"]) + 1
+            event_values = {"c_thread_id": values["q_thread_id"], "c_now": values["q_now"]}
+            return sqlite_rows(event, event_values, list(enumerate(opening, start=first)))
+
+        then = (event.sql, opening_rows)
     raw_mark, raw_row = await run_on_thread(
         pooled.dbapi_connection,
         first_then_second,
@@ -237,6 +300,7 @@ async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any]
         insert.sql,
         unless_refused,
         ran,
+        then,
     )
     if raw_mark is None:
         return "no thread", None, None
@@ -267,10 +331,14 @@ async def queue(
     claim_events: int | None,
     count_since: datetime | None,
     user_id: str | None = None,
+    run_id: str | None = None,
+    opening: Sequence[NewEvent] = (),
 ) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
     """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
 
     With `user_id`, a thread of another user is refused as `no thread`, as a missing one is.
+    `run_id`: the new run's id (else a new one). `opening`: events of the run stored with it, from
+    the first id it reserves, when it is claimed (else they are not stored).
 
     Returns why it was refused (and nothing was written), what the thread's UPDATE read (on SQLite
     also when refused, on PostgreSQL only when not), and the inserted run's row.
@@ -280,7 +348,15 @@ async def queue(
     """
     title = title_from(content) if kind == "message" else ""
     claiming = worker is not None and claim_events is not None
-    shape = (idempotency_key is not None, count_since is not None, claiming, bool(title), user_id is not None)
+    opened = claiming and bool(opening)
+    shape = (
+        idempotency_key is not None,
+        count_since is not None,
+        claiming,
+        bool(title),
+        user_id is not None,
+        opened,
+    )
     dialect = engine.dialect
     statements = _statements(dialect, shape)
     now = now_utc()
@@ -293,7 +369,7 @@ async def queue(
         "q_claim": claim_events,
         "q_key": idempotency_key,
         "q_since": count_since,
-        "q_run_id": str(uuid.uuid4()),
+        "q_run_id": run_id or str(uuid.uuid4()),
         "q_kind": kind,
         "q_status": "running" if claiming else "queued",
         "q_content": content,
@@ -302,6 +378,9 @@ async def queue(
         "q_owner": worker.worker_id if worker is not None and claiming else None,
         "q_expires": now + lease if claiming else None,
         "q_lease": lease,
+        "q_opening": opening if opened else (),
+        "o_types": [event.type for event in opening] if opened else None,
+        "o_datas": [event.data for event in opening] if opened else None,
     }
     ran: list[str] = []
     try:

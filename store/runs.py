@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,6 +17,7 @@ from .checkpoints import Checkpoint, thread_status_after
 from .claiming import start_reserving
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
+from .events import NewEvent
 from .leases import Worker, release
 from .queueing import queue
 from .schema import (
@@ -80,6 +82,8 @@ class Claimed:
     """Counted as the run was queued: the user's messages within a window, this one included."""
     conversation: StoredRevision | None = None
     """The thread's conversation as the run was queued (`None`: not read then)."""
+    opening: tuple[NewEvent, ...] = ()
+    """The run's first events, stored with it by the queueing, from `first_event_id` on."""
 
 
 @dataclass(frozen=True)
@@ -154,15 +158,19 @@ class Runs:
         claim_events: int | None = None,
         count_window: timedelta | None = None,
         user_id: str | None = None,
+        run_id: str | None = None,
+        opening: Sequence[NewEvent] = (),
     ) -> Queued:
         """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
 
         With `claim_events`, the run is created claimed by this worker and started (as
         `start_reserving` would, with that many event ids reserved): the worker drives it at once,
         with no transaction of its own to claim it; with `count_window` too, the user's messages
-        within that window, across their threads, are counted for it (for a rate limit). With
-        `user_id`, only a thread of that user is found (a request needs no read of the thread to
-        check whose it is). Refused like `create_message_run`.
+        within that window, across their threads, are counted for it (for a rate limit); with
+        `opening` too, those events of the run (`run_id`, its id) are stored with it, the first
+        reserved ids theirs (`Claimed.opening`): the run's first events cost no transaction of
+        their own. With `user_id`, only a thread of that user is found (a request needs no read of
+        the thread to check whose it is). Refused like `create_message_run`.
         """
         return await self._create(
             thread_id,
@@ -172,6 +180,8 @@ class Runs:
             claim_events=claim_events,
             count_window=count_window,
             user_id=user_id,
+            run_id=run_id,
+            opening=opening,
         )
 
     async def _create(
@@ -184,6 +194,8 @@ class Runs:
         claim_events: int | None = None,
         count_window: timedelta | None = None,
         user_id: str | None = None,
+        run_id: str | None = None,
+        opening: Sequence[NewEvent] = (),
     ) -> Queued:
         # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
@@ -204,6 +216,8 @@ class Runs:
                     claim_events=claim_events,
                     count_since=since,
                     user_id=user_id,
+                    run_id=run_id,
+                    opening=opening,
                 )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.
@@ -235,7 +249,8 @@ class Runs:
         if count_window is not None and state.sent is not None:
             sent = (count_window, state.sent + (kind == "message"))
         first = state.last_event_id - claim_events + 1
-        return Queued(run, True, Claimed(run, state.user_id, first, sent, StoredRevision(state.revision)))
+        revision = StoredRevision(state.revision)
+        return Queued(run, True, Claimed(run, state.user_id, first, sent, revision, tuple(opening)))
 
     async def _keyed(self, thread_id: str, idempotency_key: str | None) -> Run | None:
         if idempotency_key is None:

@@ -17,9 +17,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Literal
 
-from agent import InvalidArguments, decide
+from agent import InvalidArguments, decide, opening_stored
 from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Queued, RunActive, Thread
-from stream import RunFinished, StreamEvent
+from stream import RunFinished, StoredEvent, StreamEvent
 
 from .bodies import validation_details
 from .broker import Subscription
@@ -200,17 +200,18 @@ def follow_run(
     nothing but the reading.
 
     `queued`: the run `start_run_id` as this request just queued it. When the queueing also
-    claimed it here, nothing is read: its block of event ids says where its events start, and the
-    thread is subscribed to now, before the run (a task not started: the request has not let the
-    event loop run since it queued) can store and publish any, so every one of them comes through
-    the subscription. The subscription ends with the iteration, or with the iterator if it is never
-    started.
+    claimed it here, nothing is read: the events the queueing stored with the run come first, from
+    hand (`Claimed.opening`), and the thread is subscribed to now, before the run (a task not
+    started: the request has not let the event loop run since it queued) can store and publish any
+    other, so every later one comes through the subscription. The subscription ends with the
+    iteration, or with the iterator if it is never started.
     """
     if queued is None or not queued.created or queued.claimed is None:
         return _follow(s, thread_id, until_run_id, start_run_id=start_run_id)
-    after = queued.claimed.first_event_id - 1
+    opening = opening_stored(queued.claimed)
+    after = opening[-1].event_id if opening else queued.claimed.first_event_id - 1
     subscription = s.broker.open(thread_id, after=after)
-    events = _follow(s, thread_id, until_run_id, after=after, subscribed=subscription)
+    events = _follow(s, thread_id, until_run_id, after=after, subscribed=subscription, opening=opening)
     weakref.finalize(events, s.broker.close, subscription)
     return events
 
@@ -223,7 +224,15 @@ async def _follow(
     start_run_id: str | None = None,
     after: int | None = None,
     subscribed: Subscription | None = None,
+    opening: Sequence[StoredEvent] = (),
 ) -> AsyncGenerator[list[StreamEvent]]:
+    if opening:
+        try:
+            yield [stored.event for stored in opening]
+        except GeneratorExit:
+            if subscribed is not None:
+                s.broker.close(subscribed)
+            raise
     if after is None:
         assert start_run_id is not None
         after = await s.db.events.before_run(thread_id, start_run_id)

@@ -34,11 +34,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from agent import EVENT_BLOCK, Runtime, message_window, run_step
+from opentelemetry.trace import Span
+
+from agent import (
+    EVENT_BLOCK,
+    Runtime,
+    format_trace_id,
+    message_window,
+    new_event,
+    opening_events,
+    run_step,
+    start_run_span,
+)
 from store import Claimed, DatabaseUnavailable, NotFound, Queued, RunKind, StoreError
+from stream import StoredEvent
 
 __all__ = ("Runner",)
 
@@ -98,6 +111,15 @@ class Runner:
             ApprovalPending: The thread waits for decisions on tool calls.
         """
         claim = not self._closed and len(self._tasks) < self._max_concurrent
+        run_id = str(uuid.uuid4())
+        span, opening = None, []
+        if claim:
+            # Its attempt's span starts now, so the run's opening events, stored with it, carry its
+            # trace id as every later event of the run does. One never ended (a refused run) is
+            # never exported.
+            span = start_run_span(run_id)
+            trace_id = format_trace_id(span)
+            opening = opening_events(run_id, kind, content, trace_id=trace_id)
         queued = await self._runtime.db.runs.queue(
             thread_id,
             kind,
@@ -106,24 +128,32 @@ class Runner:
             claim_events=EVENT_BLOCK if claim else None,
             count_window=message_window(self._runtime.guardrails) if kind == "message" else None,
             user_id=user_id,
+            run_id=run_id,
+            opening=[new_event(event) for event in opening],
         )
         if not queued.created:
             return queued
-        if self._closed and queued.claimed is not None:
+        claimed = queued.claimed
+        if claimed is not None and claimed.opening and self._runtime.publish is not None:
+            # Stored, then published, as every event (`agent.EventLogSink`).
+            first = claimed.first_event_id
+            self._runtime.publish(thread_id, [StoredEvent(first + i, e) for i, e in enumerate(opening)])
+        if self._closed and claimed is not None:
             # Shut down meanwhile: free it for another worker now rather than a lease later.
             await self._runtime.db.runs.requeue(queued.run.run_id)
             return queued
-        self.submit(queued.run.run_id, claimed=queued.claimed)
+        self.submit(queued.run.run_id, claimed=claimed, span=span if claimed is not None else None)
         return queued
 
-    def submit(self, run_id: str, *, claimed: Claimed | None = None) -> None:
+    def submit(self, run_id: str, *, claimed: Claimed | None = None, span: Span | None = None) -> None:
         """Drive the run `run_id` in the background if this worker can claim it; a run driven here already is left alone.
 
-        `claimed`: the run as `queue` claimed it, driven without a claim of its own.
+        `claimed`: the run as `queue` claimed it, driven without a claim of its own; `span`: the span
+        its attempt started with (`agent.start_run_span`).
         """
         if self._closed or run_id in self._tasks:
             return
-        task = asyncio.create_task(self._drive(run_id, claimed), name=f"run {run_id}")
+        task = asyncio.create_task(self._drive(run_id, claimed, span), name=f"run {run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(run_id, None))
 
@@ -234,9 +264,9 @@ class Runner:
             except Exception:
                 logger.exception("%s failed", getattr(action, "__name__", "a periodic task"))
 
-    async def _drive(self, run_id: str, claimed: Claimed | None) -> None:
+    async def _drive(self, run_id: str, claimed: Claimed | None, span: Span | None = None) -> None:
         try:
-            status = await self._drive_until_reachable(run_id, claimed)
+            status = await self._drive_until_reachable(run_id, claimed, span)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)
@@ -245,7 +275,7 @@ class Runner:
         else:
             logger.debug("run %s ended %s", run_id, status)
 
-    async def _drive_until_reachable(self, run_id: str, claimed: Claimed | None) -> str:
+    async def _drive_until_reachable(self, run_id: str, claimed: Claimed | None, span: Span | None) -> str:
         """Drive the run; while the database is unreachable, retry with backoff until shutdown.
 
         An attempt cut short by the database leaves the run `running` (requeueing it needs the
@@ -257,12 +287,12 @@ class Runner:
                 if interrupted:
                     await self._runtime.db.runs.requeue(run_id)
                 async with self._slots:
-                    return await run_step(self._runtime, run_id, claimed=claimed)
+                    return await run_step(self._runtime, run_id, claimed=claimed, span=span)
             except DatabaseUnavailable as error:
                 if self._closed:
                     raise  # the next start recovers it
                 logger.warning("run %s waits for the database (%s)", run_id, error)
-                interrupted, claimed = True, None
+                interrupted, claimed, span = True, None, None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
 
