@@ -10,7 +10,7 @@ idle poll (an hour here) instead of ending.
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -59,12 +59,18 @@ async def finished(s: Services, thread_id: str) -> None:
             pass
 
 
-async def test_a_run_queued_here_streams_whole_from_the_subscription_with_no_read(opened: Services) -> None:
-    s = opened
+async def followed(s: Services) -> tuple[str, AsyncGenerator[list[StreamEvent]]]:
+    """A run queued here and its answer's events, not read yet: its thread, and the events."""
     queued = await queue(s)
     run_id, thread_id = queued.run.run_id, queued.run.thread_id
     events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
-    assert s.broker.followers(thread_id) == 1
+    assert s.broker.followers(thread_id) == 1  # subscribed already
+    return thread_id, events
+
+
+async def test_a_run_queued_here_streams_whole_from_the_subscription_with_no_read(opened: Services) -> None:
+    s = opened
+    thread_id, events = await followed(s)
     await finished(s, thread_id)  # the whole run, stored and published, before the stream is read
     got: list[StreamEvent] = []
     with sent_statements(s.db.engine) as sent, anyio.fail_after(30):
@@ -89,10 +95,7 @@ async def test_a_run_queued_here_streams_whole_from_the_subscription_with_no_rea
 
 async def test_a_stream_never_read_leaves_no_subscription(opened: Services) -> None:
     s = opened
-    queued = await queue(s)
-    run_id, thread_id = queued.run.run_id, queued.run.thread_id
-    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
-    assert s.broker.followers(thread_id) == 1
+    thread_id, events = await followed(s)
     del events  # a response that never started (the client went away first)
     gc.collect()
     assert s.broker.followers(thread_id) == 0
