@@ -314,9 +314,10 @@ def first_then_second(
 
     The first runs; `second_parameters(its row)` says what the second runs with, or `None` to stop
     there (never called without a row). The second's row is read and the transaction committed; a
-    stop or an error rolls it back. `then`: a statement and its rows, run (`executemany`) after the
-    second, in the same transaction, its rows computed from the first's row. Returns the first's row (`None` if it had none) and the
-    second's (`None` if it did not run). `ran` collects the statements for `executed`.
+    stop or an error rolls it back. `then`: a statement and a function of the first's row giving
+    its rows, run (`executemany`) after the second, in the same transaction. Returns the first's
+    row (`None` if it had none) and the second's (`None` if it did not run). `ran` collects the
+    statements for `executed`.
     """
     try:
         ran.append(first_sql)
@@ -329,8 +330,7 @@ def first_then_second(
             return first, None
         ran.append(second_sql)
         [second] = connection.execute(second_sql, parameters).fetchall()
-        more: Sequence[Sequence[Any]] = () if then is None else then[1](first)
-        if then is not None and more:
+        if then is not None and (more := then[1](first)):
             ran.append(then[0])
             connection.executemany(then[0], more)
         connection.commit()

@@ -258,8 +258,11 @@ def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool, boo
 _Outcome = tuple[Refusal | None, Refusals | None, dict[str, Any] | None]
 
 
-async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]) -> _Outcome:
-    """The trip, on a pooled connection: what `queue` returns."""
+async def _queue_on(
+    pooled: Any, statements: _Statements, values: dict[str, Any], opening: Sequence[NewEvent], ran: list[str]
+) -> _Outcome:
+    """The trip, on a pooled connection: what `queue` returns; on SQLite `opening` is stored in it
+    when its statement is there (on PostgreSQL it is one of the statement's own arrays)."""
     mark = statements.mark
     if statements.insert is None:
         ran.append(mark.sql)
@@ -284,7 +287,6 @@ async def _queue_on(pooled: Any, statements: _Statements, values: dict[str, Any]
     then = None
     event = statements.event
     if event is not None:
-        opening: Sequence[NewEvent] = values["q_opening"]
 
         def opening_rows(marked: Sequence[Any]) -> list[tuple[Any, ...]]:
             first = int(marked[1]) - int(values["q_claim"]) + 1
@@ -378,13 +380,12 @@ async def queue(
         "q_owner": worker.worker_id if worker is not None and claiming else None,
         "q_expires": now + lease if claiming else None,
         "q_lease": lease,
-        "q_opening": opening if opened else (),
         "o_types": [event.type for event in opening] if opened else None,
         "o_datas": [event.data for event in opening] if opened else None,
     }
     ran: list[str] = []
     try:
-        return await checked_out(engine, statements.mark.sql, _queue_on, statements, values, ran)
+        return await checked_out(engine, statements.mark.sql, _queue_on, statements, values, opening, ran)
     finally:
         executed(*ran)
 

@@ -18,12 +18,11 @@ import pytest
 
 from store import Queued
 from stream import RunFinished, StreamEvent, TextDelta
-from web import Settings, create_app
 from web.chats import follow_run
 from web.services import Services
 
-from .core_app import core_app
 from .scripted import Calls, Script
+from .served import finished, served
 from .statements import sent_statements
 
 pytestmark = pytest.mark.anyio
@@ -33,16 +32,11 @@ LOOKUP = Calls([("lookup", {"key": "balance"})])
 
 @pytest.fixture
 async def opened(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
-    settings = Settings(
-        database_url=database_url,
-        secret="follow-run-secret",
-        data_dir=tmp_path,
-        sse_poll_seconds=3600,
-        sse_notified_poll_seconds=3600,
-    )
-    app = create_app(settings, app=core_app(Script([LOOKUP, "The balance is 10."])))
-    async with app.router.lifespan_context(app):
-        yield app.state.services
+    script = Script([LOOKUP, "The balance is 10."])
+    async with served(
+        database_url, tmp_path, script, sse_poll_seconds=3600, sse_notified_poll_seconds=3600
+    ) as s:
+        yield s
 
 
 async def queue(s: Services) -> Queued:
@@ -50,13 +44,6 @@ async def queue(s: Services) -> Queued:
     queued = await s.runner.queue(thread.thread_id, "message", content="What is my balance?")
     assert queued.claimed is not None, "claimed at queueing, as the endpoints' runs are"
     return queued
-
-
-async def finished(s: Services, thread_id: str) -> None:
-    """Until the thread's run has published its end (called before the run could publish anything)."""
-    with s.broker.subscribe(thread_id) as watch, anyio.fail_after(30):
-        while not any(isinstance(stored.event, RunFinished) for stored in await watch.next_batch()):
-            pass
 
 
 async def followed(s: Services) -> tuple[str, AsyncGenerator[list[StreamEvent]]]:

@@ -10,29 +10,34 @@ waits its interval after that transaction as after any other. A run not claimed 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import pytest
 
+from agent import EVENT_BLOCK, new_event, opening_events, run_step
 from store import run_trace_id
-from stream import RunFinished
-from web import Settings, create_app
-from web.broker import Subscription
+from stream import CollectingSink
 from web.services import Services
 
-from .core_app import core_app
+from .core_app import CoreFactory
 from .scripted import Calls, Script
+from .served import finished, served, until_finished
 from .statements import sent_statements
-from .test_follow_run import finished, opened  # noqa: F401  (`opened` is a fixture)
 
 pytestmark = pytest.mark.anyio
 
 LOOKUP = Calls([("lookup", {"key": "balance"})])
 
 
-async def test_the_queueing_stores_the_opening_events_in_the_runs_trace(opened: Services) -> None:  # noqa: F811
+@pytest.fixture
+async def opened(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
+    async with served(database_url, tmp_path, Script([LOOKUP, "The balance is 10."])) as s:
+        yield s
+
+
+async def test_the_queueing_stores_the_opening_events_in_the_runs_trace(opened: Services) -> None:
     s = opened
     thread = await s.db.threads.create(user_id="alice")
     with sent_statements(s.db.engine) as sent:
@@ -54,10 +59,10 @@ async def test_the_queueing_stores_the_opening_events_in_the_runs_trace(opened: 
 
 @pytest.fixture
 async def at_its_limit(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
-    settings = Settings(database_url=database_url, secret="opening-secret", data_dir=tmp_path, max_runs=1)
-    app = create_app(settings, app=core_app(Script([LOOKUP, "The balance is 10."], then="Again.")))
-    async with app.router.lifespan_context(app):
-        yield app.state.services
+    async with served(
+        database_url, tmp_path, Script([LOOKUP, "The balance is 10."], then="Again."), max_runs=1
+    ) as s:
+        yield s
 
 
 async def test_a_run_not_claimed_at_queueing_stores_them_when_it_starts(at_its_limit: Services) -> None:
@@ -77,7 +82,25 @@ async def test_a_run_not_claimed_at_queueing_stores_them_when_it_starts(at_its_l
     assert logged[-1].type == "run_finished"
 
 
-async def until_finished(subscription: Subscription) -> None:
-    with anyio.fail_after(30):
-        while not any(isinstance(stored.event, RunFinished) for stored in await subscription.next_batch()):
-            pass
+async def test_a_callers_sink_sees_the_opening_events_the_queueing_stored(core_factory: CoreFactory) -> None:
+    # `run_step(sink=)` sees every event of the run, the two stored before it started included.
+    app = await core_factory(Script([LOOKUP, "The balance is 10."]))
+    thread = await app.thread()
+    run_id = str(uuid.uuid4())
+    opening = opening_events(run_id, "message", "What is my balance?", trace_id=None)
+    queued = await app.db.runs.queue(
+        thread.thread_id,
+        "message",
+        content="What is my balance?",
+        claim_events=EVENT_BLOCK,
+        run_id=run_id,
+        opening=[new_event(event) for event in opening],
+    )
+    assert queued.claimed is not None
+    sink = CollectingSink()
+    assert await run_step(app.runtime, run_id, sink=sink, claimed=queued.claimed) == "completed"
+    assert [event.type for event in sink.events[:3]] == ["run_started", "user_message", "tool_call"]
+    logged = [event.type for event in await app.log(thread)]
+    assert logged.count("run_started") == 1  # stored once, by the queueing
+    assert logged.count("user_message") == 1
+    assert logged[-1] == "run_finished"

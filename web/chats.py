@@ -226,25 +226,24 @@ async def _follow(
     subscribed: Subscription | None = None,
     opening: Sequence[StoredEvent] = (),
 ) -> AsyncGenerator[list[StreamEvent]]:
-    if opening:
-        try:
+    try:
+        if opening:
             yield [stored.event for stored in opening]
-        except GeneratorExit:
-            if subscribed is not None:
-                s.broker.close(subscribed)
-            raise
-    if after is None:
-        assert start_run_id is not None
-        after = await s.db.events.before_run(thread_id, start_run_id)
-    batches = thread_batches(
-        s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s), subscribed=subscribed
-    )
-    async with aclosing(batches):
-        async for batch in batches:
-            events: list[StreamEvent] = []
-            for stored in batch:
-                events.append(stored.event)
-                if isinstance(stored.event, RunFinished) and stored.event.run_id == until_run_id:
-                    yield events
-                    return
-            yield events
+        if after is None:
+            assert start_run_id is not None
+            after = await s.db.events.before_run(thread_id, start_run_id)
+        batches = thread_batches(
+            s.db, s.broker, thread_id, after=after, poll_seconds=idle_poll_seconds(s), subscribed=subscribed
+        )
+        async with aclosing(batches):
+            async for batch in batches:
+                events: list[StreamEvent] = []
+                for stored in batch:
+                    events.append(stored.event)
+                    if isinstance(stored.event, RunFinished) and stored.event.run_id == until_run_id:
+                        yield events
+                        return
+                yield events
+    finally:
+        if subscribed is not None:  # closed however the iteration ends (closing twice does nothing)
+            s.broker.close(subscribed)
