@@ -14,7 +14,7 @@ from stream import ApprovalDecided, event_data
 from .arguments import InvalidArguments, validate_args
 from .eventlog import Publisher, stored_events
 
-__all__ = ("decide",)
+__all__ = ("decide", "denial")
 
 tracer = trace.get_tracer("durable_chat.agent")
 
@@ -120,3 +120,14 @@ def _in_trace(trace_id: str | None) -> context.Context | None:
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def denial(reason: str | None, outcome: str | None) -> str:
+    """What the model is told of a rejected call (a decision `reason`, an `outcome` of `unknown`)."""
+    said = f": {reason}" if reason else "."
+    if outcome == "unknown":
+        return (
+            "This call was started earlier and its outcome is unknown (the process running it stopped "
+            f"before it finished). The reviewer decided not to run it again{said}"
+        )
+    return f"The reviewer rejected this call{said}"

@@ -16,6 +16,12 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   costs a transaction per interval, not per token, and the first event after a pause is not
   delayed. A checkpoint takes the queued events into its own transaction instead. Either way
   they are published, in id order, once their transaction commits.
+- **The first word is not held back while the process is quiet.** The first `text_delta` of a
+  text part starts the writer's transaction at once, whatever the interval, while `hurry()` says
+  so: a fast model answering right after a checkpoint would otherwise have its whole reply wait
+  for the interval, or for the run's last checkpoint. That is one more transaction per text part
+  at most; a busy process spends none (`run_step` hurries while it drives few runs), as
+  PostgreSQL's `commit_delay` waits only when other transactions are active.
 - **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
   lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
@@ -34,6 +40,7 @@ from stream import (
     Sink,
     StoredEvent,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -108,6 +115,7 @@ class EventLogSink:
         worker_id: str | None = None,
         interval: float = 0.05,
         last_id: int = 0,
+        hurry: Callable[[], bool] | None = None,
     ) -> None:
         """`reserved`: a block of ids reserved already, as (first id, count). `last_id`: the newest id
         stored for the run already (its opening events, stored by the queueing just before): that
@@ -116,6 +124,8 @@ class EventLogSink:
 
         `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
         the least time between the starts of two transactions of the writer (or a checkpoint's).
+        `hurry`: whether the first delta of a text part is stored at once, not `interval` after the
+        previous transaction (asked when one is emitted; by default, always).
         """
         self._log = log
         self._thread_id = thread_id
@@ -137,6 +147,9 @@ class EventLogSink:
         self._taken = False
         """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""
         self._failure: BaseException | None = None
+        self._hurry_first_words = hurry or _always
+        self._parts: set[str] = set()
+        """The text parts whose first delta was emitted."""
         self.writes = 0
         """How many transactions of its own the writer committed (for tests and benchmarks)."""
 
@@ -154,6 +167,10 @@ class EventLogSink:
         self._last_id = self._next_id
         self._next_id += 1
         self._unstored.append(stored)
+        if isinstance(event, TextDelta) and event.part_id not in self._parts:
+            self._parts.add(event.part_id)
+            if self._hurry_first_words():
+                self._hurry()
         self._start_writer()
 
     async def flush(self) -> None:
@@ -213,6 +230,14 @@ class EventLogSink:
                 writer.cancel()
             await asyncio.wait([writer])
 
+    def _hurry(self) -> None:
+        """Let the writer's next transaction start now, not `interval` after its previous one."""
+        self._next_write = 0.0
+        writer = self._writer
+        if writer is not None and not writer.done() and not self._writing:
+            writer.cancel()  # waiting for its turn, it holds nothing: a new writer starts at once
+            self._writer = None
+
     def _start_writer(self) -> None:
         idle = self._writer is None or self._writer.done()
         if idle and self._unstored and not self._taken and self._failure is None:
@@ -257,6 +282,10 @@ class EventLogSink:
             # Kept as what it is: the run is to be retried, not failed.
             raise DatabaseUnavailable(f"storing the events of thread {self._thread_id!r} failed: {failure}")
         raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from failure
+
+
+def _always() -> bool:
+    return True
 
 
 class TraceStampSink:

@@ -70,6 +70,8 @@ class Runtime:
     publish: Publisher | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
+    running: int = field(default=0, init=False)
+    """How many runs `run_step` drives on this runtime now."""
     instrumentation: Instrumentation | None = field(init=False, repr=False)
     """pydantic-ai's tracing capability, built once per runtime: each build creates six histograms on
     the global meter that are never freed (a leak of ~330 bytes a run when built per run)."""

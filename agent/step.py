@@ -73,6 +73,7 @@ from stream import (
 from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
+from .approvals import denial
 from .arguments import ToolSchemas
 from .eventlog import (
     EventLogSink,
@@ -104,6 +105,11 @@ tracer = trace.get_tracer("durable_chat.agent")
 
 EVENT_BLOCK = 128
 """Event ids a run reserves at once; a typical turn uses a few dozen."""
+
+
+QUIET_RUNS = 2
+"""While a process drives at most this many runs, the first word of a reply is stored (and so
+shown) at once, not with the events around it: one more transaction when the process can afford it."""
 
 
 class ReusedToolCallId(Exception):
@@ -140,10 +146,14 @@ async def run_step(
     `claimed`: the run as queueing it claimed it for this worker (`Runs.queue`): no claim here.
     `span`: this attempt's span, started already (`start_run_span`), ended here.
     """
-    with trace.use_span(span or start_run_span(run_id), end_on_exit=True) as current:
-        status = await _run_step(runtime, run_id, sink, claimed)
-        current.set_attribute("durable_chat.run.status", status)
-        return status
+    runtime.running += 1
+    try:
+        with trace.use_span(span or start_run_span(run_id), end_on_exit=True) as current:
+            status = await _run_step(runtime, run_id, sink, claimed)
+            current.set_attribute("durable_chat.run.status", status)
+            return status
+    finally:
+        runtime.running -= 1
 
 
 async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: Claimed | None) -> RunStatus:
@@ -164,6 +174,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         run_id=run.run_id,
         worker_id=run.lease_owner,
         last_id=first_event_id + opened - 1 if opened else 0,
+        hurry=lambda: runtime.running <= QUIET_RUNS,
     )
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only
@@ -506,7 +517,7 @@ class _Step:
                 results.approvals[approval.tool_call_id] = ToolApproved(override_args=approval.override_args)
             elif approval.status == "rejected":
                 results.approvals[approval.tool_call_id] = ToolDenied(
-                    _denial(approval.reason, approval.outcome)
+                    denial(approval.reason, approval.outcome)
                 )
         return results
 
@@ -585,14 +596,3 @@ def _args(call: ToolCallPart) -> dict[str, object]:
 
 def _user_safe(error: Exception, texts: Texts) -> str:
     return texts.unavailable if is_transient(error) else texts.failed
-
-
-def _denial(reason: str | None, outcome: str | None) -> str:
-    """What the model is told of a rejected call."""
-    said = f": {reason}" if reason else "."
-    if outcome == "unknown":
-        return (
-            "This call was started earlier and its outcome is unknown (the process running it stopped "
-            f"before it finished). The reviewer decided not to run it again{said}"
-        )
-    return f"The reviewer rejected this call{said}"

@@ -30,6 +30,7 @@ class _Committed(EventLog):
         super().__init__(engine)
         self.committed = committed
         self.transactions = 0
+        self.started = 0
 
     async def insert(
         self,
@@ -39,6 +40,7 @@ class _Committed(EventLog):
         run_id: str | None = None,
         worker_id: str | None = None,
     ) -> None:
+        self.started += 1
         await super().insert(thread_id, events, run_id=run_id, worker_id=worker_id)
         self.committed.update(event_id for event_id, _ in events)
         self.transactions += 1
@@ -51,11 +53,13 @@ class _Published:
         self.committed = committed
         self.events: list[StoredEvent] = []
         self.calls = 0
+        self.arrived = asyncio.Event()
 
     def __call__(self, thread_id: str, events: Sequence[StoredEvent]) -> None:
         assert {stored.event_id for stored in events} <= self.committed, "published before stored"
         self.events.extend(events)
         self.calls += 1
+        self.arrived.set()
 
 
 @pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -95,8 +99,8 @@ def _sink(db: Database, run: Run, first_id: int, publish: _Published, committed:
     )
 
 
-def _delta(run: Run, n: int) -> TextDelta:
-    return TextDelta(run_id=run.run_id, part_id="p", delta=f"{n} ")
+def _delta(run: Run, n: int, part_id: str = "p") -> TextDelta:
+    return TextDelta(run_id=run.run_id, part_id=part_id, delta=f"{n} ")
 
 
 async def test_events_are_published_only_once_stored_and_in_batches(
@@ -190,3 +194,48 @@ async def _emit_until_refused(sink: EventLogSink, run: Run) -> None:
         while True:
             await sink.emit(_delta(run, 1))
             await asyncio.sleep(0.01)
+
+
+async def test_the_first_word_of_a_text_part_is_stored_at_once_while_the_process_is_quiet(
+    workers: tuple[Database, Database],
+) -> None:
+    db, _ = workers
+    run, first_id = await _running(db)
+    committed: set[int] = set()
+    published = _Published(committed)
+    log = _Committed(db.engine, committed)
+    quiet = True
+    # A transaction stored the run's first event just now: the writer's next waits an hour after it.
+    sink = EventLogSink(
+        log,
+        run.thread_id,
+        publish=published,
+        reserved=(first_id + 1, 127),
+        run_id=run.run_id,
+        worker_id="w1",
+        interval=3600,
+        last_id=first_id,
+        hurry=lambda: quiet,
+    )
+    await sink.emit(_delta(run, 0, "a"))  # a part's first word: stored and published at once
+    await _published(published, 1)
+    await sink.emit(_delta(run, 1, "a"))  # not its first: waits for the writer's turn
+    quiet = False
+    await sink.emit(_delta(run, 2, "b"))  # a busy process's first word waits too
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # time for a writer started at once to begin its transaction
+    assert log.started == 1
+    quiet = True
+    await sink.emit(_delta(run, 3, "c"))  # the writer, waiting for its turn, starts now
+    await _published(published, 4)
+    assert log.started == 2
+    assert [stored.event_id for stored in published.events] == list(range(first_id + 1, first_id + 5))
+    await sink.aclose()
+
+
+async def _published(published: _Published, count: int) -> None:
+    """Until `count` events are published (within 20 s)."""
+    with anyio.fail_after(20):
+        while len(published.events) < count:
+            published.arrived.clear()
+            await published.arrived.wait()

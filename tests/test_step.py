@@ -4,13 +4,15 @@ checkpoints, one run at a time, a turn's usage limits. Approvals: `test_approval
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelRequest
 
 from agent import Texts, run_step
-from store import RunActive
-from stream import CollectingSink, transcript
+from store import NotFound, RunActive
+from stream import CollectingSink, StreamEvent, transcript
 
 from .core_app import CoreFactory
 from .scripted import Calls, Script, lines
@@ -118,3 +120,28 @@ async def test_usage_limits_count_each_turn_not_the_whole_conversation(core_fact
         sink = CollectingSink()
         await app.send(thread, "Which plan am I on?", sink=sink)
         assert transcript(sink.events)[-1] == "run_finished completed output='Found it.'"
+
+
+async def test_the_runtime_counts_the_runs_it_drives(core_factory: CoreFactory) -> None:
+    # While few runs are in flight, a reply's first word is stored at once (`EventLogSink`'s `hurry`).
+    app = await core_factory(Script([], then="Hello there, how can I help?"))
+    first, second = await app.thread(), await app.thread()
+    both_streaming = asyncio.Event()
+    seen: list[int] = []
+
+    class Watching(CollectingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "text_delta" and not both_streaming.is_set():
+                seen.append(app.runtime.running)
+                if len(seen) == 2:
+                    both_streaming.set()
+                await both_streaming.wait()
+
+    assert app.runtime.running == 0
+    await asyncio.gather(app.send(first, "Hi", sink=Watching()), app.send(second, "Hi", sink=Watching()))
+    assert seen == [2, 2]
+    assert app.runtime.running == 0
+    with pytest.raises(NotFound):  # no such run: it ends at once, counted out all the same
+        await run_step(app.runtime, "no-such-run")
+    assert app.runtime.running == 0
