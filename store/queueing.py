@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -70,10 +70,13 @@ def _bind(name: str, type_: Any) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=type_)
 
 
-def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool, owned: bool) -> sa.Update:
+def _mark(
+    *, keyed: bool, counting: bool, claiming: bool, titled: bool, owned: bool, creating: str | None
+) -> sa.Update | sa.Insert:
     """Mark the thread running (reserving `q_claim` ids), returning what may refuse the run.
 
-    `owned`: only a thread of the user `q_user_id`; another user's is not found.
+    `owned`: only a thread of the user `q_user_id`; another user's is not found. `creating` (a
+    dialect's name): the thread is created when missing (an upsert, `_creating`).
     """
     threads = _threads.c
     values: dict[str, Any] = {"updated_at": _bind("q_now", UtcDateTime()), "status": "running"}
@@ -116,22 +119,48 @@ def _mark(*, keyed: bool, counting: bool, claiming: bool, titled: bool, owned: b
     # The run's first load needs no trip when the store remembers this revision (`Claimed.conversation`).
     records = _records.alias("thread_conversation")
     revision = sa.select(records.c.revision).where(records.c.conversation_id == this_thread).scalar_subquery()
+    returned = (
+        threads.user_id,
+        threads.last_event_id,
+        key.label("keyed"),
+        active.label("active"),
+        pending.label("pending"),
+        sent.label("sent"),
+        revision.label("revision"),
+    )
+    if creating is not None:
+        return _creating(creating, values, claiming=claiming, titled=titled).returning(*returned)
     found = threads.thread_id == _bind("q_thread_id", sa.String())
     if owned:
         found = sa.and_(found, threads.user_id == _bind("q_user_id", sa.String()))
-    return (
-        _threads.update()
-        .where(found)
-        .values(**values)
-        .returning(
-            threads.user_id,
-            threads.last_event_id,
-            key.label("keyed"),
-            active.label("active"),
-            pending.label("pending"),
-            sent.label("sent"),
-            revision.label("revision"),
-        )
+    return _threads.update().where(found).values(**values).returning(*returned)
+
+
+def _creating(dialect: str, marking: dict[str, Any], *, claiming: bool, titled: bool) -> sa.Insert:
+    """The thread `q_thread_id` of `q_user_id` inserted running, or marked as `marking` says if it
+    exists (and is theirs); neither when `q_unless` names a thread of that user's own (nothing
+    returned: `no thread`). SQLite and PostgreSQL spell the upsert alike."""
+    threads = _threads.c
+    user: Any = _bind("q_user_id", sa.String())
+    now: Any = _bind("q_now", UtcDateTime())
+    row: dict[str, Any] = {
+        "thread_id": _bind("q_thread_id", sa.String()),
+        "user_id": user,
+        "title": _bind("q_title", sa.String()) if titled else sa.literal(""),
+        "status": sa.literal("running"),
+        "created_at": now,
+        "updated_at": now,
+        "last_event_id": _bind("q_claim", sa.BigInteger()) if claiming else sa.literal(0, sa.BigInteger()),
+        "checkpoint_event_id": sa.literal(0, sa.BigInteger()),
+    }
+    own = _threads.alias("own_threads")
+    unless_owned = ~sa.exists().where(
+        own.c.thread_id == _bind("q_unless", sa.String()), own.c.user_id == user
+    )
+    source = sa.select(*(value.label(name) for name, value in row.items())).where(unless_owned)
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_threads)
+    return insert.from_select(list(row), source).on_conflict_do_update(
+        index_elements=[threads.thread_id], set_=marking, where=threads.user_id == user
     )
 
 
@@ -193,7 +222,9 @@ def _pg_opening(marked: sa.CTE, inserted: sa.CTE) -> sa.CTE:
     )
 
 
-def _pg_statement(mark: sa.Update, *, claiming: bool, opening: bool) -> sa.Select[Any, *tuple[Any, ...]]:
+def _pg_statement(
+    mark: sa.Update | sa.Insert, *, claiming: bool, opening: bool
+) -> sa.Select[Any, *tuple[Any, ...]]:
     """PostgreSQL: the mark and the insert in one statement, which refuses itself when the run is refused.
 
     `opening`: the run's first events are stored with it (`_pg_opening`).
@@ -243,9 +274,16 @@ class _Statements:
 
 
 @per_dialect
-def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool, bool]) -> _Statements:
-    keyed, counting, claiming, titled, owned, opening = shape
-    mark = _mark(keyed=keyed, counting=counting, claiming=claiming, titled=titled, owned=owned)
+def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool, bool, bool]) -> _Statements:
+    keyed, counting, claiming, titled, owned, opening, creating = shape
+    mark = _mark(
+        keyed=keyed,
+        counting=counting,
+        claiming=claiming,
+        titled=titled,
+        owned=owned,
+        creating=dialect.name if creating else None,
+    )
     if dialect.name == "postgresql":
         statement = _pg_statement(mark, claiming=claiming, opening=opening)
         return _Statements(Compiled.of(statement, dialect), None, None)
@@ -335,10 +373,13 @@ async def queue(
     user_id: str | None = None,
     run_id: str | None = None,
     opening: Sequence[NewEvent] = (),
+    create_unless: str | None = None,
 ) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
     """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
 
-    With `user_id`, a thread of another user is refused as `no thread`, as a missing one is.
+    With `user_id`, a thread of another user is refused as `no thread`, as a missing one is; with
+    `create_unless` too, a missing thread is created (theirs), unless `create_unless` is the id of
+    a thread of theirs (then refused as `no thread`, nothing written).
     `run_id`: the new run's id (else a new one). `opening`: events of the run stored with it, from
     the first id it reserves, when it is claimed (else they are not stored).
 
@@ -358,6 +399,7 @@ async def queue(
         bool(title),
         user_id is not None,
         opened,
+        create_unless is not None and user_id is not None,
     )
     dialect = engine.dialect
     statements = _statements(dialect, shape)
@@ -380,6 +422,7 @@ async def queue(
         "q_owner": worker.worker_id if worker is not None and claiming else None,
         "q_expires": now + lease if claiming else None,
         "q_lease": lease,
+        "q_unless": create_unless,
         "o_types": [event.type for event in opening] if opened else None,
         "o_datas": [event.data for event in opening] if opened else None,
     }

@@ -160,6 +160,7 @@ class Runs:
         user_id: str | None = None,
         run_id: str | None = None,
         opening: Sequence[NewEvent] = (),
+        create_unless: str | None = None,
     ) -> Queued:
         """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
 
@@ -170,7 +171,10 @@ class Runs:
         `opening` too, those events of the run (`run_id`, its id) are stored with it, the first
         reserved ids theirs (`Claimed.opening`): the run's first events cost no transaction of
         their own. With `user_id`, only a thread of that user is found (a request needs no read of
-        the thread to check whose it is). Refused like `create_message_run`.
+        the thread to check whose it is); with `create_unless` too, a missing thread is created
+        as that user's (a chat's first message makes its thread in the same trip), unless
+        `create_unless` is the id of a thread of theirs: then `NotFound`, nothing written. Refused
+        like `create_message_run`.
         """
         return await self._create(
             thread_id,
@@ -182,6 +186,7 @@ class Runs:
             user_id=user_id,
             run_id=run_id,
             opening=opening,
+            create_unless=create_unless,
         )
 
     async def _create(
@@ -196,6 +201,7 @@ class Runs:
         user_id: str | None = None,
         run_id: str | None = None,
         opening: Sequence[NewEvent] = (),
+        create_unless: str | None = None,
     ) -> Queued:
         # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
@@ -218,6 +224,7 @@ class Runs:
                     user_id=user_id,
                     run_id=run_id,
                     opening=opening,
+                    create_unless=create_unless,
                 )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.

@@ -152,3 +152,43 @@ async def test_of_concurrent_requests_with_one_key_one_queues_the_run(db: Databa
             isinstance(outcome, tuple) and outcome[0].run_id == run.run_id
         )
     assert [r.run_id for r in await db.runs.of_thread(thread.thread_id)] == [run.run_id]
+
+
+async def test_a_run_queued_on_a_missing_thread_can_make_it(db: Database) -> None:
+    queued = await db.runs.queue(
+        "chat-1", "message", content="Hello  there", claim_events=8, user_id="alice", create_unless="c1"
+    )
+    assert queued.claimed is not None
+    assert (queued.claimed.user_id, queued.claimed.first_event_id) == ("alice", 1)
+    thread = await db.threads.get("chat-1", user_id="alice")
+    assert (thread.title, thread.status, thread.last_event_id) == ("Hello there", "running", 8)
+    assert thread.created_at == thread.updated_at == queued.run.created_at
+    # Made already: marked as any thread is, its title kept.
+    await db.runs.finish(queued.run.run_id, "completed")
+    again = await db.runs.queue(
+        "chat-1", "message", content="Later", claim_events=8, user_id="alice", create_unless="c1"
+    )
+    assert again.claimed is not None
+    assert again.claimed.first_event_id == 9
+    assert (await db.threads.get("chat-1")).title == "Hello there"
+
+
+async def test_a_thread_is_not_made_for_a_chat_naming_a_thread_of_the_users_own(db: Database) -> None:
+    own = await db.threads.create(user_id="alice", title="mine")
+    theirs = await db.threads.create(user_id="bob", title="bob's", thread_id="chat-2")
+    for thread_id, user_id, unless in (("chat-1", "alice", own.thread_id), ("chat-2", "alice", "c2")):
+        with pytest.raises(NotFound):
+            await db.runs.queue(
+                thread_id, "message", content="hi", claim_events=8, user_id=user_id, create_unless=unless
+            )
+    with pytest.raises(NotFound):
+        await db.threads.get("chat-1")
+    assert await db.threads.get("chat-2") == theirs  # another user's thread of that id: untouched
+    async with db.engine.connect() as connection:
+        runs = (await connection.execute(sa.text("SELECT count(*) FROM runs"))).scalar_one()
+    assert runs == 0
+    # Bob's chat named by Alice's thread id is only a chat id: Bob's thread is made.
+    queued = await db.runs.queue(
+        "chat-3", "message", content="hi", claim_events=8, user_id="bob", create_unless=own.thread_id
+    )
+    assert (await db.threads.get("chat-3", user_id="bob")).thread_id == queued.run.thread_id

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -157,6 +157,12 @@ def _watch(engine: AsyncEngine, name: str, tally: Tally) -> None:
 Turn = Callable[[], Awaitable[Tally]]
 
 
+class ChatTurn(Protocol):
+    """An AI SDK chat's turn (`ai_sdk_turn`): its second, or with `first` its first."""
+
+    def __call__(self, *, first: bool = False) -> Awaitable[Tally]: ...
+
+
 @asynccontextmanager
 async def _served(
     database_url: str, tmp_path: Path, script: Script
@@ -209,11 +215,12 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
 
 
 @pytest.fixture
-async def ai_sdk_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
-    """`await ai_sdk_turn()` plays the second 3-node turn of an AI SDK chat (one request, its stream read to the end)."""
+async def ai_sdk_turn(database_url: str, tmp_path: Path) -> AsyncIterator[ChatTurn]:
+    """`await ai_sdk_turn()` plays the second 3-node turn of an AI SDK chat (one request, its stream
+    read to the end); `await ai_sdk_turn(first=True)` its first, which makes the chat's thread."""
     async with _served(database_url, tmp_path, Script(_TURN * 2)) as (client, _services, tally, headers):
 
-        async def play() -> Tally:
+        async def play(*, first: bool = False) -> Tally:
             chat_id = str(uuid.uuid4())
 
             async def turn(message_id: str) -> None:
@@ -226,9 +233,11 @@ async def ai_sdk_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
                 assert '"type":"finish","finishReason":"stop"' in streamed
                 await _runs_ended()
 
+            tally.counting = first
             await turn("first")  # the chat's thread is made here
-            tally.counting = True
-            await turn("second")
+            tally.counting = not first
+            if not first:
+                await turn("second")
             tally.counting = False
             return tally
 
@@ -288,11 +297,19 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
         )
 
 
-async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: Turn, database_url: str) -> None:
+async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: ChatTurn, database_url: str) -> None:
     # The run queued straight on the chat's derived thread (no read of it first); its stream started
     # from the run's reserved ids, subscribed before the run could publish (no replay read); and no
     # load of the history: queueing read the conversation's revision, which this worker saved last.
     counted = (await ai_sdk_turn()).summary()
+    assert counted["reads"] == []
+    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["rollbacks outside a transaction"] == 0
+
+
+async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn) -> None:
+    # Its queueing makes the chat's thread in the same trip (`Runs.queue(create_unless=)`).
+    counted = (await ai_sdk_turn(first=True)).summary()
     assert counted["reads"] == []
     assert counted["write transactions (but the writer's)"] == 3
     assert counted["rollbacks outside a transaction"] == 0

@@ -108,21 +108,27 @@ async def queue_chat_message(
 ) -> tuple[str, Queued]:
     """Queue a user message on the chat's thread; its thread id and the queued run.
 
-    Straight on the chat's derived thread first, with no read of it: queueing finds only a thread
-    of `user_id` (`store.Runs.queue`), and the derived thread, the common case, is found that way
-    in the one statement that queues. Else the thread `chat_thread` finds or makes.
+    Straight on the chat's derived thread, with no read of it: queueing finds only a thread of
+    `user_id`, and makes it when missing unless the chat id names a thread of theirs
+    (`store.Runs.queue(create_unless=)`): a chat's every message, its first included, is queued in
+    one trip. Else (the chat is a thread of the user's own) the thread `chat_thread` finds.
     """
     if _valid_chat_id(chat_id):  # else `chat_thread` refuses it
         _check_message(s, content, idempotency_key)
         derived = _derived_thread_id(user_id, chat_id)
         try:
             queued = await s.runner.queue(
-                derived, "message", content=content, idempotency_key=idempotency_key, user_id=user_id
+                derived,
+                "message",
+                content=content,
+                idempotency_key=idempotency_key,
+                user_id=user_id,
+                create_unless=chat_id,
             )
         except (RunActive, ApprovalPending) as error:
             raise ApiError(409, error.code, str(error)) from error
         except NotFound:
-            pass  # not used yet, or the chat names a thread of the user's own
+            pass  # the chat names a thread of the user's own
         else:
             return derived, queued
     thread = await chat_thread(s, user_id, chat_id, create=True)

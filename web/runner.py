@@ -100,10 +100,12 @@ class Runner:
         content: str,
         idempotency_key: str | None = None,
         user_id: str | None = None,
+        create_unless: str | None = None,
     ) -> Queued:
         """Queue a `message` or `regenerate` run (see `store.Runs.queue`) and drive it here if it is new.
 
-        With `user_id`, a thread of another user is not found.
+        With `user_id`, a thread of another user is not found; with `create_unless` too, a missing
+        thread is created as theirs, unless `create_unless` names a thread of theirs.
 
         Raises:
             NotFound: No such thread.
@@ -130,6 +132,7 @@ class Runner:
             user_id=user_id,
             run_id=run_id,
             opening=[new_event(event) for event in opening],
+            create_unless=create_unless,
         )
         if not queued.created:
             return queued
