@@ -313,3 +313,23 @@ async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn
     assert counted["reads"] == []
     assert counted["write transactions (but the writer's)"] == 3
     assert counted["rollbacks outside a transaction"] == 0
+
+
+async def test_an_ag_ui_chats_first_turn_reads_nothing(database_url: str, tmp_path: Path) -> None:
+    # Queued straight on the chat's thread, made in the same trip, as the AI SDK's.
+    async with _served(database_url, tmp_path, Script(_TURN)) as (client, _services, tally, headers):
+        body = {
+            "threadId": str(uuid.uuid4()),
+            "runId": "r1",
+            "messages": [{"id": "u1", "role": "user", "content": "Balance?"}],
+        }
+        tally.counting = True
+        async with client.stream("POST", "/api/ag-ui", json=body, headers=headers) as answer:
+            assert answer.status_code == 200
+            streamed = (await answer.aread()).decode()
+        await _runs_ended()
+        tally.counting = False
+    assert '"type":"RUN_FINISHED"' in streamed
+    counted = tally.summary()
+    assert counted["reads"] == []
+    assert counted["write transactions (but the writer's)"] == 3

@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from store import Queued, Thread
+from store import Queued
 from stream import PendingCall, StreamEvent
 
 from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 from .api import user_of
 from .bodies import read_body, validation_error
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_message
+from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
 from .errors import ApiError
 from .services import Services, services
 from .sse import stream_response
@@ -55,9 +55,16 @@ async def run_agent(request: Request) -> Response:
     # The answer is a stream: refuse one too many before a run is queued, not after.
     s.streams.check(user_id)
     body = await read_body(request, RunAgentInput, max_bytes=s.settings.max_body_bytes)
+    encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id)
+    last = body.messages[-1] if body.messages else None
+    if not body.resume and isinstance(last, UserMessage):
+        # Queued straight on the chat's thread, made in the same trip if new (no read of it).
+        thread_id, queued = await queue_chat_message(
+            s, user_id, body.thread_id, _text(last), idempotency_key=last.id
+        )
+        return _stream(s, thread_id, user_id, queued.run.run_id, encoder, queued=queued)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
     assert thread is not None
-    encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id)
     if body.resume:
         resume_run_id = await decide_all(s, user_id, thread, _answers(body.resume))
         if resume_run_id is None:  # other calls still wait: the same interrupt, for them
@@ -66,17 +73,13 @@ async def run_agent(request: Request) -> Response:
                 PendingCall(tool_call_id=a.tool_call_id, tool_name=a.tool_name, args=a.args) for a in pending
             ]
             return _response(s, user_id, [*encoder.start(), encoder.interrupted(calls)])
-        return _stream(s, thread, resume_run_id, encoder)
-    last = body.messages[-1] if body.messages else None
-    if isinstance(last, UserMessage):
-        queued = await queue_message(s, thread, _text(last), idempotency_key=last.id)
-        return _stream(s, thread, queued.run.run_id, encoder, queued=queued)
+        return _stream(s, thread.thread_id, user_id, resume_run_id, encoder)
     active = await s.db.runs.active(thread.thread_id)
     if active is None:
         raise ApiError(
             422, "nothing_to_run", "the last message must be a new user message, or give resume answers"
         )
-    return _stream(s, thread, active.run_id, encoder)
+    return _stream(s, thread.thread_id, user_id, active.run_id, encoder)
 
 
 def _answers(entries: Sequence[ResumeEntry]) -> list[Answer]:
@@ -107,10 +110,16 @@ def _text(message: UserMessage) -> str:
 
 
 def _stream(
-    s: Services, thread: Thread, run_id: str, encoder: AGUIStream, *, queued: Queued | None = None
+    s: Services,
+    thread_id: str,
+    user_id: str,
+    run_id: str,
+    encoder: AGUIStream,
+    *,
+    queued: Queued | None = None,
 ) -> Response:
-    events = follow_run(s, thread.thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
-    return stream_response(s, _frames(encoder, events), user_id=thread.user_id)
+    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
+    return stream_response(s, _frames(encoder, events), user_id=user_id)
 
 
 def _response(s: Services, user_id: str, events: list[BaseEvent]) -> Response:
