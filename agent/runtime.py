@@ -51,6 +51,9 @@ class RuntimeOptions:
     connection: ConnectionOptions | None = None
     worker: Worker | None = None
     """This process's identity and lease length for claiming runs."""
+    event_interval: float = 0.05
+    """The least time, in seconds, between the starts of two transactions of a run's event writer
+    (group commit, `EventLogSink`)."""
 
 
 @dataclass(kw_only=True)
@@ -68,6 +71,8 @@ class Runtime:
     trace_agent: bool = True
     """Give the agent pydantic-ai's instrumentation in the runs whose traces are sampled."""
     publish: Publisher | None = None
+    event_interval: float = 0.05
+    """See `RuntimeOptions.event_interval`."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
     running: int = field(default=0, init=False)
@@ -102,6 +107,7 @@ class Runtime:
             trace_content=options.trace_content,
             trace_agent=options.trace_agent,
             publish=publish,
+            event_interval=options.event_interval,
         )
 
     def agent_tracing(self) -> list[AbstractCapability[Any]]:

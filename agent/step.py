@@ -108,8 +108,9 @@ EVENT_BLOCK = 128
 
 
 QUIET_RUNS = 2
-"""While a process drives at most this many runs, the first word of a reply is stored (and so
-shown) at once, not with the events around it: one more transaction when the process can afford it."""
+"""While a process that publishes its runs live drives at most this many, the first word of a reply
+is stored (and so shown) at once, not with the events around it: one more transaction when the
+process can afford it, and has followers to show it to."""
 
 
 class ReusedToolCallId(Exception):
@@ -174,7 +175,8 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         run_id=run.run_id,
         worker_id=run.lease_owner,
         last_id=first_event_id + opened - 1 if opened else 0,
-        hurry=lambda: runtime.running <= QUIET_RUNS,
+        interval=runtime.event_interval,
+        hurry=lambda: runtime.publish is not None and runtime.running <= QUIET_RUNS,
     )
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only

@@ -10,7 +10,7 @@ import pytest
 from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelRequest
 
-from agent import Texts, run_step
+from agent import RuntimeOptions, Texts, run_step
 from store import NotFound, RunActive
 from stream import CollectingSink, StreamEvent, transcript
 
@@ -145,3 +145,35 @@ async def test_the_runtime_counts_the_runs_it_drives(core_factory: CoreFactory) 
     with pytest.raises(NotFound):  # no such run: it ends at once, counted out all the same
         await run_step(app.runtime, "no-such-run")
     assert app.runtime.running == 0
+
+
+async def test_a_replys_first_word_is_published_at_once_while_the_process_is_quiet(
+    core_factory: CoreFactory,
+) -> None:
+    # The event writer waits an hour between its transactions: a first word published before the
+    # run's end was stored at once, not taken by the run's last checkpoint.
+    app = await core_factory(
+        Script([LOOKUP, "You are on the plan for acme."]),
+        tenant="acme",
+        options=RuntimeOptions(event_interval=3600),
+    )
+    batches: list[list[str]] = []
+    app.runtime.publish = lambda thread_id, events: batches.append([s.event.type for s in events])
+    await app.send(await app.thread(), "Which plan am I on?")
+    assert batches == snapshot(
+        [
+            ["run_started", "user_message"],
+            ["tool_call"],
+            ["tool_result", "text_delta"],
+            [
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_delta",
+                "text_done",
+                "run_finished",
+            ],
+        ]
+    )
