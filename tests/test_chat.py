@@ -6,6 +6,7 @@ import io
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +66,9 @@ class Terminal:
         while (found := self.output.find(text, self._seen)) < 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._read(remaining):
-                raise AssertionError(f"{text!r} did not appear; the terminal showed:\n{self.output}")
+                raise AssertionError(
+                    f"{text!r} did not appear; the terminal showed:\n{self.output}\n{self._state()}"
+                )
         self._seen = found + len(text)
         return self.output[: self._seen]
 
@@ -85,13 +88,24 @@ class Terminal:
         deadline = time.monotonic() + DEADLINE_SECONDS
         while self._read(max(0.0, deadline - time.monotonic())):
             pass
-        return self._process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            return self._process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the process did not exit; the terminal showed:\n{self.output}\n{self._state()}"
+            ) from None
 
     def close(self) -> None:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
         os.close(self._master)
+
+    def _state(self) -> str:
+        """What the process is doing, when it does not do what was expected (see `process_state`)."""
+        if self._process.poll() is not None:
+            return f"(it exited with status {self._process.returncode})"
+        return process_state(self._process.pid)
 
     def _read(self, timeout: float) -> bool:
         """Read what is there within `timeout`; False at the end of the output (or time)."""
@@ -107,6 +121,45 @@ class Terminal:
         self.raw += chunk.decode(errors="replace")
         self.output = _visible(self.raw)
         return True
+
+
+def process_state(pid: int) -> str:
+    """A stuck process's signal masks, per thread and its own (/proc), and its threads' Python stacks
+    (`py-spy dump`, when py-spy is installed: the `bench` extra)."""
+    lines = [f"process {pid}:"]
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            fields = _status_fields(Path(f"/proc/{pid}/task/{tid}/status"))
+            wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+            shown = " ".join(f"{name} {fields.get(name, '?')}" for name in ("State", "SigPnd", "SigBlk"))
+            lines.append(f"  thread {tid}: {shown} wchan {wchan or '-'}")
+        fields = _status_fields(Path(f"/proc/{pid}/status"))
+        lines.append("  " + " ".join(f"{name} {fields.get(name, '?')}" for name in _PROCESS_SIGNALS))
+    except OSError as error:  # not Linux, or it exited meanwhile
+        lines.append(f"  (no /proc: {error})")
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if py_spy is None:
+        lines.append("(no py-spy for the Python stacks: pip install -e '.[bench]')")
+        return "\n".join(lines)
+    try:
+        dump = subprocess.run(
+            [py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=DEADLINE_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        lines.append("(py-spy dump did not answer)")
+    else:
+        lines.append(dump.stdout + dump.stderr)
+    return "\n".join(lines)
+
+
+_PROCESS_SIGNALS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
+def _status_fields(path: Path) -> dict[str, str]:
+    return {
+        name: value.strip()
+        for name, _, value in (line.partition(":") for line in path.read_text().splitlines())
+    }
 
 
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
