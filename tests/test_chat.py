@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import re
@@ -82,6 +83,16 @@ class Terminal:
     def interrupt(self) -> None:
         """Ctrl-C."""
         self._process.send_signal(signal.SIGINT)
+
+    def interrupt_another_thread(self) -> None:
+        """Ctrl-C as the kernel may hand it to a process, to a thread other than the main one (see
+        `cli.chat._CtrlC`): here every time."""
+        pid = self._process.pid
+        others = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+        assert others, "the chat runs no thread besides its main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, others[0], signal.SIGINT) != 0:
+            raise OSError(ctypes.get_errno(), f"tgkill({pid}, {others[0]}, SIGINT) failed")
 
     def wait(self) -> int:
         """Drain the output until the process exits; return its exit status."""
@@ -279,6 +290,27 @@ def test_ctrl_c_at_the_prompt_ends_the_chat(tmp_path: Path, terminals: list[Term
     chat.expect("you> ")
     chat.interrupt()
     # The thread blocked in `input()` does not keep the process alive.
+    assert chat.wait() == 130
+    assert "Traceback" not in chat.output
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or not hasattr(ctypes.CDLL(None), "tgkill"),
+    reason="sends a signal to one thread of another process: Linux",
+)
+@pytest.mark.parametrize("after_a_reply", [False, True], ids=["first prompt", "after a reply"])
+def test_ctrl_c_that_reaches_another_thread_ends_the_chat(
+    tmp_path: Path, terminals: list[Terminal], after_a_reply: bool
+) -> None:
+    # Python's own signal handler would only flag it for the main thread, idle in the event loop.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url)
+    chat.expect("you> ")
+    if after_a_reply:  # a run sets Ctrl-C to stop it, then back to leaving
+        chat.type("Where is my order ORD-9012?")
+        chat.expect("assistant> Order ORD-9012")
+        chat.expect("you> ")
+    chat.interrupt_another_thread()
     assert chat.wait() == 130
     assert "Traceback" not in chat.output
 
