@@ -286,7 +286,9 @@ class _CtrlC:
     The loop handles it (`loop.add_signal_handler`), not a Python signal handler as `asyncio.run`
     does: the kernel may hand SIGINT to any thread (to another while the main one starts a thread,
     under glibc), and Python then only flags it for the main thread, which a loop idle at the
-    prompt never sees. The loop's handler is woken through its self-pipe from any thread.
+    prompt never sees. The loop's handler is woken through its self-pipe from any thread. It is
+    installed even when the chat started with SIGINT ignored (a script's background job), where
+    `asyncio.run` installs none: the chat's controls need Ctrl-C, at the prompt as in a run.
     """
 
     def __init__(self, task: asyncio.Task[Any]) -> None:

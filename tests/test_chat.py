@@ -32,7 +32,16 @@ DEADLINE_SECONDS = 90
 class Terminal:
     """`python -m cli ARGS` attached to a pseudo-terminal, driven like a person at a keyboard."""
 
-    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None, columns: int = 300) -> None:
+    def __init__(
+        self,
+        *args: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        columns: int = 300,
+        sigint_ignored: bool = False,
+    ) -> None:
+        """`sigint_ignored` starts it with SIGINT ignored, as a non-interactive shell starts a
+        background job (`command &`): a process keeps that across `exec`."""
         environment = {
             name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")
         }
@@ -43,8 +52,11 @@ class Terminal:
         environment.update(TERM="xterm-256color", COLUMNS=str(columns), LINES="50", **(env or {}))
         self._master, slave = os.openpty()
         try:
+            command = [sys.executable, "-m", "cli", *args]
+            if sigint_ignored:
+                command = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "cli", *args],
+                command,
                 cwd=cwd,
                 stdin=slave,
                 stdout=slave,
@@ -190,9 +202,14 @@ def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
 
 
 def start(
-    terminals: list[Terminal], cwd: Path, *args: str, env: dict[str, str] | None = None, columns: int = 300
+    terminals: list[Terminal],
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    columns: int = 300,
+    sigint_ignored: bool = False,
 ) -> Terminal:
-    terminal = Terminal(*args, cwd=cwd, env=env, columns=columns)
+    terminal = Terminal(*args, cwd=cwd, env=env, columns=columns, sigint_ignored=sigint_ignored)
     terminals.append(terminal)
     return terminal
 
@@ -290,6 +307,17 @@ def test_ctrl_c_at_the_prompt_ends_the_chat(tmp_path: Path, terminals: list[Term
     chat.expect("you> ")
     chat.interrupt()
     # The thread blocked in `input()` does not keep the process alive.
+    assert chat.wait() == 130
+    assert "Traceback" not in chat.output
+
+
+def test_ctrl_c_ends_a_chat_started_with_sigint_ignored(tmp_path: Path, terminals: list[Terminal]) -> None:
+    # Started so (by a script, in the background), Python installs no Ctrl-C handler, nor does
+    # `asyncio.run`: the chat's own controls (stop the run, leave) need one all the same.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url, sigint_ignored=True)
+    chat.expect("you> ")
+    chat.interrupt()
     assert chat.wait() == 130
     assert "Traceback" not in chat.output
 
