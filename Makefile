@@ -38,8 +38,9 @@ typecheck: $(BIN)/.installed-dev
 
 check: lint typecheck
 
+# In parallel: one process per core, each test file's tests in one process (module fixtures start once).
 test: check
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 # The page's screenshots in docs/screenshots/, taken by its browser tests (Chromium, a few minutes).
 screenshots: $(BIN)/.installed-dev

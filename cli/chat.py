@@ -16,7 +16,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -36,10 +36,12 @@ from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
 
-__all__ = ("DEFAULT_USER", "EndOfInput", "chat", "read_line")
+__all__ = ("DEFAULT_USER", "INTERRUPTED", "EndOfInput", "chat", "read_line")
 
 DEFAULT_USER = "demo"
 QUIT = "/quit"
+INTERRUPTED = 130
+"""The exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""
 
 
 class EndOfInput(Exception):
@@ -134,6 +136,7 @@ class _Chat:
     printer: _Printer
     sink: TerminalSink
     out: TextIO
+    ctrl_c: _CtrlC
 
     async def loop(self) -> None:
         while True:
@@ -162,23 +165,16 @@ class _Chat:
 
     async def _stopped_by_user(self, run_id: str) -> bool:
         """Drive one run; whether Ctrl-C stopped it."""
-        loop = asyncio.get_running_loop()
         task = asyncio.create_task(self._step(run_id), name=f"run {run_id}")
-        previous = signal.getsignal(signal.SIGINT)
         interrupted = False
 
         def interrupt() -> None:
             nonlocal interrupted
             interrupted = True
-            _restore(loop, previous)  # a second Ctrl-C leaves the chat
             task.cancel()
 
-        installed = _on_sigint(loop, interrupt)
-        try:
+        with self.ctrl_c.stopping(interrupt):
             await asyncio.wait([task])
-        finally:
-            if installed and not interrupted:
-                _restore(loop, previous)
         if not interrupted or not task.cancelled():
             task.result()
             return False
@@ -284,19 +280,65 @@ class _Chat:
         self.sink.say(text)
 
 
+class _CtrlC:
+    """Ctrl-C in the chat: it stops the run being driven (a second one leaves), else it leaves the chat.
+
+    The loop handles it (`loop.add_signal_handler`), not a Python signal handler as `asyncio.run`
+    does: the kernel may hand SIGINT to any thread (to another while the main one starts a thread,
+    under glibc), and Python then only flags it for the main thread, which a loop idle at the
+    prompt never sees. The loop's handler is woken through its self-pipe from any thread. It is
+    installed even when the chat started with SIGINT ignored (a script's background job), where
+    `asyncio.run` installs none: the chat's controls need Ctrl-C, at the prompt as in a run.
+    """
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        """Install the handler: Ctrl-C cancels `task` (the chat's), to leave."""
+        self._loop = task.get_loop()
+        self._task = task
+        self.left = False
+        """Whether Ctrl-C cancelled the chat's task."""
+        self.installed = _on_sigint(self._loop, self._leave)
+        """Whether the loop handles Ctrl-C (POSIX, main thread); elsewhere `asyncio.run` does,
+        raising `KeyboardInterrupt`."""
+
+    @contextlib.contextmanager
+    def stopping(self, stop: Callable[[], None]) -> Generator[None]:
+        """Within, the first Ctrl-C calls `stop` instead of leaving; the next one leaves."""
+        if not self.installed or self.left:
+            yield
+            return
+
+        def first() -> None:
+            _on_sigint(self._loop, self._leave)
+            stop()
+
+        _on_sigint(self._loop, first)
+        try:
+            yield
+        finally:
+            if not self.left:
+                _on_sigint(self._loop, self._leave)
+
+    def close(self) -> None:
+        """Leave Ctrl-C to Python's default again (`KeyboardInterrupt`)."""
+        if self.installed and not self.left:
+            self._loop.remove_signal_handler(signal.SIGINT)
+
+    def _leave(self) -> None:
+        self.left = True
+        # A second Ctrl-C, while the chat closes, interrupts that too (`KeyboardInterrupt`).
+        self._loop.remove_signal_handler(signal.SIGINT)
+        self._task.cancel()
+
+
 def _on_sigint(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> bool:
-    """Call `handler` on Ctrl-C instead of interrupting; whether that could be arranged (POSIX, main thread)."""
+    """Have the loop call `handler` on Ctrl-C, instead of any handler before; whether that could be
+    arranged (POSIX, main thread)."""
     try:
         loop.add_signal_handler(signal.SIGINT, handler)
     except (NotImplementedError, RuntimeError, ValueError):
         return False
     return True
-
-
-def _restore(loop: asyncio.AbstractEventLoop, previous: object) -> None:
-    loop.remove_signal_handler(signal.SIGINT)
-    if callable(previous):
-        signal.signal(signal.SIGINT, previous)  # pyright: ignore[reportArgumentType]  # what asyncio.run had set
 
 
 async def chat(
@@ -308,7 +350,8 @@ async def chat(
     thread_id: str | None = None,
     out: TextIO | None = None,
 ) -> int:
-    """Chat with `app` in the terminal until `/quit` or end of input; return the exit status.
+    """Chat with `app` in the terminal until `/quit`, end of input or Ctrl-C; return the exit status
+    (130, `INTERRUPTED`, after Ctrl-C).
 
     Args:
         app: The app to chat with.
@@ -324,28 +367,42 @@ async def chat(
     terminal = sys.stdout if out is None else out
     sink = TerminalSink(terminal)
     printer = _Printer(sink)
-    async with open_runtime(app, database_url, options=options, publish=printer.publish) as runtime:
-        db = runtime.db
-        if thread_id is None:
-            user_id = user_id or DEFAULT_USER
-            thread = await db.threads.create(user_id=user_id)  # named after its first message
-        else:
-            thread = await db.threads.get(thread_id, user_id=user_id)
-            user_id = thread.user_id
-        session = _Chat(db, runtime, thread, user_id, printer, sink, terminal)
-        terminal.write(
-            f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
-            f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"
-        )
-        terminal.flush()
-        try:
-            if thread_id is not None:
-                await _resume(session)
-            await session.loop()
-        except EndOfInput:
-            terminal.write("\n")
+    task = asyncio.current_task()
+    assert task is not None  # a coroutine run by a task, as asyncio runs every one
+    ctrl_c = _CtrlC(task)
+    try:
+        async with open_runtime(app, database_url, options=options, publish=printer.publish) as runtime:
+            db = runtime.db
+            if thread_id is None:
+                user_id = user_id or DEFAULT_USER
+                thread = await db.threads.create(user_id=user_id)  # named after its first message
+            else:
+                thread = await db.threads.get(thread_id, user_id=user_id)
+                user_id = thread.user_id
+            session = _Chat(db, runtime, thread, user_id, printer, sink, terminal, ctrl_c)
+            terminal.write(
+                f"durable-chat: thread {thread.thread_id} (user {user_id!r}); "
+                f"continue it with --thread {thread.thread_id}; {QUIT} or Ctrl-D to leave\n"
+            )
             terminal.flush()
-        return 0
+            try:
+                if thread_id is not None:
+                    await _resume(session)
+                await session.loop()
+            except EndOfInput:
+                terminal.write("\n")
+                terminal.flush()
+            return 0
+    except asyncio.CancelledError:
+        if not ctrl_c.left or task.uncancel() > 0:
+            raise
+        # Left with Ctrl-C: an interrupted run was put back in its queue; `--thread` continues it.
+        sink.stop_spinner()
+        terminal.write("\n")
+        terminal.flush()
+        return INTERRUPTED
+    finally:
+        ctrl_c.close()
 
 
 @contextlib.asynccontextmanager

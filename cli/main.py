@@ -30,7 +30,7 @@ from agent import (
 from store import Database, SqlConversationStore, StoreError, Thread, current_revision
 from web import Settings, SettingsError, create_app, issue_token
 
-from .chat import DEFAULT_USER, chat
+from .chat import DEFAULT_USER, INTERRUPTED, chat
 from .output import detach_stdout, say
 from .purge import parse_age, purge
 from .server import freeze_startup_objects, server_config
@@ -208,9 +208,10 @@ def _chat(settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id:
             )
         )
     except KeyboardInterrupt:
-        # An interrupted run was put back in its queue; `--thread` continues it.
+        # Ctrl-C the chat's loop does not handle (before it starts, off POSIX, a second one while it
+        # closes). An interrupted run was put back in its queue; `--thread` continues it.
         print(file=sys.stderr)
-        return 130
+        return INTERRUPTED
     finally:
         tracing.shutdown()
 

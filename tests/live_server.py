@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,8 +230,41 @@ def has(event_type: str, count: int = 1) -> Callable[[list[SseEvent]], bool]:
 
 
 def free_port() -> int:
-    """A port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port nothing listens on now, from this test process's own share of ports.
+
+    A port the kernel picks (`bind` to port 0) is free when it is picked, not when the server
+    binds it a second later: a parallel test process (a pytest-xdist worker) could be handed the
+    same one meanwhile, and a server of one worker answer another's requests. So each worker
+    takes the ports of its own share in turn, from a random one (another test session on the
+    machine starts elsewhere), below the range the kernel hands out to connections (32768 and up
+    on Linux; 49152 and up on macOS and Windows).
+    """
+    for port in itertools.islice(_ports, len(_own_ports())):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use, by something else
+                continue
+            return port
+    raise AssertionError(f"no free port in {_own_ports()}, this test process's share of ports")
+
+
+_PORTS = range(20000, 32768)
+
+
+def _own_ports() -> range:
+    """This process's share of `_PORTS`: pytest-xdist worker `gwN` of M has the Nth of M."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = len(_PORTS) // workers
+    start = _PORTS.start + int(worker.removeprefix("gw")) * share
+    return range(start, start + share)
+
+
+def _ports_in_turn() -> Iterator[int]:
+    share = _own_ports()
+    first = secrets.randbelow(len(share))
+    return itertools.cycle([*share[first:], *share[:first]])
+
+
+_ports = _ports_in_turn()

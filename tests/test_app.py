@@ -7,7 +7,6 @@ import os
 import pty
 import re
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from urllib.request import Request, urlopen
 import pytest
 
 from web.tokens import verify_token
+
+from .live_server import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
@@ -171,10 +172,3 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"gave up waiting for {what} after {STARTUP_TIMEOUT} s")
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port

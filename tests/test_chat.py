@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +32,16 @@ DEADLINE_SECONDS = 90
 class Terminal:
     """`python -m cli ARGS` attached to a pseudo-terminal, driven like a person at a keyboard."""
 
-    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None, columns: int = 300) -> None:
+    def __init__(
+        self,
+        *args: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        columns: int = 300,
+        sigint_ignored: bool = False,
+    ) -> None:
+        """`sigint_ignored` starts it with SIGINT ignored, as a non-interactive shell starts a
+        background job (`command &`): a process keeps that across `exec`."""
         environment = {
             name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")
         }
@@ -41,8 +52,11 @@ class Terminal:
         environment.update(TERM="xterm-256color", COLUMNS=str(columns), LINES="50", **(env or {}))
         self._master, slave = os.openpty()
         try:
+            command = [sys.executable, "-m", "cli", *args]
+            if sigint_ignored:
+                command = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "cli", *args],
+                command,
                 cwd=cwd,
                 stdin=slave,
                 stdout=slave,
@@ -65,7 +79,9 @@ class Terminal:
         while (found := self.output.find(text, self._seen)) < 0:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._read(remaining):
-                raise AssertionError(f"{text!r} did not appear; the terminal showed:\n{self.output}")
+                raise AssertionError(
+                    f"{text!r} did not appear; the terminal showed:\n{self.output}\n{self._state()}"
+                )
         self._seen = found + len(text)
         return self.output[: self._seen]
 
@@ -80,18 +96,39 @@ class Terminal:
         """Ctrl-C."""
         self._process.send_signal(signal.SIGINT)
 
+    def interrupt_another_thread(self) -> None:
+        """Ctrl-C as the kernel may hand it to a process, to a thread other than the main one (see
+        `cli.chat._CtrlC`): here every time."""
+        pid = self._process.pid
+        others = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+        assert others, "the chat runs no thread besides its main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, others[0], signal.SIGINT) != 0:
+            raise OSError(ctypes.get_errno(), f"tgkill({pid}, {others[0]}, SIGINT) failed")
+
     def wait(self) -> int:
         """Drain the output until the process exits; return its exit status."""
         deadline = time.monotonic() + DEADLINE_SECONDS
         while self._read(max(0.0, deadline - time.monotonic())):
             pass
-        return self._process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            return self._process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the process did not exit; the terminal showed:\n{self.output}\n{self._state()}"
+            ) from None
 
     def close(self) -> None:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
         os.close(self._master)
+
+    def _state(self) -> str:
+        """What the process is doing, when it does not do what was expected (see `process_state`)."""
+        if self._process.poll() is not None:
+            return f"(it exited with status {self._process.returncode})"
+        return process_state(self._process.pid)
 
     def _read(self, timeout: float) -> bool:
         """Read what is there within `timeout`; False at the end of the output (or time)."""
@@ -107,6 +144,45 @@ class Terminal:
         self.raw += chunk.decode(errors="replace")
         self.output = _visible(self.raw)
         return True
+
+
+def process_state(pid: int) -> str:
+    """A stuck process's signal masks, per thread and its own (/proc), and its threads' Python stacks
+    (`py-spy dump`, when py-spy is installed: the `bench` extra)."""
+    lines = [f"process {pid}:"]
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            fields = _status_fields(Path(f"/proc/{pid}/task/{tid}/status"))
+            wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+            shown = " ".join(f"{name} {fields.get(name, '?')}" for name in ("State", "SigPnd", "SigBlk"))
+            lines.append(f"  thread {tid}: {shown} wchan {wchan or '-'}")
+        fields = _status_fields(Path(f"/proc/{pid}/status"))
+        lines.append("  " + " ".join(f"{name} {fields.get(name, '?')}" for name in _PROCESS_SIGNALS))
+    except OSError as error:  # not Linux, or it exited meanwhile
+        lines.append(f"  (no /proc: {error})")
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if py_spy is None:
+        lines.append("(no py-spy for the Python stacks: pip install -e '.[bench]')")
+        return "\n".join(lines)
+    try:
+        dump = subprocess.run(
+            [py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=DEADLINE_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        lines.append("(py-spy dump did not answer)")
+    else:
+        lines.append(dump.stdout + dump.stderr)
+    return "\n".join(lines)
+
+
+_PROCESS_SIGNALS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
+def _status_fields(path: Path) -> dict[str, str]:
+    return {
+        name: value.strip()
+        for name, _, value in (line.partition(":") for line in path.read_text().splitlines())
+    }
 
 
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -126,9 +202,14 @@ def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
 
 
 def start(
-    terminals: list[Terminal], cwd: Path, *args: str, env: dict[str, str] | None = None, columns: int = 300
+    terminals: list[Terminal],
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    columns: int = 300,
+    sigint_ignored: bool = False,
 ) -> Terminal:
-    terminal = Terminal(*args, cwd=cwd, env=env, columns=columns)
+    terminal = Terminal(*args, cwd=cwd, env=env, columns=columns, sigint_ignored=sigint_ignored)
     terminals.append(terminal)
     return terminal
 
@@ -226,6 +307,38 @@ def test_ctrl_c_at_the_prompt_ends_the_chat(tmp_path: Path, terminals: list[Term
     chat.expect("you> ")
     chat.interrupt()
     # The thread blocked in `input()` does not keep the process alive.
+    assert chat.wait() == 130
+    assert "Traceback" not in chat.output
+
+
+def test_ctrl_c_ends_a_chat_started_with_sigint_ignored(tmp_path: Path, terminals: list[Terminal]) -> None:
+    # Started so (by a script, in the background), Python installs no Ctrl-C handler, nor does
+    # `asyncio.run`: the chat's own controls (stop the run, leave) need one all the same.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url, sigint_ignored=True)
+    chat.expect("you> ")
+    chat.interrupt()
+    assert chat.wait() == 130
+    assert "Traceback" not in chat.output
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or not hasattr(ctypes.CDLL(None), "tgkill"),
+    reason="sends a signal to one thread of another process: Linux",
+)
+@pytest.mark.parametrize("after_a_reply", [False, True], ids=["first prompt", "after a reply"])
+def test_ctrl_c_that_reaches_another_thread_ends_the_chat(
+    tmp_path: Path, terminals: list[Terminal], after_a_reply: bool
+) -> None:
+    # Python's own signal handler would only flag it for the main thread, idle in the event loop.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url)
+    chat.expect("you> ")
+    if after_a_reply:  # a run sets Ctrl-C to stop it, then back to leaving
+        chat.type("Where is my order ORD-9012?")
+        chat.expect("assistant> Order ORD-9012")
+        chat.expect("you> ")
+    chat.interrupt_another_thread()
     assert chat.wait() == 130
     assert "Traceback" not in chat.output
 

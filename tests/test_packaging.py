@@ -11,6 +11,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_TOOLS = (
     "pytest",
+    "pytest-xdist",
     "hypothesis",
     "playwright",
     "pyright",
@@ -49,3 +50,5 @@ def test_make_run_installs_what_serving_needs_and_make_test_the_test_tools(tmp_p
     assert "[dev]" not in run
     assert "durable-chat serve" in run
     assert "pip install --quiet -e '.[dev]'" in test
+    # The suite in parallel, each test file in one process.
+    assert "python -m pytest -n auto --dist loadfile\n" in test
