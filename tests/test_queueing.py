@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from store import ApprovalPending, Database, NotFound, PendingCall, RunActive, Worker, insert_pending
+from store import ApprovalPending, Database, NotFound, PendingCall, Queued, RunActive, Worker, insert_pending
 from store.schema import ThreadRow, metadata
 
 from .conftest import MigratedDatabases
@@ -192,3 +192,29 @@ async def test_a_thread_is_not_made_for_a_chat_naming_a_thread_of_the_users_own(
         "chat-3", "message", content="hi", claim_events=8, user_id="bob", create_unless=own.thread_id
     )
     assert (await db.threads.get("chat-3", user_id="bob")).thread_id == queued.run.thread_id
+
+
+async def test_of_concurrent_first_messages_of_a_chat_one_makes_its_thread_and_queues(db: Database) -> None:
+    def first(thread_id: str, key: str | None) -> Awaitable[Queued]:
+        # The chat's own id (`create_unless`) is another than its thread's, as a derived thread's is.
+        return db.runs.queue(
+            thread_id,
+            "message",
+            content="hi",
+            idempotency_key=key,
+            claim_events=8,
+            user_id="alice",
+            create_unless=f"id of {thread_id}",
+        )
+
+    # The same first message sent four times at once (one key): one thread, one run, each answer that run.
+    same = await asyncio.gather(*(first("chat-1", "m1") for _ in range(4)), return_exceptions=True)
+    queued = [outcome for outcome in same if isinstance(outcome, Queued)]
+    assert len({outcome.run.run_id for outcome in queued}) == 1
+    assert [outcome.created for outcome in queued].count(True) == 1
+    assert all(isinstance(outcome, (Queued, RunActive)) for outcome in same)
+    # Four different first messages at once: one queues, the others find its run active.
+    fresh = await asyncio.gather(*(first("chat-2", None) for _ in range(4)), return_exceptions=True)
+    assert sum(isinstance(outcome, Queued) for outcome in fresh) == 1
+    assert sum(isinstance(outcome, RunActive) for outcome in fresh) == 3
+    assert (await db.threads.get("chat-2", user_id="alice")).status == "running"
