@@ -412,6 +412,19 @@ async def test_bad_ag_ui_requests(open_api: OpenApi) -> None:
             (422, "validation_error"),
         ),
         ({"threadId": "ag-idle", "runId": "r", "messages": []}, (422, "nothing_to_run")),
+        # A user message, queued straight on its chat's thread: refused as the native API refuses it.
+        (
+            {"threadId": "x" * 201, "runId": "r", "messages": [{"id": "u", "role": "user", "content": "hi"}]},
+            (422, "validation_error"),
+        ),
+        (
+            {"threadId": "ag-new", "runId": "r", "messages": [{"id": "u", "role": "user", "content": " "}]},
+            (422, "validation_error"),
+        ),
+        (
+            {"threadId": "ag-bad", "runId": "r", "messages": [{"id": "u2", "role": "user", "content": "hi"}]},
+            (409, "approval_pending"),
+        ),
         (resume("not-an-interrupt", {"approved": True}), (404, "not_found")),
         (resume("int-no-such-call", {"approved": True}), (404, "not_found")),
         (resume(interrupt_id, {"approved": "yes"}), (422, "validation_error")),

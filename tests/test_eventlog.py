@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 
 import anyio
@@ -86,16 +86,35 @@ async def _running(db: Database) -> tuple[Run, int]:
     return started[0], started[2]
 
 
-def _sink(db: Database, run: Run, first_id: int, publish: _Published, committed: set[int]) -> EventLogSink:
-    """A sink whose writer starts a transaction as soon as it has something to store."""
+def _logged(db: Database) -> tuple[_Committed, _Published]:
+    """The event log of `db`, noting what committed, and a publisher checking against it."""
+    committed: set[int] = set()
+    return _Committed(db.engine, committed), _Published(committed)
+
+
+def _sink(
+    log: _Committed,
+    published: _Published,
+    run: Run,
+    first_id: int,
+    *,
+    reserved: tuple[int, int] | None = None,
+    interval: float = 0.05,
+    last_id: int = 0,
+    hurry: Callable[[], bool] | None = None,
+) -> EventLogSink:
+    """A sink of `run` (its worker's) through `log`, from the 128 ids it reserved at `first_id`
+    unless `reserved` says otherwise; the rest as `EventLogSink` takes it."""
     return EventLogSink(
-        _Committed(db.engine, committed),
+        log,
         run.thread_id,
-        publish=publish,
-        reserved=(first_id, 128),
+        publish=published,
+        reserved=reserved or (first_id, 128),
         run_id=run.run_id,
         worker_id=run.lease_owner,
-        interval=0,
+        interval=interval,
+        last_id=last_id,
+        hurry=hurry,
     )
 
 
@@ -108,12 +127,8 @@ async def test_events_are_published_only_once_stored_and_in_batches(
 ) -> None:
     db, _ = workers
     run, first_id = await _running(db)
-    committed: set[int] = set()
-    published = _Published(committed)
-    log = _Committed(db.engine, committed)
-    sink = EventLogSink(
-        log, run.thread_id, publish=published, reserved=(first_id, 128), run_id=run.run_id, worker_id="w1"
-    )
+    log, published = _logged(db)
+    sink = _sink(log, published, run, first_id)
     for n in range(50):
         await sink.emit(_delta(run, n))
     assert published.events == []  # nothing is out before its transaction commits
@@ -143,9 +158,8 @@ async def test_a_checkpoint_takes_the_queued_events_after_the_write_in_flight(
 ) -> None:
     db, _ = workers
     run, first_id = await _running(db)
-    committed: set[int] = set()
-    published = _Published(committed)
-    sink = _sink(db, run, first_id, published, committed)
+    log, published = _logged(db)
+    sink = _sink(log, published, run, first_id, interval=0)  # a transaction as soon as there is an event
     await sink.emit(_delta(run, 0))
     await asyncio.sleep(0)  # the writer starts its transaction
     await sink.emit(_delta(run, 1))
@@ -159,7 +173,7 @@ async def test_a_checkpoint_takes_the_queued_events_after_the_write_in_flight(
     await db.events.insert(
         run.thread_id, [(s.event_id, NewEvent(run.run_id, "text_delta", b"{}")) for s in pending]
     )
-    committed.update(s.event_id for s in pending)
+    log.committed.update(s.event_id for s in pending)
     sink.stored(pending)
     await sink.flush()
     assert [stored.event_id for stored in published.events] == [first_id, first_id + 1, first_id + 2]
@@ -170,9 +184,8 @@ async def test_a_worker_that_lost_the_run_stores_and_publishes_nothing(
 ) -> None:
     first, second = workers
     run, first_id = await _running(first)
-    committed: set[int] = set()
-    published = _Published(committed)
-    sink = _sink(first, run, first_id, published, committed)
+    log, published = _logged(first)
+    sink = _sink(log, published, run, first_id, interval=0)
     await sink.emit(_delta(run, 0))
     await sink.flush()
     # The lease lapses and the second worker takes the run over.
@@ -201,18 +214,15 @@ async def test_the_first_word_of_a_text_part_is_stored_at_once_while_the_process
 ) -> None:
     db, _ = workers
     run, first_id = await _running(db)
-    committed: set[int] = set()
-    published = _Published(committed)
-    log = _Committed(db.engine, committed)
+    log, published = _logged(db)
     quiet = True
     # A transaction stored the run's first event just now: the writer's next waits an hour after it.
-    sink = EventLogSink(
+    sink = _sink(
         log,
-        run.thread_id,
-        publish=published,
+        published,
+        run,
+        first_id,
         reserved=(first_id + 1, 127),
-        run_id=run.run_id,
-        worker_id="w1",
         interval=3600,
         last_id=first_id,
         hurry=lambda: quiet,

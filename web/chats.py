@@ -35,7 +35,6 @@ __all__ = (
     "decide_all",
     "follow_run",
     "queue_chat_message",
-    "queue_message",
 )
 
 MAX_CHAT_ID = 200
@@ -89,7 +88,7 @@ def check_length(s: Services, content: str) -> None:
         )
 
 
-async def queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Queued:
+async def _queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Queued:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
     _check_message(s, content, idempotency_key)
     try:
@@ -133,7 +132,7 @@ async def queue_chat_message(
             return derived, queued
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
-    return thread.thread_id, await queue_message(s, thread, content, idempotency_key=idempotency_key)
+    return thread.thread_id, await _queue_message(s, thread, content, idempotency_key=idempotency_key)
 
 
 def _check_message(s: Services, content: str, idempotency_key: str | None) -> None:
