@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 
 import anyio
@@ -31,6 +31,9 @@ class _Committed(EventLog):
         self.committed = committed
         self.transactions = 0
         self.started = 0
+        self.gate: asyncio.Event | None = None
+        """When set, each transaction waits for it to open (after `held` is set)."""
+        self.held = asyncio.Event()
 
     async def insert(
         self,
@@ -41,6 +44,9 @@ class _Committed(EventLog):
         worker_id: str | None = None,
     ) -> None:
         self.started += 1
+        if self.gate is not None:
+            self.held.set()
+            await self.gate.wait()
         await super().insert(thread_id, events, run_id=run_id, worker_id=worker_id)
         self.committed.update(event_id for event_id, _ in events)
         self.transactions += 1
@@ -249,3 +255,42 @@ async def _published(published: _Published, count: int) -> None:
         while len(published.events) < count:
             published.arrived.clear()
             await published.arrived.wait()
+
+
+async def _loop_turns(emitted: Awaitable[None]) -> int:
+    """How many times the event loop ran its ready callbacks while `emitted` was awaited (0 or 1)."""
+    turns = 0
+
+    def turned() -> None:
+        nonlocal turns
+        turns += 1
+
+    handle = asyncio.get_running_loop().call_soon(turned)
+    await emitted
+    handle.cancel()
+    return turns
+
+
+async def test_while_the_first_words_transaction_is_in_flight_each_emit_lets_the_loop_turn(
+    workers: tuple[Database, Database],
+) -> None:
+    """A model streaming without pause keeps the loop: its first word's commit would not be read
+    (nor the word published) until the run next waits, often its last checkpoint."""
+    db, _ = workers
+    run, first_id = await _running(db)
+    log, published = _logged(db)
+    log.gate = asyncio.Event()  # the writer's transaction stays in flight until it opens
+    quiet = True
+    sink = _sink(log, published, run, first_id, interval=3600, hurry=lambda: quiet)
+    assert await _loop_turns(sink.emit(_delta(run, 0))) == 0  # the writer is started, not yet writing
+    with anyio.fail_after(20):
+        await log.held.wait()
+    assert await _loop_turns(sink.emit(_delta(run, 1))) == 1  # in flight: the loop turns
+    quiet = False
+    assert await _loop_turns(sink.emit(_delta(run, 2))) == 0  # a busy process's loop turns anyway
+    quiet = True
+    log.gate.set()
+    await _published(published, 1)
+    assert await _loop_turns(sink.emit(_delta(run, 3))) == 0  # nothing in flight
+    await sink.aclose()
+    assert [stored.event_id for stored in published.events] == [first_id]
