@@ -1,9 +1,10 @@
 """Server CPU per turn of two versions of our code, interleaved: a git ref against the working tree.
 
     python -m bench.cpu_ab [--base HEAD] [--protocol ai-sdk|native] [--users 20] [--rounds 8]
-                           [--seconds 2] [--alone 20]
+                           [--seconds 2] [--alone 20] [--postgres URL]
 
-Both servers (`durable-chat serve` on SQLite, each its own database) are pinned to core 1 and take
+Both servers (`durable-chat serve` on SQLite, or with `--postgres` each in its own scratch
+database on that server) are pinned to core 1 and take
 rounds in alternating order, as `bench.cpu` runs its sides; each round's CPU is read from /proc.
 Then one user alone takes `--alone` turns on each in turn (the first delta). Prints the medians and
 the ratio. For A/B work on a shared machine: the alternation spreads other load over both sides,
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from bench.cpu import measure, pinned, prepare
 from bench.cpu_report import AI_SDK, NATIVE
-from bench.web import ROOT, ours_argv, server_env, snapshot
+from bench.web import ROOT, ours_argv, postgres_database, server_env, snapshot
 from bench.web_process import ServerProcess, start_server
 
 
@@ -49,7 +50,10 @@ async def run(arguments: argparse.Namespace) -> None:
     async with AsyncExitStack() as stack:
         servers: dict[str, ServerProcess] = {}
         for number, (name, source) in enumerate(sources.items()):
-            url = f"sqlite+aiosqlite:///{logs / f'ab-{number}.db'}"
+            if arguments.postgres:
+                url = await stack.enter_async_context(postgres_database(arguments.postgres))
+            else:
+                url = f"sqlite+aiosqlite:///{logs / f'ab-{number}.db'}"
             await prepare(url)
             servers[name] = await start_server(f"ab-{number}", pinned(ours_argv(url)), env, logs, cwd=source)
             stack.push_async_callback(servers[name].stop)
@@ -73,7 +77,10 @@ async def run(arguments: argparse.Namespace) -> None:
                 result = (await measure(servers[name], side, 1, seconds=None, turns=1, settle=0))[0]
                 first[name].extend(result.first_delta)
     base, new = (statistics.median(cpu[name]) for name in names)
-    print(f"\n{arguments.protocol}, {arguments.users} users, {arguments.rounds} rounds each (medians):")
+    database = "PostgreSQL" if arguments.postgres else "SQLite"
+    print(
+        f"\n{database}, {arguments.protocol}, {arguments.users} users, {arguments.rounds} rounds each (medians):"
+    )
     for name in names:
         print(f"  {name:<14} {statistics.median(cpu[name]) * 1000:6.2f} ms/turn", end="")
         if first[name]:
@@ -89,6 +96,7 @@ def main() -> int:
     parser.add_argument("--base", default="HEAD", help="the git ref to compare the working tree with")
     parser.add_argument("--protocol", choices=["ai-sdk", "native"], default="ai-sdk")
     parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--postgres", metavar="URL", help="on a scratch database of this PostgreSQL server")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--alone", type=int, default=20, help="turns of one user alone on each (first delta)")
