@@ -1,50 +1,56 @@
 """The agent core: the `ChatApp` seam, the step function, approvals, guardrails, the ledger.
 
 The demo shop is an example app in `agent.demo`; nothing here imports it.
+
+Each name is imported on first use (PEP 562): reading a constant such as `DEFAULT_APP` does not import
+pydantic-ai's agent.
 """
 
 from __future__ import annotations
 
-from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
-from .approvals import decide
-from .arguments import InvalidArguments, ToolSchemas, validate_args
-from .cancellation import Cancellation, cancel, interrupted_messages
-from .eventlog import EventLogSink, Publisher, new_event, opening_events, opening_stored, stored_events
-from .guardrails import (
-    HIDE_BLOCKED_TURNS,
-    Guardrail,
-    GuardrailContext,
-    Guardrails,
-    MessageRate,
-    PatternGuardrail,
-    StreamingGuardrail,
-    TextScanner,
-    default_guardrails,
-    first_tripped,
-    injection_guardrail,
-    leak_guardrail,
-    message_window,
-)
-from .ledger import ToolLedger
-from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
-from .logs import LOG_FORMAT, format_trace_id, install_log_filters
-from .records import RunRecords
-from .redaction import secrets_from_environment
-from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
-from .retries import ModelRetries
-from .run_hooks import RunHooks
-from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
-from .step import EVENT_BLOCK, run_step, start_run_span
-from .texts import Texts
-from .tool_failures import ToolFailures
-from .tracing import (
-    DEFAULT_SAMPLE_RATIO,
-    RunSampler,
-    TracingConfig,
-    TracingUnavailable,
-    instrumentation,
-    setup_tracing,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
+    from .approvals import decide
+    from .arguments import InvalidArguments, ToolSchemas, validate_args
+    from .cancellation import Cancellation, cancel, interrupted_messages
+    from .eventlog import EventLogSink, Publisher, new_event, opening_events, opening_stored, stored_events
+    from .guardrails import (
+        HIDE_BLOCKED_TURNS,
+        Guardrail,
+        GuardrailContext,
+        Guardrails,
+        MessageRate,
+        PatternGuardrail,
+        StreamingGuardrail,
+        TextScanner,
+        default_guardrails,
+        first_tripped,
+        injection_guardrail,
+        leak_guardrail,
+        message_window,
+    )
+    from .ledger import ToolLedger
+    from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
+    from .logs import LOG_FORMAT, format_trace_id, install_log_filters
+    from .records import RunRecords
+    from .redaction import secrets_from_environment
+    from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
+    from .retries import ModelRetries
+    from .run_hooks import RunHooks
+    from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
+    from .step import EVENT_BLOCK, run_step, start_run_span
+    from .texts import Texts
+    from .tool_failures import ToolFailures
+    from .tracing import (
+        DEFAULT_SAMPLE_RATIO,
+        RunSampler,
+        TracingConfig,
+        TracingUnavailable,
+        instrumentation,
+        setup_tracing,
+    )
 
 __all__ = (
     "DEFAULT_APP",
@@ -111,3 +117,64 @@ __all__ = (
     "validate_args",
     "without_last_turn",
 )
+
+_EXPORTS = {
+    "app": ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits"),
+    "approvals": ("decide",),
+    "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),
+    "cancellation": ("Cancellation", "cancel", "interrupted_messages"),
+    "eventlog": (
+        "EventLogSink",
+        "Publisher",
+        "new_event",
+        "opening_events",
+        "opening_stored",
+        "stored_events",
+    ),
+    "guardrails": (
+        "HIDE_BLOCKED_TURNS",
+        "Guardrail",
+        "GuardrailContext",
+        "Guardrails",
+        "MessageRate",
+        "PatternGuardrail",
+        "StreamingGuardrail",
+        "TextScanner",
+        "default_guardrails",
+        "first_tripped",
+        "injection_guardrail",
+        "leak_guardrail",
+        "message_window",
+    ),
+    "ledger": ("ToolLedger",),
+    "loader": ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app"),
+    "logs": ("LOG_FORMAT", "format_trace_id", "install_log_filters"),
+    "records": ("RunRecords",),
+    "redaction": ("secrets_from_environment",),
+    "regenerate": ("NothingToRegenerate", "last_prompt", "without_last_turn"),
+    "retries": ("ModelRetries",),
+    "run_hooks": ("RunHooks",),
+    "runtime": ("Runtime", "RuntimeOptions", "UnknownModel", "open_runtime", "resolve_model"),
+    "step": ("EVENT_BLOCK", "run_step", "start_run_span"),
+    "texts": ("Texts",),
+    "tool_failures": ("ToolFailures",),
+    "tracing": (
+        "DEFAULT_SAMPLE_RATIO",
+        "RunSampler",
+        "TracingConfig",
+        "TracingUnavailable",
+        "instrumentation",
+        "setup_tracing",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # The import statement's own path, which `python -X importtime` logs; `importlib.import_module`
+    # would leave the module out of the log that start-up is measured with.
+    module = __import__(_MODULE_OF[name], globals(), fromlist=(name,), level=1)
+    value = globals()[name] = getattr(module, name)
+    return value

@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .app import ChatApp
+if TYPE_CHECKING:
+    from .app import ChatApp
 
 __all__ = ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app")
 
@@ -90,6 +91,10 @@ def _import(module_name: str) -> object:
 
 
 def _as_app(spec: str, found: object) -> ChatApp[Any]:
+    # Imported here: reading `DEFAULT_APP` or `OWN_PACKAGES` (the settings, every CLI command's
+    # logging) must not import pydantic-ai's agent.
+    from .app import ChatApp
+
     if isinstance(found, ChatApp):
         return found  # pyright: ignore[reportUnknownVariableType]
     if not callable(found):

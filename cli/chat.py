@@ -35,10 +35,10 @@ from store import Approval, Database, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines
+from .users import DEFAULT_USER
 
 __all__ = ("DEFAULT_USER", "INTERRUPTED", "EndOfInput", "chat", "read_line")
 
-DEFAULT_USER = "demo"
 QUIT = "/quit"
 INTERRUPTED = 130
 """The exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""

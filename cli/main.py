@@ -1,4 +1,9 @@
-"""`durable-chat`: the argument parser and one function per subcommand."""
+"""`durable-chat`: the argument parser and one function per subcommand.
+
+Each subcommand imports what it needs when it runs: `token` signs with the secret alone, `threads`,
+`migrate` and `purge` open the store without the agent, and only `serve` and `chat` import the
+agent, Starlette and uvicorn (`docs/operations.md`, "Command start-up").
+"""
 
 from __future__ import annotations
 
@@ -7,34 +12,24 @@ import asyncio
 import contextlib
 import logging
 import re
-import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
+from agent import LOG_FORMAT, OWN_PACKAGES, install_log_filters
+from store import StoreError
+from web import Settings, SettingsError, issue_token
 
-from agent import (
-    LOG_FORMAT,
-    OWN_PACKAGES,
-    AppLoadError,
-    ChatApp,
-    TracingUnavailable,
-    UnknownModel,
-    install_log_filters,
-    load_app,
-    resolve_model,
-    setup_tracing,
-)
-from store import Database, SqlConversationStore, StoreError, Thread, current_revision
-from web import Settings, SettingsError, create_app, issue_token
-
-from .chat import DEFAULT_USER, INTERRUPTED, chat
 from .output import detach_stdout, say
 from .purge import parse_age, purge
-from .server import freeze_startup_objects, server_config
-from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
+from .users import DEFAULT_USER
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from agent import ChatApp
+    from store import Thread
 
 __all__ = ("build_parser", "main")
 
@@ -99,18 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging()
     try:
         match command:
-            case "serve":
-                settings = Settings.load(
-                    host=args.host, port=args.port, database_url=args.db, model=args.model, app=args.app
-                )
-                return _serve(settings, _app(settings))
+            case "serve" | "chat":
+                return _run_app(args)
             case "migrate":
                 return _migrate(Settings.resolve_database_url(args.db))
-            case "chat":
-                settings = Settings.load(database_url=args.db, model=args.model, app=args.app)
-                return _chat(settings, _app(settings), args.user, args.thread)
             case "token":
-                return _token(Settings.load(), args.user)
+                return _token(Settings.resolve_secret(), args.user)
             case "threads":
                 return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
             case "trace":
@@ -119,25 +108,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return purge(Settings.resolve_database_url(args.db), args.older_than, dry_run=args.dry_run)
             case _:
                 raise AssertionError(f"unknown command {command!r}")
-    except (
-        StoreError,
-        SettingsError,
-        TracingUnavailable,
-        TraceFileError,
-        AppLoadError,
-        UnknownModel,
-    ) as error:
-        # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
-        print(f"{_PROG}: error: {error}", file=sys.stderr)
-        return 1
+    except (StoreError, SettingsError) as error:
+        return _failed(error)
     except BrokenPipeError:
         # `durable-chat trace … | head`: the reader took what it wanted; no traceback for that.
         detach_stdout()
         return 0
 
 
+def _failed(error: Exception) -> int:
+    # Operator-facing failures (a bad URL, an unreachable database): one line, no traceback.
+    print(f"{_PROG}: error: {error}", file=sys.stderr)
+    return 1
+
+
+def _run_app(args: argparse.Namespace) -> int:
+    """`serve` or `chat`: the two commands that load the app, and so import the agent."""
+    from agent import AppLoadError, TracingUnavailable, UnknownModel
+
+    try:
+        if args.command == "serve":
+            settings = Settings.load(
+                host=args.host, port=args.port, database_url=args.db, model=args.model, app=args.app
+            )
+            return _serve(settings, _app(settings))
+        settings = Settings.load(database_url=args.db, model=args.model, app=args.app)
+        return _chat(settings, _app(settings), args.user, args.thread)
+    except (AppLoadError, TracingUnavailable, UnknownModel) as error:
+        return _failed(error)
+
+
 def _app(settings: Settings) -> ChatApp[Any]:
     """The app `settings` name, with its `--model` checked: both fail here in one line, not at start-up."""
+    from agent import load_app, resolve_model
+
     app = load_app(settings.app)
     resolve_model(app, settings.model)
     return app
@@ -146,6 +150,11 @@ def _app(settings: Settings) -> ChatApp[Any]:
 def _serve(settings: Settings, app: ChatApp[Any]) -> int:
     # Migrating before uvicorn starts turns a bad database into one clear line; in the lifespan
     # it would be a traceback. The lifespan's own connect then finds the schema up to date.
+    from agent import setup_tracing
+    from web import create_app
+
+    from .server import server_config
+
     asyncio.run(_upgrade(settings.database_url))
     _configure_logging(settings.tracing.secrets)
     config = server_config(create_app(settings, app), host=settings.host, port=settings.port)
@@ -159,7 +168,9 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
 
 
 def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Callable[[], object]) -> int:
-    server = _Server(
+    from .server import Server
+
+    server = Server(
         config, ready_line=_ready_line(settings, interactive=sys.stdout.isatty()), on_shutdown=on_shutdown
     )
     # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
@@ -193,6 +204,10 @@ def _migrate(database_url: str) -> int:
 def _chat(settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id: str | None) -> int:
     # Run logs (a refund, a failed run's traceback) would tear through the conversation; a schema
     # upgrade is still worth a line, and warnings stay.
+    from agent import setup_tracing
+
+    from .chat import INTERRUPTED, chat
+
     for name in ("agent", "store.business"):
         logging.getLogger(name).setLevel(logging.WARNING)
     _configure_logging(settings.tracing.secrets)
@@ -217,19 +232,25 @@ def _chat(settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id:
 
 
 def _trace(run_id: str, database_url: str | None, trace_file: Path | None) -> int:
+    from .trace import TraceFileError, render_trace, run_traces, stored_trace_id
+
     path = trace_file or Settings.resolve_trace_file()
     if path is None:
         print(f"{_PROG}: error: tracing to a file is off (DURABLE_CHAT_TRACE_FILE=off)", file=sys.stderr)
         return 1
     url = Settings.resolve_database_url(database_url)
-    for spans in run_traces(path, run_id, stored_trace_id(url, run_id)):
+    try:
+        traces = run_traces(path, run_id, stored_trace_id(url, run_id))
+    except TraceFileError as error:
+        return _failed(error)
+    for spans in traces:
         render_trace(spans, sys.stdout)
     return 0
 
 
-def _token(settings: Settings, user_id: str) -> int:
+def _token(secret: str, user_id: str) -> int:
     try:
-        token = issue_token(settings.secret, user_id)
+        token = issue_token(secret, user_id)
     except ValueError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2
@@ -238,6 +259,8 @@ def _token(settings: Settings, user_id: str) -> int:
 
 
 def _threads(database_url: str, user_id: str) -> int:
+    from store import Database
+
     async def listed() -> list[Thread]:
         async with await Database.connect(database_url) as db:
             return await db.threads.list(user_id=user_id, limit=_THREADS_SHOWN)
@@ -257,34 +280,13 @@ def _threads(database_url: str, user_id: str) -> int:
 
 async def _upgrade(database_url: str) -> str | None:
     """Open the store, which creates or upgrades the schema, and return the schema revision."""
+    from store import SqlConversationStore, current_revision
+
     store = await SqlConversationStore.connect(database_url)
     try:
         return await current_revision(store.engine)
     finally:
         await store.aclose()
-
-
-class _Server(uvicorn.Server):
-    """Uvicorn's server, which also prints `ready_line` once it listens, and runs `on_shutdown`."""
-
-    def __init__(
-        self, config: uvicorn.Config, *, ready_line: str, on_shutdown: Callable[[], object] = lambda: None
-    ) -> None:
-        super().__init__(config)
-        self._ready_line = ready_line
-        self._on_shutdown = on_shutdown
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            freeze_startup_objects()
-            print(self._ready_line, flush=True)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().shutdown(sockets)
-        # Here, not after `run()`: on SIGTERM uvicorn raises the signal again once it has shut
-        # down, and the process dies before any `finally` or `atexit` runs.
-        self._on_shutdown()
 
 
 def _configure_logging(secrets: Iterable[str] = ()) -> None:

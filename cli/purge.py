@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import re
 from datetime import timedelta
-
-from store import Database, Purge, Thread
+from typing import TYPE_CHECKING
 
 from .output import say
+
+if TYPE_CHECKING:
+    from store import Purge, Thread
 
 __all__ = ("MAX_AGE", "parse_age", "purge")
 
@@ -46,6 +48,8 @@ def parse_age(text: str) -> timedelta:
 
 def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
     """Erase (or with `dry_run` list) the threads idle for `older_than`, one line each, then a summary."""
+    from store import Database  # here, not at the top: every command's parser imports `parse_age`
+
     verb = "would remove" if dry_run else "removed"
 
     def show(threads: list[Thread]) -> None:

@@ -1,15 +1,17 @@
-"""How `serve` sets uvicorn up: the fastest event loop and HTTP parser the platform has, and a heap
-frozen once started, collected less often."""
+"""How `serve` sets uvicorn up: the fastest event loop and HTTP parser the platform has, a heap
+frozen once started, collected less often, and a line that says the server is ready."""
 
 from __future__ import annotations
 
 import gc
+import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ("GC_THRESHOLDS", "freeze_startup_objects", "server_config")
+__all__ = ("GC_THRESHOLDS", "Server", "freeze_startup_objects", "server_config")
 
 GC_THRESHOLDS = (10_000, 10, 10)
 """The collector's thresholds once started; Python's are (700, 10, 10).
@@ -46,3 +48,26 @@ def freeze_startup_objects() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+class Server(uvicorn.Server):
+    """Uvicorn's server, which also prints `ready_line` once it listens, and runs `on_shutdown`."""
+
+    def __init__(
+        self, config: uvicorn.Config, *, ready_line: str, on_shutdown: Callable[[], object] = lambda: None
+    ) -> None:
+        super().__init__(config)
+        self._ready_line = ready_line
+        self._on_shutdown = on_shutdown
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            freeze_startup_objects()
+            print(self._ready_line, flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        # Here, not after `run()`: on SIGTERM uvicorn raises the signal again once it has shut
+        # down, and the process dies before any `finally` or `atexit` runs.
+        self._on_shutdown()

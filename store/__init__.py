@@ -1,38 +1,45 @@
-"""The data layer: SQLAlchemy 2 async on SQLite or PostgreSQL, schema by Alembic."""
+"""The data layer: SQLAlchemy 2 async on SQLite or PostgreSQL, schema by Alembic.
+
+Each name is imported on first use (PEP 562): a caller that needs only `StoreError` does not import
+SQLAlchemy, Alembic and pydantic-ai.
+"""
 
 from __future__ import annotations
 
-from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
-from .cancellations import cancel_run, newest_event_id
-from .checkpoints import Checkpoint
-from .conversations import AlsoWrite, PageCursor, SqlConversationStore
-from .database import Database
-from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
-from .errors import (
-    AlreadyDecided,
-    ApprovalPending,
-    Conflict,
-    CorruptData,
-    DatabaseUnavailable,
-    LeaseLost,
-    NoActiveRun,
-    NotFound,
-    RunActive,
-    RunChanged,
-    SchemaTooNew,
-    StoreError,
-    UnsupportedDatabase,
-)
-from .events import EventLog, LoggedEvent, NewEvent, append_events, overwrite_events
-from .leases import Leases, Worker
-from .ledger import Execution, Ledger, idempotency_key
-from .migrate import current_revision, head_revision, run_environment, upgrade
-from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
-from .records import NewRecord, Record, Records
-from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
-from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
-from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
-from .tracing import record_store_spans, recording_store_spans, run_trace_id
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+    from .cancellations import cancel_run, newest_event_id
+    from .checkpoints import Checkpoint
+    from .conversations import AlsoWrite, PageCursor, SqlConversationStore
+    from .database import Database
+    from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
+    from .errors import (
+        AlreadyDecided,
+        ApprovalPending,
+        Conflict,
+        CorruptData,
+        DatabaseUnavailable,
+        LeaseLost,
+        NoActiveRun,
+        NotFound,
+        RunActive,
+        RunChanged,
+        SchemaTooNew,
+        StoreError,
+        UnsupportedDatabase,
+    )
+    from .events import EventLog, LoggedEvent, NewEvent, append_events, overwrite_events
+    from .leases import Leases, Worker
+    from .ledger import Execution, Ledger, idempotency_key
+    from .migrate import current_revision, head_revision, run_environment, upgrade
+    from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
+    from .records import NewRecord, Record, Records
+    from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
+    from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
+    from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
+    from .tracing import record_store_spans, recording_store_spans, run_trace_id
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -108,3 +115,57 @@ __all__ = (
     "translate_errors",
     "upgrade",
 )
+
+_EXPORTS = {
+    "approvals": ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending"),
+    "cancellations": ("cancel_run", "newest_event_id"),
+    "checkpoints": ("Checkpoint",),
+    "conversations": ("AlsoWrite", "PageCursor", "SqlConversationStore"),
+    "database": ("Database",),
+    "engine": ("ConnectionOptions", "insert_new", "normalize_url", "reader", "translate_errors"),
+    "errors": (
+        "AlreadyDecided",
+        "ApprovalPending",
+        "Conflict",
+        "CorruptData",
+        "DatabaseUnavailable",
+        "LeaseLost",
+        "NoActiveRun",
+        "NotFound",
+        "RunActive",
+        "RunChanged",
+        "SchemaTooNew",
+        "StoreError",
+        "UnsupportedDatabase",
+    ),
+    "events": ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_events"),
+    "leases": ("Leases", "Worker"),
+    "ledger": ("Execution", "Ledger", "idempotency_key"),
+    "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
+    "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
+    "records": ("NewRecord", "Record", "Records"),
+    "runs": (
+        "Claimed",
+        "Queued",
+        "Run",
+        "Runs",
+        "StoredRevision",
+        "finish_run",
+        "insert_run",
+        "record_checkpoint",
+    ),
+    "schema": ("ApprovalStatus", "RunKind", "RunStatus", "ThreadStatus", "UtcDateTime", "now_utc"),
+    "threads": ("Purge", "Thread", "ThreadCursor", "Threads", "touch_thread"),
+    "tracing": ("record_store_spans", "recording_store_spans", "run_trace_id"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # The import statement's own path, which `python -X importtime` logs; `importlib.import_module`
+    # would leave the module out of the log that start-up is measured with.
+    module = __import__(_MODULE_OF[name], globals(), fromlist=(name,), level=1)
+    value = globals()[name] = getattr(module, name)
+    return value

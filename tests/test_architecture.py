@@ -4,6 +4,7 @@ reaching into the demo shop."""
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,22 @@ def test_the_shop_and_the_examples_use_only_public_names() -> None:
         if name.split(".")[0] in PACKAGES and name != name.split(".")[0] and not name.startswith("agent.demo")
     ]
     assert reaching == []
+
+
+@pytest.mark.parametrize("package", ["agent", "store", "web"])
+def test_names_imported_on_first_use_are_the_names_the_type_checker_sees(package: str) -> None:
+    """A package whose `__init__.py` imports its names on first use (PEP 562) exports exactly what its
+    `TYPE_CHECKING` block imports, each the very object of the module that block names."""
+    source = ast.parse((REPO_ROOT / package / "__init__.py").read_text())
+    checked = [
+        (node.module, alias.name)
+        for block in source.body
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is not None
+        for alias in node.names
+    ]
+    exported = importlib.import_module(package)
+    assert sorted(name for _, name in checked) == sorted(exported.__all__)
+    for module, name in checked:
+        assert getattr(exported, name) is getattr(importlib.import_module(f"{package}.{module}"), name), name

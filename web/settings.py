@@ -7,12 +7,18 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from agent import DEFAULT_APP, DEFAULT_SAMPLE_RATIO, RuntimeOptions, TracingConfig, secrets_from_environment
-from store import ConnectionOptions, Worker
+from agent import DEFAULT_APP, secrets_from_environment
 
 from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings
+
+if TYPE_CHECKING:
+    # Imported where they are built: `durable-chat token` and `migrate` read the settings without
+    # importing pydantic-ai's agent, OpenTelemetry's SDK or (for `token`) SQLAlchemy.
+    from agent import RuntimeOptions, TracingConfig
+    from store import ConnectionOptions, Worker
 
 __all__ = ("ENV_PREFIX", "Settings", "SettingsError")
 
@@ -64,7 +70,7 @@ class Settings:
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
     """How long shutdown waits for cancelled runs to checkpoint and requeue."""
-    tracing: TracingConfig = field(default_factory=lambda: TracingConfig(trace_file=None))
+    tracing: TracingConfig = field(default_factory=lambda: _no_tracing())
     """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), the share of runs traced in
     full (`DURABLE_CHAT_TRACE_SAMPLE`, 0.1), whether store operations get spans
     (`DURABLE_CHAT_TRACE_STORE=1`), whether they hold content (`DURABLE_CHAT_TRACE_CONTENT=1`),
@@ -120,6 +126,8 @@ class Settings:
 
     def connection_options(self) -> ConnectionOptions:
         """How the server's PostgreSQL connections are pooled and configured."""
+        from store import ConnectionOptions
+
         return ConnectionOptions(
             pool_size=self.pool_size,
             max_overflow=self.pool_max_overflow,
@@ -132,6 +140,8 @@ class Settings:
 
     def runtime_options(self, worker: Worker | None = None) -> RuntimeOptions:
         """How the app runs here: its model, the default guardrails' rate, tracing, connections."""
+        from agent import RuntimeOptions
+
         return RuntimeOptions(
             model=self.model,
             messages_per_minute=self.messages_per_minute,
@@ -172,9 +182,11 @@ class Settings:
         Raises:
             SettingsError: The data directory or the secret file cannot be created or read.
         """
+        from agent import DEFAULT_SAMPLE_RATIO, TracingConfig
+
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
-        secret = _pick(secret, "SECRET", env) or _stored_secret(directory)
+        secret = cls.resolve_secret(secret, data_dir=directory, environ=env)
         lease = _number("LEASE_SECONDS", env, 30.0)
         heartbeat = _number("HEARTBEAT_SECONDS", env, min(10.0, lease / 3))
         if heartbeat >= lease:
@@ -224,6 +236,21 @@ class Settings:
         )
 
     @staticmethod
+    def resolve_secret(
+        secret: str | None = None,
+        *,
+        data_dir: Path | str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> str:
+        """The secret alone, resolved as `load` does, for commands that need nothing else (`token`).
+
+        Raises:
+            SettingsError: The secret file cannot be created or read.
+        """
+        env = os.environ if environ is None else environ
+        return _pick(secret, "SECRET", env) or _stored_secret(_data_dir(data_dir, env))
+
+    @staticmethod
     def resolve_trace_file(
         *, data_dir: Path | str | None = None, environ: Mapping[str, str] | None = None
     ) -> Path | None:
@@ -253,6 +280,12 @@ class Settings:
         directory = _data_dir(data_dir, env)
         _ensure_dir(directory)
         return f"sqlite+aiosqlite:///{directory / _DATABASE_FILE}"
+
+
+def _no_tracing() -> TracingConfig:
+    from agent import TracingConfig
+
+    return TracingConfig(trace_file=None)
 
 
 def _jwt(env: Mapping[str, str]) -> JwtSettings | None:
