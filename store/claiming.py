@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .compiled import COMMIT, Compiled, checked_out, executed, first_then_second, per_dialect
 from .leases import Worker, claimable, skip_locked
 from .schema import RunRow, ThreadRow, UtcDateTime, metadata, now_utc
-from .sqlite_driver import run_on_thread
+from .sqlite_driver import run_here
 
 __all__ = ("start_reserving",)
 
@@ -120,7 +120,7 @@ async def _start_on(
         # The thread is the claimed run's, known on the driver's thread.
         return reserve.parameters(values | {"k_thread_id": claimed[_THREAD_ID]})
 
-    raw_run, raw_reserved = await run_on_thread(
+    raw_run, raw_reserved = await run_here(
         pooled.dbapi_connection,
         first_then_second,
         claim.sql,

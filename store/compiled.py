@@ -30,7 +30,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_, greenlet_spawn
 
 from .errors import StoreError
-from .sqlite_driver import run_on_thread
+from .sqlite_driver import run_here
 
 __all__ = (
     "COMMIT",
@@ -310,7 +310,7 @@ def first_then_second(
     ran: list[str],
     then: tuple[str, Callable[[Any], Sequence[Sequence[Any]]]] | None = None,
 ) -> tuple[Any, Any]:
-    """SQLite, on the connection's thread: a transaction of two statements, each returning one row.
+    """SQLite, as one unit of work (`run_here`): a transaction of two statements, each returning one row.
 
     The first runs; `second_parameters(its row)` says what the second runs with, or `None` to stop
     there (never called without a row). The second's row is read and the transaction committed; a
@@ -348,7 +348,7 @@ def _fetch_all(connection: sqlite3.Connection, sql: str, parameters: Sequence[An
 
 async def _fetch_on(pooled: Any, dialect_name: str, sql: str, parameters: Sequence[Any]) -> list[Any]:
     if dialect_name == "sqlite":
-        return await run_on_thread(pooled.dbapi_connection, _fetch_all, sql, parameters)
+        return await run_here(pooled.dbapi_connection, _fetch_all, sql, parameters)
     return await pooled.driver_connection.fetch(sql, *parameters)
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_
 
 from .errors import DatabaseUnavailable, StoreError, UnsupportedDatabase
-from .sqlite_driver import ONE_TRIP_AIOSQLITE, run_on_thread
+from .sqlite_driver import BUSY_TIMEOUT_MS, ONE_TRIP_AIOSQLITE, run_on_thread
 
 __all__ = (
     "ConnectionOptions",
@@ -164,7 +164,9 @@ def create_engine(
         if url.get_driver_name() == "aiosqlite":
             # SQLAlchemy's aiosqlite dialect, its statements run in one trip to the driver's thread.
             settings["module"] = ONE_TRIP_AIOSQLITE
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **settings)
+        engine = create_async_engine(
+            url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}, **settings
+        )
         event.listen(engine.sync_engine, "connect", _configure_sqlite)
         return engine
     chosen = options or ConnectionOptions()
@@ -258,9 +260,6 @@ def _configure_sqlite(dbapi_connection: Any, _record: ConnectionPoolEntry) -> No
     await_(run_on_thread(dbapi_connection, _sqlite_pragmas))
 
 
-_BUSY_SECONDS = 30.0
-
-
 def _sqlite_pragmas(connection: sqlite3.Connection) -> None:
     """A new SQLite connection's settings, on its own thread.
 
@@ -273,8 +272,8 @@ def _sqlite_pragmas(connection: sqlite3.Connection) -> None:
     "database is locked" without waiting, to avoid a deadlock. The switch is tried again here, on
     the connection's thread, until the busy timeout.
     """
-    connection.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
-    deadline = time.monotonic() + _BUSY_SECONDS
+    connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
             connection.execute("PRAGMA journal_mode=WAL")

@@ -192,6 +192,10 @@ async def _sqlite_insert_on(
     ran: list[str],
 ) -> Refusal | None:
     held_sql, held_parameters = held if held is not None else (None, ())
+    # On the connection's thread, not the loop's (`run_here`): the writer's next transaction is
+    # due once this one returns and its interval passed, so a trip that takes longer on a busy
+    # loop groups more events into the next. On the loop's thread, at 200 users, the writer
+    # committed 8.5 transactions a turn instead of 2, of one or two events each (+6% CPU a turn).
     return await run_on_thread(
         pooled.dbapi_connection,
         _insert_on_thread,

@@ -30,7 +30,7 @@ from .errors import NotFound
 from .history_cache import CachedHistory
 from .refusals import Refusal, refused
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
-from .sqlite_driver import run_on_thread
+from .sqlite_driver import run_here, run_on_thread
 
 __all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
 
@@ -207,7 +207,7 @@ async def _read_pooled(
 ) -> tuple[Any, list[Any] | None]:
     """`read_head`'s statements on a pooled connection: the record's row, and the history's rows or `None`."""
     if dialect_name == "sqlite":
-        return await run_on_thread(
+        return await run_here(
             pooled.dbapi_connection,
             _read_on_thread,
             compiled.record.sql,
@@ -424,12 +424,13 @@ async def _write_sqlite(
     ran: list[str],
     pooled: Any,
 ) -> Refusal | None:
-    """`write` on SQLite: the entries, the record and the checkpoint in one trip to the connection's thread."""
+    """`write` on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
     entry_rows = [
         insert.parameters({"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message})
         for entry_id, parent_id, kind, message in entries
     ]
-    return await run_on_thread(
+    # Inside a transaction of SQLAlchemy's (`commit` false), the unit leaves it open: the thread's.
+    return await (run_here if commit else run_on_thread)(
         pooled.dbapi_connection,
         _write_on_thread,
         insert.sql,

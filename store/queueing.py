@@ -37,7 +37,7 @@ from .schema import (
     metadata,
     now_utc,
 )
-from .sqlite_driver import run_on_thread
+from .sqlite_driver import run_here
 from .threads import title_from
 
 __all__ = ("Refusals", "queue")
@@ -332,7 +332,7 @@ async def _queue_on(
             return sqlite_rows(event, event_values, list(enumerate(opening, start=first)))
 
         then = (event.sql, opening_rows)
-    raw_mark, raw_row = await run_on_thread(
+    raw_mark, raw_row = await run_here(
         pooled.dbapi_connection,
         first_then_second,
         mark.sql,

@@ -1,0 +1,146 @@
+"""The store's units of work on SQLite run on the event loop's thread, never waiting there for a lock
+or checkpointing the WAL there (`store.sqlite_driver.run_here`)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.compiled import checked_out
+from store.engine import create_engine, dispose, normalize_url
+from store.sqlite_driver import CHECKPOINT_EVERY, run_here, run_on_thread
+
+pytestmark = pytest.mark.anyio
+
+_PAGE_BLOB = b"x" * 70_000
+"""A value that fills about 17 of SQLite's 4 KiB pages."""
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(normalize_url(f"sqlite:///{tmp_path / 'here.db'}"))
+    await _unit(engine, run_on_thread, _create)
+    yield engine
+    await dispose(engine)
+
+
+def _create(connection: sqlite3.Connection) -> None:
+    connection.execute("CREATE TABLE items (item_id INTEGER PRIMARY KEY, value BLOB)")
+    connection.commit()
+
+
+async def _unit(
+    engine: AsyncEngine, runner: Callable[..., Any], function: Callable[..., Any], *args: Any
+) -> Any:
+    """`function` run by `runner` (`run_here`, `run_on_thread`) on a connection of `engine`'s pool."""
+
+    async def work(pooled: Any) -> Any:
+        return await runner(pooled.dbapi_connection, function, *args)
+
+    return await checked_out(engine, "unit", work)
+
+
+class _Insert:
+    """A unit of work inserting a row and committing; notes the thread of each run and its statements."""
+
+    def __init__(self, value: bytes = b"v") -> None:
+        self.value = value
+        self.threads: list[int] = []
+        self.settings: list[tuple[int, int]] = []
+        """`busy_timeout` and `wal_autocheckpoint` as each run found them."""
+        self.on_thread = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    def __call__(self, connection: sqlite3.Connection, ran: list[str]) -> None:
+        self.threads.append(threading.get_ident())
+        self.settings.append(_settings(connection))
+        if threading.get_ident() != threading.main_thread().ident:
+            self._loop.call_soon_threadsafe(self.on_thread.set)
+        try:
+            ran.append("INSERT items")
+            connection.execute("INSERT INTO items (value) VALUES (?)", (self.value,))
+            connection.commit()
+            ran.append("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.rollback()
+            raise
+
+
+def _settings(connection: sqlite3.Connection) -> tuple[int, int]:
+    busy = connection.execute("PRAGMA busy_timeout").fetchone()[0]
+    return busy, connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+
+
+def _count(connection: sqlite3.Connection) -> int:
+    return connection.execute("SELECT count(*) FROM items").fetchone()[0]
+
+
+def _thread_of(connection: sqlite3.Connection) -> int | None:
+    return threading.get_ident()
+
+
+async def test_a_unit_runs_on_the_loops_own_thread(engine: AsyncEngine) -> None:
+    insert, ran = _Insert(), list[str]()
+    await _unit(engine, run_here, insert, ran)
+    assert insert.threads == [threading.get_ident()]
+    # Here, nothing waits for a lock nor checkpoints; the driver's thread still does both.
+    assert insert.settings == [(0, 0)]
+    assert await _unit(engine, run_on_thread, _settings) == (30_000, 1_000)
+    assert ran == ["INSERT items", "COMMIT"]
+    assert await _unit(engine, run_on_thread, _count) == 1  # committed, seen by the driver's thread
+    assert await _unit(engine, run_on_thread, _thread_of) != threading.get_ident()
+
+
+async def test_a_busy_database_is_waited_for_on_the_drivers_thread_not_the_loops(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # Another process's writer holds the file's lock.
+    other = sqlite3.connect(tmp_path / "here.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    insert, ran = _Insert(), list[str]()
+    task = asyncio.create_task(_unit(engine, run_here, insert, ran))
+    # Refused at once on the loop's thread, the unit waits on the driver's: the loop runs on.
+    await asyncio.wait_for(insert.on_thread.wait(), 30)
+    assert not task.done()
+    other.execute("COMMIT")
+    other.close()
+    await task
+    assert insert.threads[0] == threading.get_ident() != insert.threads[1]
+    assert insert.settings == [(0, 0), (30_000, 1_000)]
+    assert ran == ["INSERT items", "COMMIT"]  # the first run's statements are not counted twice
+    assert await _unit(engine, run_here, _count) == 1
+
+
+async def test_the_wal_is_checkpointed_on_the_drivers_thread(engine: AsyncEngine, tmp_path: Path) -> None:
+    database = tmp_path / "here.db"
+    before = database.stat().st_size
+    # Units that write on the loop's thread never checkpoint: the WAL grows past 1,000 pages.
+    for _ in range(CHECKPOINT_EVERY):
+        insert = _Insert(_PAGE_BLOB)
+        await _unit(engine, run_here, insert, [])
+        assert insert.threads == [threading.get_ident()]
+    assert database.stat().st_size == before
+    # Then units go to the driver's thread until one writes there, checkpointing the WAL.
+    assert await _unit(engine, run_here, _thread_of) != threading.get_ident()
+    insert = _Insert()
+    await _unit(engine, run_here, insert, [])
+    assert insert.threads != [threading.get_ident()]
+    assert database.stat().st_size > CHECKPOINT_EVERY * len(_PAGE_BLOB)
+    assert await _unit(engine, run_here, _thread_of) == threading.get_ident()
+
+
+async def test_inside_a_transaction_begun_elsewhere_a_unit_goes_to_the_drivers_thread(
+    engine: AsyncEngine,
+) -> None:
+    async with engine.begin() as connection:
+        await connection.exec_driver_sql("INSERT INTO items (value) VALUES ('first')")
+        pooled = await connection.get_raw_connection()
+        assert await run_here(pooled.dbapi_connection, _thread_of) != threading.get_ident()
