@@ -119,6 +119,7 @@ class EventLogSink:
         interval: float = 0.05,
         last_id: int = 0,
         hurry: Callable[[], bool] | None = None,
+        quiet: Callable[[], bool] | None = None,
     ) -> None:
         """`reserved`: a block of ids reserved already, as (first id, count). `last_id`: the newest id
         stored for the run already (its opening events, stored by the queueing just before): that
@@ -128,7 +129,10 @@ class EventLogSink:
         `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
         the least time between the starts of two transactions of the writer (or a checkpoint's).
         `hurry`: whether the first delta of a text part is stored at once, not `interval` after the
-        previous transaction (asked when one is emitted; by default, always).
+        previous transaction (asked when one is emitted; by default, always). `quiet`: whether
+        the process drives few runs, so a transaction may run where it is quickest rather than
+        where a busy process's writer groups more events (`EventLog.insert(quiet=)`; asked at
+        each transaction; by default, never).
         """
         self._log = log
         self._thread_id = thread_id
@@ -151,6 +155,7 @@ class EventLogSink:
         """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""
         self._failure: BaseException | None = None
         self._hurry_first_words = hurry or _always
+        self._quiet = quiet or _never
         self._parts: set[str] = set()
         """The text parts whose first delta was emitted."""
         self.writes = 0
@@ -184,7 +189,11 @@ class EventLogSink:
         try:
             if pending:
                 await self._log.insert(
-                    self._thread_id, new_events(pending), run_id=self._run_id, worker_id=self._worker_id
+                    self._thread_id,
+                    new_events(pending),
+                    run_id=self._run_id,
+                    worker_id=self._worker_id,
+                    quiet=self._quiet(),
                 )
         except BaseException:
             self.put_back(pending)
@@ -262,7 +271,11 @@ class EventLogSink:
             self._writing = True
             try:
                 await self._log.insert(
-                    self._thread_id, new_events(batch), run_id=self._run_id, worker_id=self._worker_id
+                    self._thread_id,
+                    new_events(batch),
+                    run_id=self._run_id,
+                    worker_id=self._worker_id,
+                    quiet=self._quiet(),
                 )
             except Exception as error:
                 # Kept for the next emit or flush to raise: a background task has no one to tell.
@@ -287,6 +300,10 @@ class EventLogSink:
             # Kept as what it is: the run is to be retried, not failed.
             raise DatabaseUnavailable(f"storing the events of thread {self._thread_id!r} failed: {failure}")
         raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from failure
+
+
+def _never() -> bool:
+    return False
 
 
 def _always() -> bool:

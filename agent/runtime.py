@@ -26,7 +26,7 @@ from .guardrails import Guardrails, default_guardrails
 from .tool_failures import ToolFailures
 from .tracing import instrumentation, traces_children
 
-__all__ = ("Runtime", "RuntimeOptions", "UnknownModel", "open_runtime", "resolve_model")
+__all__ = ("QUIET_RUNS", "Runtime", "RuntimeOptions", "UnknownModel", "open_runtime", "resolve_model")
 
 
 class UnknownModel(ValueError):
@@ -56,6 +56,13 @@ class RuntimeOptions:
     (group commit, `EventLogSink`)."""
 
 
+QUIET_RUNS = 2
+"""While a runtime drives at most this many runs, its event writers' transactions run where they are
+quickest (on SQLite, the event loop's thread), and, when it publishes its runs live, the first word
+of a reply is stored (and so shown) at once, not with the events around it: one more transaction,
+when the process can afford it and has followers to show it to."""
+
+
 @dataclass(kw_only=True)
 class Runtime:
     """What a step needs besides the run: the database, the app and where events go live."""
@@ -76,7 +83,7 @@ class Runtime:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
     running: int = field(default=0, init=False)
-    """How many runs `run_step` drives on this runtime now."""
+    """How many runs `run_step` drives on this runtime now (`quiet` while at most `QUIET_RUNS`)."""
     instrumentation: Instrumentation | None = field(init=False, repr=False)
     """pydantic-ai's tracing capability, built once per runtime: each build creates six histograms on
     the global meter that are never freed (a leak of ~330 bytes a run when built per run)."""
@@ -85,6 +92,10 @@ class Runtime:
         self.instrumentation = (
             instrumentation(include_content=self.trace_content) if self.trace_agent else None
         )
+
+    def quiet(self) -> bool:
+        """Whether this runtime drives few runs now: at most `QUIET_RUNS`."""
+        return self.running <= QUIET_RUNS
 
     @classmethod
     def of(

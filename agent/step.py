@@ -107,12 +107,6 @@ EVENT_BLOCK = 128
 """Event ids a run reserves at once; a typical turn uses a few dozen."""
 
 
-QUIET_RUNS = 2
-"""While a process that publishes its runs live drives at most this many, the first word of a reply
-is stored (and so shown) at once, not with the events around it: one more transaction when the
-process can afford it, and has followers to show it to."""
-
-
 class ReusedToolCallId(Exception):
     """The model gave a call the id of an earlier call of the thread."""
 
@@ -176,7 +170,8 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         worker_id=run.lease_owner,
         last_id=first_event_id + opened - 1 if opened else 0,
         interval=runtime.event_interval,
-        hurry=lambda: runtime.publish is not None and runtime.running <= QUIET_RUNS,
+        hurry=lambda: runtime.publish is not None and runtime.quiet(),
+        quiet=runtime.quiet,
     )
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only

@@ -20,7 +20,7 @@ from .errors import LeaseLost, NotFound
 from .notifications import EVENTS_CHANNEL
 from .refusals import Refusal, refuse_unless, refused
 from .schema import EventRow, RunRow, UtcDateTime, metadata, now_utc
-from .sqlite_driver import run_on_thread
+from .sqlite_driver import run_here, run_on_thread
 
 __all__ = ("event_values", "insert_fenced", "notify_cte", "pg_events_insert", "sqlite_event_insert")
 
@@ -190,13 +190,16 @@ async def _sqlite_insert_on(
     held: tuple[str, tuple[Any, ...]] | None,
     worker_id: str | None,
     ran: list[str],
+    quiet: bool,
 ) -> Refusal | None:
     held_sql, held_parameters = held if held is not None else (None, ())
-    # On the connection's thread, not the loop's (`run_here`): the writer's next transaction is
-    # due once this one returns and its interval passed, so a trip that takes longer on a busy
-    # loop groups more events into the next. On the loop's thread, at 200 users, the writer
-    # committed 8.5 transactions a turn instead of 2, of one or two events each (+6% CPU a turn).
-    return await run_on_thread(
+    # A busy process's writer keeps the connection's thread, not the loop's (`run_here`): its next
+    # transaction is due once this one returns and its interval passed, so a trip that takes
+    # longer on a busy loop groups more events into the next. On the loop's thread, at 200 users,
+    # the writer committed 8.5 transactions a turn instead of 2, of one or two events each (+6%
+    # CPU a turn). A quiet one has nothing to group, and its trip there was the slowest part of
+    # the first word's path (3.8 ms in process, the loop busy with the run meanwhile).
+    return await (run_here if quiet else run_on_thread)(
         pooled.dbapi_connection,
         _insert_on_thread,
         insert_sql,
@@ -230,9 +233,10 @@ async def insert_fenced(
     *,
     run_id: str | None,
     worker_id: str | None,
+    quiet: bool = False,
 ) -> None:
     """Store `events` (`(event_id, NewEvent)`) in their own transaction, in one trip; with `run_id` and
-    `worker_id`, only while that worker holds that run.
+    `worker_id`, only while that worker holds that run. `quiet`: as `EventLog.insert` takes it.
 
     Raises:
         LeaseLost: `worker_id` no longer holds `run_id`; nothing was stored.
@@ -254,7 +258,15 @@ async def insert_fenced(
             rows = sqlite_rows(statements.insert, values, events)
             held = (statements.fenced.sql, statements.fenced.parameters(values)) if fenced else None
             refusal = await checked_out(
-                engine, statement.sql, _sqlite_insert_on, statements.insert.sql, rows, held, worker_id, ran
+                engine,
+                statement.sql,
+                _sqlite_insert_on,
+                statements.insert.sql,
+                rows,
+                held,
+                worker_id,
+                ran,
+                quiet,
             )
     finally:
         executed(*ran)

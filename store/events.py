@@ -136,11 +136,15 @@ class EventLog:
         *,
         run_id: str | None = None,
         worker_id: str | None = None,
+        quiet: bool = False,
     ) -> None:
         """Store events whose ids were reserved, in one transaction.
 
         With `run_id` and `worker_id`, only while that worker holds that run's lease: a worker
-        whose run was taken over stores nothing.
+        whose run was taken over stores nothing. `quiet`: the caller's process drives few runs, so
+        on SQLite the transaction runs on the event loop's thread, its quickest; otherwise on the
+        connection's thread, whose longer trip on a busy loop lets a writer group more events
+        into its next transaction (`store.event_inserts`).
 
         Raises:
             LeaseLost: `worker_id` no longer holds `run_id`; nothing was stored.
@@ -148,7 +152,9 @@ class EventLog:
         """
         with translate_errors(f"appending events to thread {thread_id!r}"):
             # One trip, on statements compiled once (`event_inserts.py`).
-            await insert_fenced(self._engine, thread_id, events, run_id=run_id, worker_id=worker_id)
+            await insert_fenced(
+                self._engine, thread_id, events, run_id=run_id, worker_id=worker_id, quiet=quiet
+            )
 
     async def before_run(self, thread_id: str, run_id: str) -> int:
         """An id below every event of the run `run_id`, stored or still to come, and as high as that allows.

@@ -31,6 +31,8 @@ class _Committed(EventLog):
         self.committed = committed
         self.transactions = 0
         self.started = 0
+        self.quiet: list[bool] = []
+        """What each transaction was told of the process (`quiet`)."""
         self.gate: asyncio.Event | None = None
         """When set, each transaction waits for it to open (after `held` is set)."""
         self.held = asyncio.Event()
@@ -42,12 +44,14 @@ class _Committed(EventLog):
         *,
         run_id: str | None = None,
         worker_id: str | None = None,
+        quiet: bool = False,
     ) -> None:
         self.started += 1
+        self.quiet.append(quiet)
         if self.gate is not None:
             self.held.set()
             await self.gate.wait()
-        await super().insert(thread_id, events, run_id=run_id, worker_id=worker_id)
+        await super().insert(thread_id, events, run_id=run_id, worker_id=worker_id, quiet=quiet)
         self.committed.update(event_id for event_id, _ in events)
         self.transactions += 1
 
@@ -108,6 +112,7 @@ def _sink(
     interval: float = 0.05,
     last_id: int = 0,
     hurry: Callable[[], bool] | None = None,
+    quiet: Callable[[], bool] | None = None,
 ) -> EventLogSink:
     """A sink of `run` (its worker's) through `log`, from the 128 ids it reserved at `first_id`
     unless `reserved` says otherwise; the rest as `EventLogSink` takes it."""
@@ -121,6 +126,7 @@ def _sink(
         interval=interval,
         last_id=last_id,
         hurry=hurry,
+        quiet=quiet,
     )
 
 
@@ -232,6 +238,7 @@ async def test_the_first_word_of_a_text_part_is_stored_at_once_while_the_process
         interval=3600,
         last_id=first_id,
         hurry=lambda: quiet,
+        quiet=lambda: not log.quiet,  # quiet for the first transaction only
     )
     await sink.emit(_delta(run, 0, "a"))  # a part's first word: stored and published at once
     await _published(published, 1)
@@ -245,6 +252,7 @@ async def test_the_first_word_of_a_text_part_is_stored_at_once_while_the_process
     await sink.emit(_delta(run, 3, "c"))  # the writer, waiting for its turn, starts now
     await _published(published, 4)
     assert log.started == 2
+    assert log.quiet == [True, False]  # each transaction told how busy the process was as it started
     assert [stored.event_id for stored in published.events] == list(range(first_id + 1, first_id + 5))
     await sink.aclose()
 

@@ -6,16 +6,21 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from store import Database, NewEvent
 from store.compiled import checked_out
 from store.engine import create_engine, dispose, normalize_url
 from store.sqlite_driver import CHECKPOINT_EVERY, run_here, run_on_thread
+
+from .conftest import MigratedDatabases
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +149,43 @@ async def test_inside_a_transaction_begun_elsewhere_a_unit_goes_to_the_drivers_t
         await connection.exec_driver_sql("INSERT INTO items (value) VALUES ('first')")
         pooled = await connection.get_raw_connection()
         assert await run_here(pooled.dbapi_connection, _thread_of) != threading.get_ident()
+
+
+async def test_the_event_logs_writer_keeps_the_drivers_thread_unless_the_process_is_quiet(
+    migrated_databases: MigratedDatabases,
+) -> None:
+    # A busy process's writer groups the events that come during its slower trip into its next
+    # transaction; a quiet one has nothing to group, and stores at once on the loop's thread.
+    db = await Database.connect(await migrated_databases.empty("sqlite"))
+    try:
+        thread = await db.threads.create(user_id="alice", title="t")
+        run, _ = await db.runs.create_message_run(thread.thread_id, content="hi")
+        first = await db.events.reserve(thread.thread_id, 2)
+        trips: list[int] = []
+        for event_id, quiet in ((first, False), (first + 1, True)):
+            with _counting_trips() as counted:
+                await db.events.insert(
+                    thread.thread_id, [(event_id, NewEvent(run.run_id, "text_delta", b"{}"))], quiet=quiet
+                )
+            trips.append(counted[0])
+        assert trips == [1, 0]
+        assert [e.event_id for e in await db.events.read(thread.thread_id)] == [first, first + 1]
+    finally:
+        await db.aclose()
+
+
+@contextmanager
+def _counting_trips() -> Iterator[list[int]]:
+    """How many calls are queued to any aiosqlite connection's thread inside the block."""
+    counted = [0]
+    queued = aiosqlite.Connection._execute  # pyright: ignore[reportPrivateUsage]
+
+    async def counting(self: aiosqlite.Connection, *args: Any, **named: Any) -> Any:
+        counted[0] += 1
+        return await queued(self, *args, **named)
+
+    aiosqlite.Connection._execute = counting  # type: ignore[method-assign]  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        yield counted
+    finally:
+        aiosqlite.Connection._execute = queued  # type: ignore[method-assign]  # pyright: ignore[reportAttributeAccessIssue]

@@ -5,12 +5,14 @@ checkpoints, one run at a time, a turn's usage limits. Approvals: `test_approval
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelRequest
 
 from agent import RuntimeOptions, Texts, run_step
+from agent.runtime import QUIET_RUNS
 from store import NotFound, RunActive
 from stream import CollectingSink, StreamEvent, transcript
 
@@ -159,7 +161,19 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
     )
     batches: list[list[str]] = []
     app.runtime.publish = lambda thread_id, events: batches.append([s.event.type for s in events])
+    quiet: list[bool] = []
+    insert = app.runtime.db.events.insert
+
+    async def inserting(*args: Any, **named: Any) -> None:
+        quiet.append(named["quiet"])
+        await insert(*args, **named)
+
+    app.runtime.db.events.insert = inserting  # the writer's transactions, as the runtime asks them
     await app.send(await app.thread(), "Which plan am I on?")
+    assert set(quiet) == {True}  # one run: the writer's transactions run where they are quickest
+    app.runtime.running = QUIET_RUNS + 1
+    assert not app.runtime.quiet()
+    app.runtime.running = 0
     assert batches == snapshot(
         [
             ["run_started", "user_message"],
