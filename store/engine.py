@@ -164,6 +164,8 @@ def create_engine(
         if url.get_driver_name() == "aiosqlite":
             # SQLAlchemy's aiosqlite dialect, its statements run in one trip to the driver's thread.
             settings["module"] = ONE_TRIP_AIOSQLITE
+        # Not checked to one thread: the hot path runs units of work on the event loop's thread
+        # (`run_here`), each connection used by one task at a time under the adapter's mutex.
         engine = create_async_engine(
             url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}, **settings
         )
