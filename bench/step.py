@@ -45,7 +45,9 @@ from agent import (
     Runtime,
     RuntimeOptions,
     ToolLedger,
+    new_event,
     open_runtime,
+    opening_events,
     run_step,
 )
 from agent.demo import shop_app
@@ -123,14 +125,21 @@ class Bench:
 
     async def queue(self, long: bool) -> Claimed:
         """A new thread (holding a copy of `history` if `long`) with `PROMPT` queued as its next run,
-        claimed by this worker as the server's POST queues it (`web.Runner.queue`)."""
+        claimed by this worker as the server's POST queues it (`web.Runner.queue`): with the run's
+        opening events (`run_started`, `user_message`) stored in the same transaction."""
         thread = await self.db.threads.create(user_id="bench", title="bench")
         if long:
             await self.db.conversations.save(
                 Conversation(conversation_id=thread.thread_id, messages=copy.deepcopy(self.history))
             )
+        run_id = str(uuid.uuid4())
         queued = await self.db.runs.queue(
-            thread.thread_id, "message", content=PROMPT, claim_events=EVENT_BLOCK
+            thread.thread_id,
+            "message",
+            content=PROMPT,
+            claim_events=EVENT_BLOCK,
+            run_id=run_id,
+            opening=[new_event(event) for event in opening_events(run_id, "message", PROMPT)],
         )
         assert queued.claimed is not None
         return queued.claimed

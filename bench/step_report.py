@@ -78,8 +78,9 @@ def render(report: Report) -> list[str]:
         "demo model driven the same way with nothing stored (events built and dropped): the 3-node turn "
         '"Where is ORD-5678?" (model, `lookup_order`, model). Both sides alternate in one process on one '
         "database; the tool's order lookup reads it on both. Ours' run is queued as the server's POST queues "
-        "it, already claimed by the worker (that transaction is outside the timed turn; the bare side has "
-        "no counterpart). A third side, when installed: the same bare turn "
+        "it, already claimed by the worker, its opening events (`run_started`, `user_message`) stored in "
+        "that transaction (outside the timed turn; the bare side has no counterpart). A third side, when "
+        "installed: the same bare turn "
         "with pydantic-ai-harness's `StepPersistence` capability on its `SqliteStepStore`, on one connection with "
         "ours' journal settings (SQLite only; "
         "installed with `pip install --no-deps pydantic-ai-harness`, as it pins an older pydantic-ai; it "
