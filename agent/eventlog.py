@@ -21,10 +21,10 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   so: a fast model answering right after a checkpoint would otherwise have its whole reply wait
   for the interval, or for the run's last checkpoint. That is one more transaction per text part
   at most; a busy process spends none (`run_step` hurries while it drives few runs), as
-  PostgreSQL's `commit_delay` waits only when other transactions are active. While that
-  transaction is in flight, each event emitted lets the event loop turn once: a model streaming
-  without pause would otherwise keep the loop until its next wait, often the run's last
-  checkpoint, and the committed first word would wait for it unread.
+  PostgreSQL's `commit_delay` waits only when other transactions are active. While the process
+  is so quiet and a writer's transaction is in flight, each event emitted lets the event loop
+  turn once: a model streaming without pause would otherwise keep the loop until its next wait,
+  often the run's last checkpoint, and a committed first word would wait for it unread.
 - **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
   lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so

@@ -16,13 +16,20 @@ from web.tokens import InvalidToken, verify_token
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def cli_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a `durable-chat` subprocess: our checkout first on the module
+    path, no `DURABLE_CHAT_*` variable inherited but those in `env`."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
+    environment.update(env or {})
+    return environment
+
+
 def run_cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m cli ARGS` in `cwd`, with no `DURABLE_CHAT_*` variable inherited but those in `env`."""
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
-    environment.update(env or {})
+    environment = cli_environment(env)
     return subprocess.run(
         [sys.executable, "-m", "cli", *args],
         cwd=cwd,
@@ -42,9 +49,7 @@ def run_cli_reader_gone(
 
     The read end is closed before the command starts, so its first line already meets a broken pipe.
     """
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
-    environment.update(env or {})
+    environment = cli_environment(env)
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:

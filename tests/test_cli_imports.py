@@ -6,14 +6,13 @@ Each command runs in a fresh interpreter, which then lists the modules it holds 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .test_cli import REPO_ROOT
+from .test_cli import cli_environment
 
 APP_STACK = (
     "agent.app",
@@ -47,8 +46,7 @@ with open(sys.argv[1], "w") as listing:
 def imported(*args: str, cwd: Path) -> set[str]:
     """The modules `durable-chat ARGS` imported, run in `cwd`; it must succeed."""
     listing = cwd / "modules.json"
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    environment.update(PYTHONPATH=str(REPO_ROOT), DURABLE_CHAT_SECRET="s3cret")
+    environment = cli_environment({"DURABLE_CHAT_SECRET": "s3cret"})
     result = subprocess.run(
         [sys.executable, "-c", RUN_THEN_LIST, str(listing), *args],
         cwd=cwd,
