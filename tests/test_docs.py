@@ -120,8 +120,10 @@ def helpdesk(project: Path, directory: Directory, monkeypatch: pytest.MonkeyPatc
     before = set(sys.modules)
     app = load_app("helpdesk:app")
     yield app
+    # Forget the user's modules, not ours it imported on first use: a package keeps those it handed out.
     for name in set(sys.modules) - before:
-        del sys.modules[name]
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(project)):
+            del sys.modules[name]
     sys.path.remove(str(project))
 
 
