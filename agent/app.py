@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -121,6 +121,12 @@ class ChatApp(Generic[DepsT]):
     short after it acted would tell the model it failed."""
     tool_timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
     """Per-tool overrides of both (`None`: no limit)."""
+    read_only_tools: Collection[str] = ()
+    """Tools with no side effects (lookups, searches), by name. A step that calls only these is not
+    checkpointed before them: what it adds is stored with the run's next checkpoint, one database
+    round trip fewer. After a crash in between, the model call that asked for them and the tools
+    run again. Never list a tool that changes anything, even through the ledger: a repeated model
+    call may give its call a new id."""
     texts: Texts = field(default_factory=Texts)
     """What users see when durable-chat answers in place of the model."""
     model_retries: ModelRetries = field(default_factory=ModelRetries)

@@ -7,8 +7,9 @@ Deliberate choices (see `docs/agent.md`, "Cancelling a run"):
   (`store.cancel_run`), which fences the driver off: its next write of any kind rolls back
   (`store.LeaseLost`) and it stops, storing nothing more.
 - **What is kept is what was stored**: the conversation at the run's last checkpoint, then, from
-  the events the run stored since (of its latest attempt), the results of the tools that ran and
-  the text streamed so far, as pydantic-ai's own `'interrupted'` messages. A cancelled run's
+  the events the run stored since (of its latest attempt), the results of the tools that ran, the
+  calls of a read-only step not checkpointed yet with theirs, and the text streamed so far, as
+  pydantic-ai's own `'interrupted'` messages. A cancelled run's
   message is never lost: if the run had not checkpointed yet, its user prompt is stored too.
   Words a driver streamed live but had not stored yet (a fraction of a second's worth) are not
   kept; clients re-read the thread when they see the run cancelled.
@@ -45,6 +46,7 @@ from stream import (
     TextDelta,
     TextDone,
     TextWithdrawn,
+    ToolCall,
     ToolResult,
     event_data,
 )
@@ -141,22 +143,22 @@ def interrupted_messages(
         if _open_calls(messages):
             messages = repair_messages(messages)
         messages.append(ModelRequest(parts=[UserPromptPart(run.content)], run_id=run_tag))
-    calls = _open_calls(messages)
-    if calls:
-        results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
-        returns = [
-            ToolReturnPart(
-                call.tool_name,
-                results[call.tool_call_id].content,
-                tool_call_id=call.tool_call_id,
-                outcome=results[call.tool_call_id].outcome,
-            )
-            for call in calls
-            if call.tool_call_id in results
-        ]
-        # pydantic-ai closes the calls that got no result as `interrupted` when it repairs this.
-        messages.append(ModelRequest(parts=returns, run_id=run_tag, state="interrupted"))
-        messages = repair_messages(messages)
+    results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
+    messages = _closed(messages, _open_calls(messages), results, run_tag)
+    # Calls of read-only tools wait for the next checkpoint (`ChatApp.read_only_tools`): those the
+    # run made since its last one are kept from their events, with their results.
+    known = {
+        call.tool_call_id
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for call in message.tool_calls
+    }
+    unstored = [
+        _call(event) for event in latest if isinstance(event, ToolCall) and event.tool_call_id not in known
+    ]
+    if unstored:
+        messages.append(ModelResponse(parts=unstored, model_name="durable-chat", run_id=run_tag))
+        messages = _closed(messages, unstored, results, run_tag)
     texts = _texts(latest)
     # Always a response, even with no words: it closes the turn, so the next prompt starts a
     # request of its own instead of being merged into this one (which would rewrite history).
@@ -169,6 +171,32 @@ def interrupted_messages(
         )
     )
     return messages, "\n\n".join(texts) or None
+
+
+def _closed(
+    messages: list[ModelMessage], calls: Sequence[ToolCallPart], results: dict[str, ToolResult], run_tag: str
+) -> list[ModelMessage]:
+    """`messages` with `calls` answered: by their logged results, the others as `interrupted`."""
+    if not calls:
+        return messages
+    returns = [
+        ToolReturnPart(
+            call.tool_name,
+            results[call.tool_call_id].content,
+            tool_call_id=call.tool_call_id,
+            outcome=results[call.tool_call_id].outcome,
+        )
+        for call in calls
+        if call.tool_call_id in results
+    ]
+    # pydantic-ai closes the calls that got no result as `interrupted` when it repairs this.
+    return repair_messages([*messages, ModelRequest(parts=returns, run_id=run_tag, state="interrupted")])
+
+
+def _call(event: ToolCall) -> ToolCallPart:
+    raw = event.args.get("_raw") if set(event.args) == {"_raw"} else None
+    args = raw if isinstance(raw, str) else dict(event.args)
+    return ToolCallPart(event.tool_name, args, tool_call_id=event.tool_call_id)
 
 
 def _latest_attempt(events: Sequence[StreamEvent]) -> list[StreamEvent]:

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
-from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
@@ -75,6 +75,7 @@ from stream import PendingCall as PendingCallEvent
 from .app import RunScope
 from .approvals import denial
 from .arguments import ToolSchemas
+from .checkpointing import answers_last_response, calls_only
 from .eventlog import (
     EventLogSink,
     SkipLogged,
@@ -273,6 +274,7 @@ class _Step:
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
+        self.read_only = frozenset(runtime.app.read_only_tools)
 
     async def drive(self) -> RunStatus:
         run = self.run
@@ -317,9 +319,11 @@ class _Step:
                 async for node in agent_run:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
-                    if not isinstance(node, End) and not _answers_last_response(node):
+                    if not isinstance(node, End) and not answers_last_response(node):
                         # The end's checkpoint is the pause's or the completion's, one transaction.
-                        await self._save(list(agent_run.all_messages()))
+                        messages = list(agent_run.all_messages())
+                        if not self._can_wait(messages):
+                            await self._save(messages)
                     if self.runtime.stopping.is_set() and not isinstance(node, End):
                         raise _Stopped
                     if app.agent.is_model_request_node(node):
@@ -355,6 +359,13 @@ class _Step:
         return await self.db.conversations.load_at(self.run.thread_id, stored.revision)
 
     # -- checkpoints ------------------------------------------------------------------------------
+
+    def _can_wait(self, messages: Sequence[ModelMessage]) -> bool:
+        """Whether the checkpoint due now can wait for the run's next one: all it would add calls
+        only read-only tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
+        if not self.read_only or self.runtime.stopping.is_set() or self.guard.blanking:
+            return False
+        return calls_only(messages[len(self.conversation.messages) :], self.read_only)
 
     async def _save(
         self,
@@ -570,14 +581,6 @@ def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
         if limits.tool_calls_limit is None
         else limits.tool_calls_limit + spent.tool_calls,
     )
-
-
-def _answers_last_response(node: object) -> bool:
-    """Whether `node` only ends the run on a final response: its checkpoint can wait for the end's."""
-    if not isinstance(node, CallToolsNode):
-        return False
-    response: ModelResponse = node.model_response  # pyright: ignore[reportUnknownMemberType]
-    return not response.tool_calls
 
 
 def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:

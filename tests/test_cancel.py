@@ -16,13 +16,20 @@ from typing import TypeVar
 import pytest
 from inline_snapshot import snapshot
 from pydantic_ai import Agent, DeferredToolRequests, RunContext, Tool
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import Runtime, RuntimeOptions, cancel, interrupted_messages, run_step
 from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
 from store import LeaseLost, NewEvent, NoActiveRun, Run, Thread
-from stream import RunFinished, RunStarted, TextDelta, ToolResult, event_from_data
+from stream import RunFinished, RunStarted, TextDelta, ToolCall, ToolResult, event_from_data
 
 from .step_app import App, AppFactory, shapes
 
@@ -302,3 +309,47 @@ def test_only_the_latest_attempts_text_is_kept_and_a_withdrawn_part_keeps_its_re
     messages, kept = interrupted_messages([], _run(attempt=2), events)
     assert kept == "Hello\n\n[withdrawn]"
     assert shapes(messages) == ["request: user-prompt", "response: text, text"]
+
+
+def test_read_only_calls_not_checkpointed_yet_are_kept_from_their_events() -> None:
+    # A step calling only read-only tools is checkpointed with the run's next step; cancelled
+    # before it, the calls and results the log holds are kept, once each, the unanswered one closed.
+    stored: list[ModelMessage] = [
+        ModelRequest.user_text_prompt("Hi"),
+        ModelResponse(parts=[ToolCallPart("lookup_order", {"order_id": "ORD-1"}, tool_call_id="c0")]),
+    ]
+    events = [
+        RunStarted(run_id="r", kind="message"),
+        ToolResult(
+            run_id="r", tool_call_id="c0", tool_name="lookup_order", outcome="success", content={"n": 0}
+        ),
+        ToolCall(run_id="r", tool_call_id="c1", tool_name="lookup_order", args={"order_id": "ORD-2"}),
+        ToolCall(run_id="r", tool_call_id="c2", tool_name="search_faq", args={"_raw": "{not json"}),
+        ToolResult(
+            run_id="r", tool_call_id="c1", tool_name="lookup_order", outcome="success", content={"n": 1}
+        ),
+        TextDelta(run_id="r", part_id="a", delta="Let me see"),
+    ]
+    messages, kept = interrupted_messages(stored, _run(checkpoints=1), events)
+    assert kept == "Let me see"
+    assert shapes(messages) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(lookup_order)",
+            "request: tool-return(lookup_order)",
+            "response: tool-call(lookup_order), tool-call(search_faq)",
+            "request: tool-return(lookup_order), tool-return(search_faq)",
+            "response: text",
+        ]
+    )
+    calls = messages[3]
+    assert isinstance(calls, ModelResponse)
+    assert [(c.tool_call_id, c.args) for c in calls.tool_calls] == [
+        ("c1", {"order_id": "ORD-2"}),
+        ("c2", "{not json"),
+    ]
+    returns = messages[4]
+    assert isinstance(returns, ModelRequest)
+    answered = [(p.tool_call_id, p.outcome) for p in returns.parts if isinstance(p, ToolReturnPart)]
+    assert answered == [("c1", "success"), ("c2", "interrupted")]
+    assert returns.parts[0].content == {"n": 1}

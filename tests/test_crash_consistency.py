@@ -113,6 +113,8 @@ async def test_a_client_connected_across_a_crash_ends_with_what_a_replay_shows(
 
     assert seen + rest == replay
     assert _ids_increase(replay)
+    # The lookup is read-only: no checkpoint held its step, so the recovery asked the model again,
+    # which looked the order up again, under a call id of its own.
     assert _kinds(replay, run_id) == snapshot(
         [
             "run_started message",
@@ -120,6 +122,8 @@ async def test_a_client_connected_across_a_crash_ends_with_what_a_replay_shows(
             "tool_call lookup_order",
             "tool_result lookup_order",
             "run_started recover",
+            "tool_call lookup_order",
+            "tool_result lookup_order",
             "text_delta",
             "text_done",
             "run_finished completed",

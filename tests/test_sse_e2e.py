@@ -132,16 +132,17 @@ async def test_a_server_killed_mid_run_continues_it_as_soon_as_it_restarts(tmp_p
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
             events = await read_events(client, thread_id, token, until=finished(run_id))
             detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
-    # Every event the client saw was stored before it was sent, so it is all still there; the
-    # continuation computes the lookup's result again (its checkpoint did not hold it) but does not
-    # show it twice, and answers from it.
+    # Every event the client saw was stored before it was sent, so it is all still there. The
+    # lookup is read-only: no checkpoint held its step, so the continuation asks the model again,
+    # which looks the order up again (a call of its own, shown as such), and answers from it.
     [recovered] = [e for e in events if e.type == "run_started" and e.data["kind"] == "recover"]
     stored = [e for e in events if e.event_id < recovered.event_id]
     assert stored[: len(before)] == before
     assert [e.type for e in stored] == ["run_started", "user_message", "tool_call", "tool_result"]
-    after = [e.type for e in events if e.event_id > recovered.event_id]
-    assert "tool_result" not in after
-    assert after[-2:] == ["text_done", "run_finished"]
+    after = [e for e in events if e.event_id > recovered.event_id]
+    assert [e.type for e in after[:2]] == ["tool_call", "tool_result"]
+    assert after[0].data["tool_call_id"] != stored[2].data["tool_call_id"]
+    assert [e.type for e in after[-2:]] == ["text_done", "run_finished"]
     assert events[-1].data["status"] == "completed"
     assert "ORD-9012" in str(events[-1].data["output"])
     assert [m["kind"] for m in detail["messages"]] == ["request", "response", "request", "response"]

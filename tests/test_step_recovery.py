@@ -7,21 +7,17 @@ approval); the transfer is exactly-once by the ledger.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from inline_snapshot import snapshot
 
 from agent import decide, run_step
-from store import Thread
-from store.schema import RunRow, now_utc
 from stream import CollectingSink, StreamEvent
 
 from .core_app import CoreFactory, moved
 from .scripted import Calls, Script
-from .step_app import App, shapes
+from .step_app import CrashingSink, crash_then_recover, shapes
 
 pytestmark = pytest.mark.anyio
 
@@ -39,49 +35,6 @@ def paying() -> Script:
     )
 
 
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs, no handler sees it."""
-
-
-class CrashingSink(CollectingSink):
-    """Dies at a chosen point of the run: at its `at_flush`-th checkpoint or on an event it matches."""
-
-    def __init__(
-        self, *, at_flush: int | None = None, on: Callable[[StreamEvent], bool] | None = None
-    ) -> None:
-        super().__init__()
-        self.at_flush, self.on, self.flushes = at_flush, on, 0
-
-    async def emit(self, event: StreamEvent) -> None:
-        await super().emit(event)
-        if self.on is not None and self.on(event):
-            raise Crash
-
-    async def flush(self) -> None:
-        await super().flush()
-        self.flushes += 1
-        if self.flushes == self.at_flush:
-            raise Crash
-
-
-async def _crash_then_recover(
-    open_app: Callable[[], Awaitable[App]], thread: Thread, run_id: str, sink: CrashingSink
-) -> App:
-    crashed = await open_app()
-    with pytest.raises(Crash):
-        await run_step(crashed.runtime, run_id, sink=sink)
-    assert (await crashed.db.runs.get(run_id)).status == "running"
-    # After the restart: once the dead process's lease lapses, the new one takes the run over.
-    recovered = await open_app()
-    assert await run_step(recovered.runtime, run_id) == "running"  # not while the lease holds
-    async with recovered.db.engine.begin() as connection:
-        await connection.execute(
-            RunRow.__table__.update().values(lease_expires_at=now_utc() - timedelta(seconds=1))
-        )
-    assert await run_step(recovered.runtime, run_id) in {"completed", "awaiting_approval"}
-    return recovered
-
-
 @pytest.mark.parametrize("at_flush", [1, 2])
 async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
     core_factory: CoreFactory, at_flush: int
@@ -94,7 +47,7 @@ async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
     thread = await app.thread()
     run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
     sink = CrashingSink(at_flush=at_flush)
-    recovered = await _crash_then_recover(lambda: core_factory(script), thread, run.run_id, sink)
+    recovered = await crash_then_recover(lambda: core_factory(script), run.run_id, sink)
     # No message lost, none repeated: the same history as a run that never crashed, and the model
     # asked each of its two questions once.
     assert shapes(await recovered.messages(thread)) == shapes(await reference.messages(clean))
@@ -115,7 +68,7 @@ async def test_a_resume_killed_after_the_transfer_does_not_transfer_twice(core_f
     assert decision.resume_run_id is not None
     # Dies right after the transfer committed, before any checkpoint recorded it in the conversation.
     sink = CrashingSink(on=lambda e: e.type == "tool_result")
-    recovered = await _crash_then_recover(lambda: core_factory(script), thread, decision.resume_run_id, sink)
+    recovered = await crash_then_recover(lambda: core_factory(script), decision.resume_run_id, sink)
     assert await moved(recovered) == [("bob", 2550)]
     assert shapes(await recovered.messages(thread))[-2:] == [
         "request: tool-return(transfer)",

@@ -53,7 +53,6 @@ def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: P
             "    store.load  N ms",
             "    invoke_agent support  N ms",
             "      chat demo  N ms",
-            "      store.checkpoint  N ms",
             "      execute_tool lookup_order  N ms",
             "      chat demo  N ms",
             "      store.checkpoint  N ms",

@@ -165,12 +165,12 @@ class ChatTurn(Protocol):
 
 @asynccontextmanager
 async def _served(
-    database_url: str, tmp_path: Path, script: Script
+    database_url: str, tmp_path: Path, script: Script, **app_options: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Services, Tally, dict[str, str]]]:
-    """`core_app` on `script`, served in process, its statements tallied (once `tally.counting`)."""
+    """`core_app` on `script` (with `app_options`), served in process, its statements tallied (once `tally.counting`)."""
     async with AsyncExitStack() as stack:
         settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
-        app = create_app(settings, app=core_app(script))
+        app = create_app(settings, app=core_app(script, **app_options))
         await stack.enter_async_context(app.router.lifespan_context(app))
         client = await stack.enter_async_context(
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30)
@@ -191,10 +191,18 @@ async def _runs_ended() -> None:
 _TURN = [Calls([("lookup", {"key": "balance"})]), "The balance is 42."]
 
 
-@pytest.fixture
-async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
-    """Serves `core_app` in process; `await one_turn()` plays one 3-node turn and returns its tally."""
-    async with _served(database_url, tmp_path, Script(_TURN)) as (client, services, tally, headers):
+@asynccontextmanager
+async def _one_turn(
+    database_url: str, tmp_path: Path, *, read_only: tuple[str, ...] = ()
+) -> AsyncIterator[Turn]:
+    """Serves `core_app` in process (its tool declared read-only, or not); `await play()` plays one
+    3-node turn and returns its tally."""
+    async with _served(database_url, tmp_path, Script(_TURN), read_only_tools=read_only) as (
+        client,
+        services,
+        tally,
+        headers,
+    ):
 
         async def play() -> Tally:
             thread = (await client.post("/api/threads", json={}, headers=headers)).json()
@@ -208,9 +216,15 @@ async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
             await task
             tally.counting = False
             run = await services.db.runs.get(run_id)
-            assert (run.status, run.checkpoints) == ("completed", 2)
+            assert (run.status, run.checkpoints) == ("completed", 1 if read_only else 2)
             return tally
 
+        yield play
+
+
+@pytest.fixture
+async def one_turn(database_url: str, tmp_path: Path) -> AsyncIterator[Turn]:
+    async with _one_turn(database_url, tmp_path) as play:
         yield play
 
 
@@ -244,15 +258,20 @@ async def ai_sdk_turn(database_url: str, tmp_path: Path) -> AsyncIterator[ChatTu
         yield play
 
 
-async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) -> None:
-    tally = await one_turn()
+def _but_flushes(tally: Tally, database_url: str) -> dict[str, object]:
+    """The tally's summary without the event writer's transactions, checked to hold events and the
+    run's fence only: whether there are any is timing."""
     counted = tally.summary()
-    # The writer's transactions, if any (timing), hold events and the run's fence only.
     flushes = counted.pop("event flush")
     if database_url.startswith("sqlite"):
         assert flushes in ([], [["INSERT events", "SELECT runs"]])
     else:
         assert flushes in ([], [["WITH: INSERT events, SELECT runs, SELECT pg_notify"]])
+    return counted
+
+
+async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) -> None:
+    counted = _but_flushes(await one_turn(), database_url)
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
@@ -291,6 +310,46 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
                     ],
                     [
                         "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
+                    ],
+                ],
+            }
+        )
+
+
+async def test_a_turn_whose_tool_is_read_only_checkpoints_once(database_url: str, tmp_path: Path) -> None:
+    # The step calling only a read-only tool is not checkpointed before it: the run's end stores
+    # it, the same rows in one transaction fewer.
+    async with _one_turn(database_url, tmp_path, read_only=("lookup",)) as play:
+        counted = _but_flushes(await play(), database_url)
+    if database_url.startswith("sqlite"):
+        assert counted == snapshot(
+            {
+                "statements (but events)": 6,
+                "write transactions (but the writer's)": 2,
+                "reads": [],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["UPDATE threads", "INSERT runs"],
+                    [
+                        "INSERT conversation_entries",
+                        "INSERT conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                ],
+            }
+        )
+    else:
+        assert counted == snapshot(
+            {
+                "statements (but events)": 2,
+                "write transactions (but the writer's)": 2,
+                "reads": [],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
+                    [
+                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
                 ],
             }

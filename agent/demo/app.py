@@ -16,7 +16,7 @@ from agent import AppContext, ApprovalReview, ChatApp, RunScope, Texts
 
 from .business import BusinessData, money
 from .model import DEMO_MODEL_NAME, demo_model
-from .tools import TOOLS, ShopDeps
+from .tools import READ_ONLY_TOOLS, TOOLS, ShopDeps
 
 __all__ = ("DELAY_VARIABLE", "INSTRUCTIONS", "STARTER_PROMPTS", "TEXTS", "build_agent", "shop_app")
 
@@ -93,6 +93,7 @@ def shop_app(*, delay: float | None = None) -> ChatApp[ShopDeps]:
         models={DEMO_MODEL_NAME: model},
         starter_prompts=STARTER_PROMPTS,
         describe_approval=_describe,
+        read_only_tools=READ_ONLY_TOOLS,
     )
 
 

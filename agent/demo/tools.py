@@ -20,7 +20,7 @@ from agent import RunScope
 from .business import BusinessData, cancel_in, refund_in
 from .feedback import FEEDBACK_KIND, feedback_agent, feedback_model_for
 
-__all__ = ("TOOLS", "ShopDeps")
+__all__ = ("READ_ONLY_TOOLS", "TOOLS", "ShopDeps")
 
 OrderId = Annotated[str, Field(description="The order id, like ORD-5678.", min_length=1, max_length=32)]
 
@@ -117,3 +117,5 @@ TOOLS: tuple[Tool[ShopDeps], ...] = (
     Tool(cancel_order, requires_approval=True),
     Tool(record_feedback),
 )
+READ_ONLY_TOOLS = frozenset({"lookup_order", "lookup_account", "search_faq"})
+"""The lookups: they change nothing, so a step calling only these needs no checkpoint before them."""

@@ -1,0 +1,135 @@
+"""Read-only tools (`ChatApp.read_only_tools`): a step calling only these waits for the next checkpoint.
+
+On the core tests' own app, `lookup` declared read-only: the run stores the same conversation in
+fewer transactions; a side effect is still checkpointed before it runs, with the lookups before it;
+a crash in between asks the model again; a loop of lookups checkpoints every other step; a
+stopping runtime checkpoints at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from inline_snapshot import snapshot
+
+from agent import run_step
+from stream import CollectingSink, RunStarted, StreamEvent, ToolCall
+
+from .core_app import CoreFactory, FakeApi
+from .scripted import Calls, Script
+from .step_app import CrashingSink, crash_then_recover, shapes
+
+pytestmark = pytest.mark.anyio
+
+READ_ONLY = frozenset({"lookup"})
+LOOKUP = Calls([("lookup", {"key": "balance"})])
+
+
+@pytest.mark.parametrize("lookups", [1, 3])
+async def test_a_step_calling_only_read_only_tools_is_stored_by_the_next_checkpoint(
+    core_factory: CoreFactory, lookups: int
+) -> None:
+    ran: dict[str, tuple[int, list[str], list[str]]] = {}
+    for name, read_only in (("checkpointed", frozenset[str]()), ("read-only", READ_ONLY)):
+        app = await core_factory(Script([*[LOOKUP] * lookups, "Done."]), read_only_tools=read_only)
+        thread = await app.thread()
+        run_id = await app.send(thread, "Balance?")
+        run = await app.db.runs.get(run_id)
+        assert run.status == "completed"
+        kinds = [event.type for event in await app.log(thread)]
+        ran[name] = (run.checkpoints, shapes(await app.messages(thread)), kinds)
+    # The same conversation and events, in fewer checkpoints: one lookup step waits for the run's
+    # end; of three in a row, the second is checkpointed (with the first), the third waits.
+    assert ran["read-only"][1:] == ran["checkpointed"][1:]
+    assert {name: checkpoints for name, (checkpoints, _, _) in ran.items()} == (
+        snapshot({"checkpointed": 2, "read-only": 1})
+        if lookups == 1
+        else snapshot({"checkpointed": 4, "read-only": 2})
+    )
+
+
+async def test_a_side_effect_is_checkpointed_before_it_runs_with_the_lookups_before_it(
+    core_factory: CoreFactory,
+) -> None:
+    api = FakeApi(hang=asyncio.Event())
+    app = await core_factory(
+        Script([LOOKUP, Calls([("book", {"item": "a room"})]), "Booked."]), api=api, read_only_tools=READ_ONLY
+    )
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Book a room")
+    task = asyncio.create_task(run_step(app.runtime, run.run_id))
+    await asyncio.wait_for(api.called.wait(), 30)
+    # The booking is under way: the lookup's step and the booking's call were stored before it.
+    assert shapes(await app.messages(thread)) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(lookup)",
+            "request: tool-return(lookup)",
+            "response: tool-call(book)",
+        ]
+    )
+    assert api.hang is not None
+    api.hang.set()
+    assert await asyncio.wait_for(task, 30) == "completed"
+    assert (await app.db.runs.get(run.run_id)).checkpoints == 2
+
+
+async def test_a_crash_after_a_read_only_step_asks_the_model_again(core_factory: CoreFactory) -> None:
+    reference = await core_factory(Script([LOOKUP, "Done."]))
+    clean = await reference.thread()
+    await reference.send(clean, "Balance?")
+    script = Script([LOOKUP, LOOKUP, "Done."])
+    app = await core_factory(script, read_only_tools=READ_ONLY)
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Balance?")
+    # Dies once the lookup answered, before any checkpoint stored its step.
+    sink = CrashingSink(on=lambda e: e.type == "tool_result")
+    recovered = await crash_then_recover(
+        lambda: core_factory(script, read_only_tools=READ_ONLY), run.run_id, sink
+    )
+    # Started over: the model was asked again with the user's message alone, and called the
+    # lookup again, under a new id; the conversation is an uninterrupted run's.
+    assert len(script.requests) == 3
+    assert shapes(script.requests[1]) == ["request: user-prompt"]
+    assert shapes(await recovered.messages(thread)) == shapes(await reference.messages(clean))
+    log = await recovered.log(thread)
+    recover = next(i for i, e in enumerate(log) if isinstance(e, RunStarted) and e.kind == "recover")
+    after = [e.type for e in log[recover + 1 :]]
+    assert after[:2] == ["tool_call", "tool_result"]
+    assert after[-1] == "run_finished"
+    # What the first attempt had stored stays, as every client saw it: the recovery's call is another.
+    before = [e.type for e in log[:recover]]
+    assert before in (["run_started", "user_message"], ["run_started", "user_message", "tool_call"])
+    calls = [e.tool_call_id for e in log if isinstance(e, ToolCall)]
+    assert len(calls) == len(set(calls))
+
+
+async def test_a_stopping_runtime_checkpoints_a_read_only_step_before_it_parks(
+    core_factory: CoreFactory,
+) -> None:
+    script = Script([LOOKUP, "Done."])
+    app = await core_factory(script, read_only_tools=READ_ONLY)
+    thread = await app.thread()
+    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Balance?")
+
+    class StopOnToolResult(CollectingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "tool_result":
+                app.runtime.stopping.set()
+
+    assert await run_step(app.runtime, run.run_id, sink=StopOnToolResult()) == "queued"
+    assert (await app.db.runs.get(run.run_id)).checkpoints == 1
+    # The next process continues from that checkpoint: the model is not asked for the lookup again.
+    restarted = await core_factory(script, read_only_tools=READ_ONLY)
+    assert await run_step(restarted.runtime, run.run_id) == "completed"
+    assert len(script.requests) == 2
+    assert shapes(await restarted.messages(thread)) == snapshot(
+        [
+            "request: user-prompt",
+            "response: tool-call(lookup)",
+            "request: tool-return(lookup)",
+            "response: text",
+        ]
+    )
