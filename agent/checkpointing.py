@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from pydantic_ai import CallToolsNode
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, RetryPromptPart, ToolCallPart, ToolReturnPart
 
 __all__ = ("answers_last_response", "calls_only")
 
@@ -19,15 +19,21 @@ def answers_last_response(node: object) -> bool:
 
 
 def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str]) -> bool:
-    """Whether `unsaved` holds one response, and it calls tools, only `tools`.
+    """Whether `unsaved` holds one response, calling tools, and every call and result in it is of `tools`.
 
     With `tools` the app's read-only ones (`ChatApp.read_only_tools`), such a checkpoint can wait
     for the next: after a crash, the model call that asked for them and the tools run again,
-    changing nothing. One response at most: a run calling lookups in a loop still checkpoints
-    every other step, so a crash repeats one model call, never a run's worth.
+    changing nothing. The result of any other tool (a resumed refund's) is stored at once, as
+    before. One response at most: a run calling lookups in a loop still checkpoints every other
+    step, so a crash repeats one model call, never a run's worth.
     """
     responses = [message for message in unsaved if isinstance(message, ModelResponse)]
-    if len(responses) != 1:
+    if len(responses) != 1 or not responses[0].tool_calls:
         return False
-    calls = responses[0].tool_calls
-    return bool(calls) and all(call.tool_name in tools for call in calls)
+    named = [
+        getattr(part, "tool_name", None)
+        for message in unsaved
+        for part in message.parts
+        if isinstance(part, ToolCallPart | ToolReturnPart | RetryPromptPart)
+    ]
+    return all(name in tools for name in named)

@@ -3,7 +3,7 @@
 On the core tests' own app, `lookup` declared read-only: the run stores the same conversation in
 fewer transactions; a side effect is still checkpointed before it runs, with the lookups before it;
 a crash in between asks the model again; a loop of lookups checkpoints every other step; a
-stopping runtime checkpoints at once.
+stopping runtime checkpoints at once, and so does a lookup step carrying a side effect's result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from inline_snapshot import snapshot
 
-from agent import run_step
+from agent import decide, run_step
 from stream import CollectingSink, RunStarted, StreamEvent, ToolCall
 
 from .core_app import CoreFactory, FakeApi
@@ -128,6 +128,30 @@ async def test_a_stopping_runtime_checkpoints_a_read_only_step_before_it_parks(
     assert shapes(await restarted.messages(thread)) == snapshot(
         [
             "request: user-prompt",
+            "response: tool-call(lookup)",
+            "request: tool-return(lookup)",
+            "response: text",
+        ]
+    )
+
+
+async def test_a_side_effects_result_is_stored_at_the_next_step_even_a_read_only_one(
+    core_factory: CoreFactory,
+) -> None:
+    script = Script([Calls([("transfer", {"to": "bob", "amount": 25.5})]), LOOKUP, "Sent."])
+    app = await core_factory(script, read_only_tools=READ_ONLY)
+    thread = await app.thread()
+    await app.send(thread, "Send bob 25.50")
+    [call_id] = await app.pending(thread)
+    decision = await decide(app.db, thread.thread_id, call_id, decision="approved", decided_by="bob")
+    assert decision.resume_run_id is not None
+    assert await run_step(app.runtime, decision.resume_run_id) == "completed"
+    # The resume made the transfer, then the model called the lookup: that step's checkpoint is
+    # not held back, as it stores the transfer's result; the run's end is the other.
+    assert (await app.db.runs.get(decision.resume_run_id)).checkpoints == 2
+    assert shapes(await app.messages(thread))[-4:] == snapshot(
+        [
+            "request: tool-return(transfer)",
             "response: tool-call(lookup)",
             "request: tool-return(lookup)",
             "response: text",
