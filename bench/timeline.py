@@ -4,10 +4,12 @@
 
 The server's app (the demo shop on its demo model) runs in this process, its runner going; one
 user alone posts "Where is ORD-5678?" on a new thread and waits for the run's end, `--turns`
-times. The store calls on the first delta's path, the events the run emits and their publication
-are timed from the POST (classes wrapped for the benchmark only), and each mark's median printed:
-the queueing's transaction, the checkpoint before the tool runs, the first word's own
-transaction, and the CPU work between them. Nothing crosses a socket but the database's: the
+times on each of two sides, in alternating blocks: the shop as it is, its lookup read-only
+(`ChatApp.read_only_tools`), and with no read-only tools, the lookup checkpointed before it runs.
+The store calls on the first delta's path, the events the run emits and their publication are
+timed from the POST (classes wrapped for the benchmark only), and each mark's median printed:
+the queueing's transaction, the first checkpoint (before the tool, or the run's end when the
+lookup's step waits for it), the first word's own transaction, and the CPU work between them. Nothing crosses a socket but the database's: the
 HTTP and SSE costs of `bench.cpu`'s first delta are not in it. Prints; writes nothing.
 """
 
@@ -20,6 +22,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,10 @@ from web import Settings, create_app, issue_token
 from web.broker import Broker
 
 SECRET = "timeline-secret-of-32-characters!"
+READ_ONLY = "the lookup read-only (as the shop declares it)"
+CHECKPOINTED = "the lookup checkpointed before it runs"
+BLOCKS = 4
+"""Each side's turns come in this many blocks, the sides alternating."""
 PROMPT = "Where is ORD-5678?"
 
 
@@ -102,7 +109,7 @@ _ROWS = (
     ("queueing starts", "the POST's queueing statement sent"),
     ("queueing done", "queued (and claimed): committed"),
     ("ToolCall emitted", "the model's tool call emitted"),
-    ("checkpoint starts", "the checkpoint before the tool sent"),
+    ("checkpoint starts", "the first checkpoint sent (before the tool; the run's end when it waits)"),
     ("checkpoint done", "that checkpoint committed"),
     ("ToolResult emitted", "the tool's result emitted"),
     ("TextDelta emitted", "the first word emitted"),
@@ -113,10 +120,14 @@ _ROWS = (
 )
 
 
-async def _turns(
-    url: str, data_dir: Path, turns: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+Timings = tuple[dict[str, list[float]], dict[str, list[float]]]
+"""Each mark's times, and each store call's durations, over the turns."""
+
+
+async def _turns(url: str, data_dir: Path, turns: int, *, read_only: bool) -> Timings:
+    """The demo turn `turns` times, its lookup read-only as the shop declares it, or checkpointed."""
     await prepare(url)
+    shop = load_app(DEFAULT_APP)
     app = create_app(
         Settings(
             database_url=url,
@@ -126,7 +137,7 @@ async def _turns(
             rate_limit_burst=1e6,
             messages_per_minute=1_000_000,
         ),
-        app=load_app(DEFAULT_APP),
+        app=shop if read_only else replace(shop, read_only_tools=()),
     )
     marks = _Marks()
     times: dict[str, list[float]] = {}
@@ -163,34 +174,49 @@ async def _turns(
     return times, calls
 
 
-def _report(title: str, times: dict[str, list[float]], calls: dict[str, list[float]]) -> list[str]:
-    lines = [f"{title}: median ms from the POST, {len(times.get('queueing starts', []))} turns", ""]
-    lines += ["| mark | ms | since the row before |", "|---|---:|---:|"]
-    before = 0.0
-    for name, label in _ROWS:
-        if name not in times:
-            lines.append(f"| {label} | — | |")
-            continue
-        at = statistics.median(times[name])
-        lines.append(f"| {label} | {at:.2f} | {at - before:+.2f} |")
-        before = at
-    lines += ["", "| store call | calls a turn | median ms |", "|---|---:|---:|"]
-    turns = max(len(times.get("queueing starts", [])), 1)
-    for name, values in calls.items():
-        lines.append(f"| {name} | {len(values) / turns:.1f} | {statistics.median(values):.2f} |")
-    return [*lines, ""]
+def _report(title: str, sides: dict[str, Timings]) -> list[str]:
+    """Each side's marks in the order they came, then its store calls."""
+    lines: list[str] = []
+    for side, (times, calls) in sides.items():
+        lines += [
+            f"{title}, {side}: median ms from the POST, {len(times.get('queueing starts', []))} turns",
+            "",
+        ]
+        lines += ["| mark | ms | since the row before |", "|---|---:|---:|"]
+        rows = sorted(((statistics.median(times[name]), label) for name, label in _ROWS if name in times))
+        before = 0.0
+        for at, label in rows:
+            lines.append(f"| {label} | {at:.2f} | {at - before:+.2f} |")
+            before = at
+        lines += ["", "| store call | calls a turn | median ms |", "|---|---:|---:|"]
+        turns = max(len(times.get("queueing starts", [])), 1)
+        for name, values in calls.items():
+            lines.append(f"| {name} | {len(values) / turns:.1f} | {statistics.median(values):.2f} |")
+        lines.append("")
+    return lines
+
+
+async def _both(url: str, data_dir: Path, turns: int) -> dict[str, Timings]:
+    """The turn with its lookup read-only and checkpointed, in alternating blocks of a few turns."""
+    sides: dict[str, Timings] = {READ_ONLY: ({}, {}), CHECKPOINTED: ({}, {})}
+    for _ in range(BLOCKS):
+        for side in sides:
+            times, calls = await _turns(url, data_dir, max(turns // BLOCKS, 1), read_only=side == READ_ONLY)
+            for into, got in zip(sides[side], (times, calls), strict=True):
+                for name, values in got.items():
+                    into.setdefault(name, []).extend(values)
+    return sides
 
 
 async def main(arguments: argparse.Namespace) -> None:
     models.ALLOW_MODEL_REQUESTS = False
     directory = Path(tempfile.mkdtemp(prefix="bench-timeline-"))
     out = _report(
-        "SQLite",
-        *await _turns(f"sqlite+aiosqlite:///{directory / 'timeline.db'}", directory, arguments.turns),
+        "SQLite", await _both(f"sqlite+aiosqlite:///{directory / 'timeline.db'}", directory, arguments.turns)
     )
     if arguments.postgres:
         async with postgres_database(arguments.postgres) as url:
-            out += _report("PostgreSQL", *await _turns(url, directory, arguments.turns))
+            out += _report("PostgreSQL", await _both(url, directory, arguments.turns))
     print("\n".join(out))
 
 
