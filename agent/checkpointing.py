@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from pydantic_ai import CallToolsNode
-from pydantic_ai.messages import ModelMessage, ModelResponse, RetryPromptPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
 
 __all__ = ("answers_last_response", "calls_only")
 
@@ -30,10 +30,9 @@ def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str]) -> bool:
     responses = [message for message in unsaved if isinstance(message, ModelResponse)]
     if len(responses) != 1 or not responses[0].tool_calls:
         return False
-    named = [
-        getattr(part, "tool_name", None)
+    return all(
+        part.tool_name in tools
         for message in unsaved
         for part in message.parts
-        if isinstance(part, ToolCallPart | ToolReturnPart | RetryPromptPart)
-    ]
-    return all(name in tools for name in named)
+        if isinstance(part, ToolCallPart | ToolReturnPart)
+    )
