@@ -1,6 +1,6 @@
 """PostgreSQL sessions a server opens under load, by pool size: what `DURABLE_CHAT_POOL_SIZE` is for.
 
-    python -m bench.pool [--postgres URL] [--users 20] [--turns 10] [--pools 10+20 20+10] [--no-write]
+    python -m bench.pool [--postgres URL] [--users 200] [--turns 5] [--pools 10+20 20+10 30+0] [--no-write]
 
 A pool keeps `size` connections and opens up to `overflow` more under load, closing each of those
 when it is returned: a pool smaller than what the load uses at once keeps opening and closing
@@ -37,8 +37,9 @@ from bench.web import DOCS, POSTGRES_ENV, SECRET, ours_argv, postgres_database, 
 from bench.web_process import raise_open_files_limit, start_server
 
 SECTION = "pool-sessions"
-POOLS = ("10+20", "20+10")
-"""`size+overflow`: the defaults before this benchmark, and the defaults since (the same 30 at most)."""
+POOLS = ("10+20", "20+10", "30+0")
+"""`size+overflow`: the defaults before this benchmark, the next ones (fine at 20 users, not at 200),
+and today's: the same 30 at most, all kept."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Measured:
     sessions: int
     """New sessions on the database during the turns."""
     errors: int
+    cpu_ms: float = 0.0
+    """The server's CPU (user and system, every thread) per turn."""
 
 
 async def _sessions(url: str) -> int:
@@ -80,17 +83,20 @@ async def measure(server_url: str, pool: str, users: int, turns: int, logs: Path
             await run_round(server.base_url, "native", users=users, seconds=0.0, turns=2, secret=SECRET)
             await asyncio.sleep(0.5)  # the statistics are sent by each backend within 500 ms
             before = await _sessions(url)
+            cpu_before = server.cpu_seconds()
             started = time.monotonic()
             result = await run_round(
                 server.base_url, "native", users=users, seconds=0.0, turns=turns, secret=SECRET
             )
             elapsed = time.monotonic() - started
+            cpu = server.cpu_seconds() - cpu_before
             await asyncio.sleep(1.0)
             # Our own read of the counter is a session too: one, counted in `before`'s reading.
             after = await _sessions(url) - 1
         finally:
             await server.stop()
-    return Measured(pool, result.turns, elapsed, after - before, sum(result.errors.values()))
+    cpu_ms = 1000 * cpu / max(result.turns, 1)
+    return Measured(pool, result.turns, elapsed, after - before, sum(result.errors.values()), cpu_ms)
 
 
 def render(results: list[Measured], arguments: argparse.Namespace, version: str, seconds: float) -> str:
@@ -103,7 +109,9 @@ def render(results: list[Measured], arguments: argparse.Namespace, version: str,
         "thread's stream), after a warm-up of 2 turns each. New sessions: the database's `sessions` counter "
         "(`pg_stat_database`) after the turns less before them, our own reading of it left out. A connection "
         "opened beyond the pool size is closed when it is returned, so a pool smaller than what the load uses "
-        "at once opens a new session again and again.",
+        "at once opens a new session again and again, which costs the server CPU: its CPU per turn is "
+        "its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
+        "(the server is not pinned: a figure to compare between the rows of one run).",
         "",
         "### Environment",
         "",
@@ -115,13 +123,14 @@ def render(results: list[Measured], arguments: argparse.Namespace, version: str,
         "",
         "### Results",
         "",
-        "| pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns | errors |",
-        "|---|---|---|---|---|---|",
+        "| pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns | server CPU ms/turn | errors |",
+        "|---|---|---|---|---|---|---|",
     ]
     for found in results:
         per_100 = 100 * found.sessions / max(found.turns, 1)
         lines.append(
-            f"| {found.pool} | {found.turns} | {found.seconds:.1f} | {found.sessions} | {per_100:.1f} | {found.errors} |"
+            f"| {found.pool} | {found.turns} | {found.seconds:.1f} | {found.sessions} | {per_100:.1f} "
+            f"| {found.cpu_ms:.1f} | {found.errors} |"
         )
     return "\n".join(lines)
 
@@ -138,7 +147,7 @@ async def main_async(arguments: argparse.Namespace) -> int:
         found = await measure(arguments.postgres, pool, arguments.users, arguments.turns, logs)
         print(
             f"pool {found.pool}: {found.turns} turns in {found.seconds:.1f}s, {found.sessions} new sessions, "
-            f"{found.errors} errors",
+            f"{found.cpu_ms:.1f} ms of server CPU a turn, {found.errors} errors",
             flush=True,
         )
         results.append(found)
@@ -154,8 +163,8 @@ async def main_async(arguments: argparse.Namespace) -> int:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.pool", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--postgres", default=os.environ.get(POSTGRES_ENV))
-    parser.add_argument("--users", type=int, default=20)
-    parser.add_argument("--turns", type=int, default=10, help="turns per user (default 10)")
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=5, help="turns per user (default 5)")
     parser.add_argument("--pools", nargs="+", default=list(POOLS), help="size+overflow settings to compare")
     parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--output", type=Path, default=DOCS)

@@ -24,8 +24,8 @@ _BASE = {"DURABLE_CHAT_DATABASE_URL": "postgresql://u@h/db", "DURABLE_CHAT_SECRE
 
 def test_the_servers_defaults_time_out() -> None:
     assert Settings.load(environ=_BASE).connection_options() == ConnectionOptions(
-        pool_size=20,
-        max_overflow=10,
+        pool_size=30,
+        max_overflow=0,
         pre_ping=False,
         statement_timeout=30.0,
         lock_timeout=10.0,

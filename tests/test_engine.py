@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import event
 
 from store import DatabaseUnavailable, SqlConversationStore, UnsupportedDatabase
-from store.engine import normalize_url, redacted
+from store.engine import create_engine, dispose, normalize_url, reader, redacted
 from tests.conftest import new_database
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +105,32 @@ def test_a_saturated_pool_is_reported_as_unavailable() -> None:
     with pytest.raises(DatabaseUnavailable) as raised, translate_errors("saving conversation 'c'"):
         raise exc.TimeoutError("QueuePool limit of size 10 overflow 20 reached")
     assert str(raised.value) == "saving conversation 'c' failed: no database connection was free in time"
+
+
+async def test_a_burst_of_readers_opens_its_connections_once(database_url: str) -> None:
+    # The readers' pool keeps every connection it opens (no overflow, closed on return): a second
+    # burst as large as the first opens none.
+    engine = create_engine(normalize_url(database_url))
+    readers = reader(engine)
+    opened: list[object] = []
+    event.listen(readers.sync_engine, "connect", lambda connection, _record: opened.append(connection))
+
+    async def burst(size: int) -> None:
+        together = asyncio.Barrier(size)
+
+        async def hold() -> None:
+            async with readers.connect() as connection:
+                await connection.execute(sa.text("SELECT 1"))
+                await together.wait()
+
+        await asyncio.gather(*(hold() for _ in range(size)))
+
+    # Beyond what the pools kept before (SQLite's readers 5 and 10 of overflow, PostgreSQL's 20 and 10).
+    size = 12 if database_url.startswith("sqlite") else 25
+    try:
+        await burst(size)
+        assert len(opened) == size
+        await burst(size)
+        assert len(opened) == size
+    finally:
+        await dispose(engine)

@@ -84,14 +84,16 @@ class Settings:
     """PostgreSQL fails a statement waiting longer for a lock (`DURABLE_CHAT_LOCK_TIMEOUT`, 0: none)."""
     idle_in_transaction_timeout_seconds: float | None = 60.0
     """PostgreSQL ends a session idle in a transaction longer (`…_IDLE_IN_TRANSACTION_TIMEOUT`, 0: none)."""
-    pool_size: int = 20
+    pool_size: int = 30
     """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`).
 
     Enough for a worker's runs and its requests: a pool that keeps fewer than the load holds at
     once opens a connection, and closes it on return, time after time. With 10 kept and 20 more
-    allowed, 200 demo turns of 20 users opened 51 sessions on PostgreSQL; with 20 and 10 (the same
-    30 at most), 1 (`python -m bench.pool`)."""
-    pool_max_overflow: int = 10
+    allowed, 200 demo turns of 20 users opened 51 sessions on PostgreSQL; with 20 and 10, none,
+    but 1,000 turns of 200 users opened about 300; with 30 and none (the same 30 at most), none,
+    and those turns took 14.4 s instead of 19-20 and 13.4 ms of the server's CPU a turn instead
+    of 16.0-16.7 (`python -m bench.pool`)."""
+    pool_max_overflow: int = 0
     """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
     pool_pre_ping: bool = False
     """Test pooled connections before use (`DURABLE_CHAT_POOL_PRE_PING=1`), so that no operation
@@ -210,8 +212,8 @@ class Settings:
             statement_timeout_seconds=_timeout("STATEMENT_TIMEOUT", env, 30.0),
             lock_timeout_seconds=_timeout("LOCK_TIMEOUT", env, 10.0),
             idle_in_transaction_timeout_seconds=_timeout("IDLE_IN_TRANSACTION_TIMEOUT", env, 60.0),
-            pool_size=int(_number("POOL_SIZE", env, 20, whole=True)),
-            pool_max_overflow=int(_number("POOL_MAX_OVERFLOW", env, 10, whole=True, zero=True)),
+            pool_size=int(_number("POOL_SIZE", env, 30, whole=True)),
+            pool_max_overflow=int(_number("POOL_MAX_OVERFLOW", env, 0, whole=True, zero=True)),
             pool_pre_ping=_flag("POOL_PRE_PING", env, False),
             transaction_pooler=_flag("TRANSACTION_POOLER", env, False),
             listen_url=_pick(None, "LISTEN_URL", env),
