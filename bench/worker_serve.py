@@ -2,12 +2,13 @@
 
     python -m bench.worker_serve --connections N serve --port … --db … --model demo
 
-A worker opens two pools on PostgreSQL (writes, and autocommit reads), each of 20 connections
-plus 10 overflow by default: up to 60 per worker. Two workers under 200 users already passed the
-100 connections a default PostgreSQL allows ("sorry, too many clients already"), which also
-starves every other client of that server. The benchmark caps them here (as
-`DURABLE_CHAT_POOL_SIZE` and `…_POOL_MAX_OVERFLOW` would), at `N` connections per worker, split
-between the two pools (a third kept open, the rest overflow). `N = 60` is what a worker opens anyway.
+A worker opens two pools on PostgreSQL (writes, and autocommit reads), each of 30 connections
+by default: up to 60 per worker. Two workers under 200 users already passed the 100 connections a
+default PostgreSQL allows ("sorry, too many clients already"), which also starves every other
+client of that server. The benchmark caps them here (as `DURABLE_CHAT_POOL_SIZE` would), at `N`
+connections per worker, split between the two pools, all kept open (an overflow connection is
+closed on return and opened again, ~10 ms of the server's CPU each: see `bench.pool`). `N = 60`
+is what a worker opens anyway.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ _original = store.engine.create_async_engine
 def cap(connections: int) -> None:
     """Make every PostgreSQL engine the store creates use at most `connections / 2` connections."""
     per_pool = max(2, connections // 2)
-    kept = max(1, per_pool // 3)
 
     def create(url: URL, **options: Any) -> Any:
         if url.get_backend_name() == "postgresql":
-            options.update(pool_size=kept, max_overflow=per_pool - kept)
+            options.update(pool_size=per_pool, max_overflow=0)
         return _original(url, **options)
 
     store.engine.create_async_engine = create
