@@ -8,7 +8,8 @@ Deliberate choices (see `docs/agent.md`, "Cancelling a run"):
   (`store.LeaseLost`) and it stops, storing nothing more.
 - **What is kept is what was stored**: the conversation at the run's last checkpoint, then, from
   the events the run stored since (of its latest attempt), the results of the tools that ran, the
-  calls of a read-only step not checkpointed yet with theirs, and the text streamed so far, as
+  calls of a read-only step not checkpointed yet that answered, with their results, and the text
+  streamed so far, as
   pydantic-ai's own `'interrupted'` messages. A cancelled run's
   message is never lost: if the run had not checkpointed yet, its user prompt is stored too.
   Words a driver streamed live but had not stored yet (a fraction of a second's worth) are not
@@ -146,7 +147,9 @@ def interrupted_messages(
     results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
     messages = _closed(messages, _open_calls(messages), results, run_tag)
     # Calls of read-only tools wait for the next checkpoint (`ChatApp.read_only_tools`): those the
-    # run made since its last one are kept from their events, with their results.
+    # run made since its last one and that answered are kept from their events, with their results.
+    # A call with no result is not: a lookup cut short changed nothing, and a call of a response
+    # still streaming never ran (any other tool runs only after a checkpoint stored its call).
     known = {
         call.tool_call_id
         for message in messages
@@ -154,7 +157,9 @@ def interrupted_messages(
         for call in message.tool_calls
     }
     unstored = [
-        _call(event) for event in latest if isinstance(event, ToolCall) and event.tool_call_id not in known
+        _call(event)
+        for event in latest
+        if isinstance(event, ToolCall) and event.tool_call_id not in known and event.tool_call_id in results
     ]
     if unstored:
         messages.append(ModelResponse(parts=unstored, model_name="durable-chat", run_id=run_tag))
