@@ -121,8 +121,8 @@ class ChatApp(Generic[DepsT]):
     short after it acted would tell the model it failed."""
     tool_timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
     """Per-tool overrides of both (`None`: no limit)."""
-    read_only_tools: Collection[str] = ()
-    """Tools with no side effects (lookups, searches), by name. A step that calls only these is not
+    read_only_tools: Collection[str] = frozenset()
+    """Tools with no side effects (lookups, searches), by name (kept as a frozenset). A step that calls only these is not
     checkpointed before them: what it adds is stored with the run's next checkpoint, one database
     round trip fewer. After a crash in between, the model call that asked for them and the tools
     run again. Never list a tool that changes anything, even through the ledger: a repeated model
@@ -141,6 +141,14 @@ class ChatApp(Generic[DepsT]):
         Callable[[ApprovalReview], Awaitable[ApprovalContext | None] | ApprovalContext | None] | None
     ) = None
     """Context for a reviewer looking at a pending call (the shop: what remains refundable)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.read_only_tools, str):
+            # A string is a collection of one-letter names: the setting would silently do nothing.
+            raise TypeError(
+                f"read_only_tools takes tool names, like {{{self.read_only_tools!r}}}, not one string"
+            )
+        self.read_only_tools = frozenset(self.read_only_tools)
 
     @property
     def title(self) -> str:

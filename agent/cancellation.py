@@ -9,9 +9,8 @@ Deliberate choices (see `docs/agent.md`, "Cancelling a run"):
 - **What is kept is what was stored**: the conversation at the run's last checkpoint, then, from
   the events the run stored since (of its latest attempt), the results of the tools that ran, the
   calls of a read-only step not checkpointed yet that answered, with their results, and the text
-  streamed so far, as
-  pydantic-ai's own `'interrupted'` messages. A cancelled run's
-  message is never lost: if the run had not checkpointed yet, its user prompt is stored too.
+  streamed so far, as pydantic-ai's own `'interrupted'` messages. A cancelled run's message is
+  never lost: if the run had not checkpointed yet, its user prompt is stored too.
   Words a driver streamed live but had not stored yet (a fraction of a second's worth) are not
   kept; clients re-read the thread when they see the run cancelled.
 - **Optimistic**: everything is read first, then written in one transaction that checks nothing

@@ -274,7 +274,6 @@ class _Step:
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
-        self.read_only = frozenset(runtime.app.read_only_tools)
 
     async def drive(self) -> RunStatus:
         run = self.run
@@ -363,9 +362,10 @@ class _Step:
     def _can_wait(self, messages: Sequence[ModelMessage]) -> bool:
         """Whether the checkpoint due now can wait for the run's next one: all it would add calls
         only read-only tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
-        if not self.read_only or self.runtime.stopping.is_set() or self.guard.blanking:
+        read_only = self.runtime.app.read_only_tools
+        if not read_only or self.runtime.stopping.is_set() or self.guard.blanking:
             return False
-        return calls_only(messages[len(self.conversation.messages) :], self.read_only)
+        return calls_only(messages[len(self.conversation.messages) :], read_only)
 
     async def _save(
         self,

@@ -125,8 +125,7 @@ Timings = tuple[dict[str, list[float]], dict[str, list[float]]]
 
 
 async def _turns(url: str, data_dir: Path, turns: int, *, read_only: bool) -> Timings:
-    """The demo turn `turns` times, its lookup read-only as the shop declares it, or checkpointed."""
-    await prepare(url)
+    """The demo turn `turns` times on a prepared database, its lookup read-only as the shop declares it, or checkpointed."""
     shop = load_app(DEFAULT_APP)
     app = create_app(
         Settings(
@@ -198,6 +197,7 @@ def _report(title: str, sides: dict[str, Timings]) -> list[str]:
 
 async def _both(url: str, data_dir: Path, turns: int) -> dict[str, Timings]:
     """The turn with its lookup read-only and checkpointed, in alternating blocks of a few turns."""
+    await prepare(url)
     sides: dict[str, Timings] = {READ_ONLY: ({}, {}), CHECKPOINTED: ({}, {})}
     for _ in range(BLOCKS):
         for side in sides:

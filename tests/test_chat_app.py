@@ -359,3 +359,13 @@ async def test_a_model_that_reuses_a_call_id_of_the_thread_fails_the_run_instead
     assert transcript[-1] == f"run_finished failed error={Texts().failed!r}"
     assert await pending_ids(runtime, thread) == []
     assert await balance(runtime.db.engine.connect, "bob") == 500  # the first transfer only
+
+
+def test_read_only_tools_are_kept_as_a_set_and_one_string_is_refused() -> None:
+    app = core_app(Script(["Hi."]), read_only_tools=["lookup", "lookup"])
+    assert app.read_only_tools == frozenset({"lookup"})
+    assert replace(app, read_only_tools=()).read_only_tools == frozenset()
+    # A string is a collection of letters: taken as is, no tool would ever be read-only.
+    with pytest.raises(TypeError) as refused:
+        core_app(Script(["Hi."]), read_only_tools="lookup")
+    assert str(refused.value) == "read_only_tools takes tool names, like {'lookup'}, not one string"
