@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, Page, Route, expect
 
 from .browser import check_accessibility, new_chat_and_send, screenshot, sign_in
 from .live_server import LiveServer
@@ -144,6 +144,29 @@ def test_a_bad_thread_link_and_an_unreachable_server_get_plain_notices(
     page.unroute("**/api/**")
     page.get_by_test_id("empty-new-thread").click()
     expect(page.get_by_test_id("message-input")).to_be_focused()
+
+
+def test_a_thread_link_opened_while_the_thread_list_loads_stays_open(server: LiveServer, page: Page) -> None:
+    sign_in(page, server)
+    new_chat_and_send(page, "Where is my order ORD-9012?")
+    expect(page.get_by_test_id("assistant-text")).to_contain_text("ORD-9012")
+    thread_id = re.search(r"thread=([^&]+)", page.url).group(1)  # pyright: ignore[reportOptionalMemberAccess]
+
+    # The page loads again, signed in, and its thread list is held back; the link is opened meanwhile.
+    held: list[Route] = []
+    the_list = re.compile(r"/api/threads(\?[^/]*)?$")
+    page.route(the_list, lambda route: held.append(route))
+    page.goto("/")
+    expect(page.get_by_test_id("no-thread")).to_be_visible()
+    page.goto(f"/#thread={thread_id}")
+    expect(page.get_by_test_id("assistant-text")).to_contain_text("ORD-9012")
+    assert len(held) == 1
+    held[0].continue_()
+    page.unroute(the_list)
+    # The list arrives after the conversation: the conversation stays open.
+    expect(page.get_by_test_id("thread-item").filter(has_text="Where is my order ORD-9012?")).to_be_visible()
+    expect(page.get_by_test_id("no-thread")).to_be_hidden()
+    expect(page.get_by_test_id("assistant-text")).to_contain_text("ORD-9012")
 
 
 def test_signed_in_in_every_tab_until_sign_out_and_a_pasted_link_signs_in(

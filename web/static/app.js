@@ -85,6 +85,7 @@ async function signIn(token, threadId) {
   const who = byTestId("signed-in-as");
   who.textContent = state.user ? `Signed in as ${state.user}` : "";
   who.hidden = !state.user;
+  const generation = state.generation;
   try {
     await loadThreads();
   } catch (error) {
@@ -92,6 +93,8 @@ async function signIn(token, threadId) {
     if (error instanceof ApiError && error.status === 401) return;
   }
   loadAppInfo();
+  // A thread opened while the list loaded (a thread link, a click) stays open.
+  if (generation !== state.generation) return;
   if (threadId) await selectThread(threadId);
   else showConversation(false);
 }
