@@ -131,6 +131,7 @@ class PatternScanner:
 
     def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
         self._patterns = [_partial(pattern.pattern, pattern.flags) for pattern in patterns]
+        self._any = _any_of(tuple((pattern.pattern, pattern.flags) for pattern in patterns))
         self._normalized = ""
         self._ends = [0]
         """`_ends[i]`: the length of the normalized text of the first `i` characters."""
@@ -139,12 +140,22 @@ class PatternScanner:
 
     def feed(self, text: str) -> int | None:
         """See `TextScanner.feed`."""
-        for char in text[len(self._ends) - 1 :]:
-            self._normalized += unicodedata.normalize("NFKC", char)
-            self._ends.append(len(self._normalized))
+        added = text[len(self._ends) - 1 :]
+        if added.isascii():  # its own normal form, a character each
+            start = len(self._normalized)
+            self._normalized += added
+            self._ends.extend(range(start + 1, start + len(added) + 1))
+        else:
+            for char in added:
+                self._normalized += unicodedata.normalize("NFKC", char)
+                self._ends.append(len(self._normalized))
         normalized, end = self._normalized, len(self._normalized)
         held = end
-        for pattern in self._patterns:
+        # Most text comes near no pattern: one search of them all says so, and then none is tried
+        # alone (no match anywhere, nor the start of one before the end: nothing to hold back).
+        first = None if self._any is None else self._any.search(normalized, self._held, partial=True)
+        nothing = self._any is not None and (first is None or (first.partial and first.start() == end))
+        for pattern in () if nothing else self._patterns:
             # A search, in C, instead of a match tried at every position: it finds the first whole
             # match if there is one anywhere, else the first partial one (text that could still
             # become a match). Only a whole match reaching the end (a `\b` there may still fail)
@@ -173,6 +184,26 @@ def _partial(source: str, flags: int) -> regex.Pattern[str]:
         if flags & getattr(re, name):
             twin |= getattr(regex, name)
     return regex.compile(source, twin)
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?[a-zA-Z]+\)")
+
+
+@functools.cache
+def _any_of(patterns: tuple[tuple[str, int], ...]) -> regex.Pattern[str] | None:
+    """One pattern that matches (or could still match) where any of `patterns` does; `None` when they
+    cannot be joined as they are: fewer than two, different flags, groups (a numbered reference
+    would point elsewhere), or inline flags (which would apply to the others)."""
+    if len(patterns) < 2 or len({flags for _, flags in patterns}) > 1:
+        return None
+    flags = patterns[0][1]
+    end = "\n)" if flags & re.VERBOSE else ")"  # a verbose pattern's comment ends at a newline
+    if any(re.compile(source, flags).groups or _GLOBAL_FLAGS.search(source) for source, _ in patterns):
+        return None
+    try:
+        return _partial("|".join(f"(?:{source}{end}" for source, _ in patterns), flags)
+    except regex.error:
+        return None
 
 
 def phrase(*words: str, gap: str = r"[\s_\-]+") -> re.Pattern[str]:

@@ -217,6 +217,11 @@ _ASCII_WORDS = st.sampled_from(
 _CUSTOM = (re.compile(r"a[^!]*!|b"), re.compile(r"\b(?:\d{2}[ -]?){2}\d{2}\b"))
 """Patterns whose match at one position can reach the end while a later one trips."""
 
+_BACKREFERENCES = (re.compile(r"(a)\1"), re.compile(r"(b)\1"))
+_MIXED_FLAGS = (re.compile("ab"), re.compile("xy", re.IGNORECASE))
+"""Patterns the scanner cannot search as one (a reference would point to another's group, a flag
+would apply to both): it tries each alone."""
+
 
 @settings(max_examples=400)
 @given(
@@ -228,9 +233,14 @@ _CUSTOM = (re.compile(r"a[^!]*!|b"), re.compile(r"\b(?:\d{2}[ -]?){2}\d{2}\b"))
             ).map(lambda words: "".join(word + gap for word, gap in words)),
         ),
         st.tuples(st.just(_CUSTOM), st.text(alphabet="ab! c12-", max_size=30)),
+        st.tuples(
+            st.sampled_from([_BACKREFERENCES, _MIXED_FLAGS]), st.text(alphabet="abxyXY! ", max_size=12)
+        ),
     ),
     data=st.data(),
 )
+@example(case=(_BACKREFERENCES, "a bb!"), data=None)
+@example(case=(_MIXED_FLAGS, "a XY!"), data=None)
 @example(case=(_CUSTOM, "ab c"), data=None)  # a partial match at 0 ("a…!"), then "b" trips
 @example(case=(_CUSTOM, "ab!"), data=None)  # a whole match reaching the end, then "b" trips
 def test_the_scanner_holds_and_trips_exactly_where_trying_every_position_does(
