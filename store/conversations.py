@@ -17,14 +17,15 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import sqlalchemy as sa
 from pydantic_ai.conversation import Conversation
@@ -60,6 +61,8 @@ from .history_cache import CachedHistory, HistoryCache, budget_from_env
 from .migrate import upgrade
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 from .tracing import store_span, traced
+
+T = TypeVar("T")
 
 __all__ = ("PageCursor", "SqlConversationStore", "erase_conversation")
 
@@ -136,6 +139,8 @@ class SqlConversationStore(ConversationStore):
         self._absent: OrderedDict[str, None] = OrderedDict()
         # Reads need no transaction: skipping BEGIN/ROLLBACK saves two round trips on PostgreSQL.
         self._reader = reader(engine)
+        # SQLite writes on the loop's own thread when it can: no trip to overlap with other work.
+        self._writes_inline = engine.dialect.name == "sqlite"
 
     @classmethod
     async def connect(
@@ -409,31 +414,41 @@ class SqlConversationStore(ConversationStore):
             if not written:
                 raise ConversationConflict(conversation_id)
 
+        def saved() -> CachedHistory | None:
+            return self._history_saved(record, new_entries, encoded)
+
         with translate_errors(f"saving conversation {conversation_id!r}"):
             try:
-                if also is None:
-                    # Alone, the write is its own transaction, committed in its one trip.
-                    await write(self._engine)
-                else:
+                if also is not None:
                     async with self._engine.begin() as connection:
                         await write(connection)
                         await also(connection)
+                    cached = saved()
+                elif self._writes_inline:
+                    await write(self._engine)  # its own transaction, on the loop's thread
+                    cached = saved()
+                else:
+                    # Alone, the write is its own transaction, committed in its one trip; the history
+                    # to cache is decoded while the database works.
+                    cached = await _meanwhile(write(self._engine), saved)
             except exc.IntegrityError as error:
                 # The record exists already, its head names an entry a concurrent delete released,
                 # or a fork's source was deleted since it was read: all a conflict with another writer.
                 raise ConversationConflict(conversation_id) from error
         self._remember(record)
-        self._cache_saved(record, new_entries, encoded)
+        if cached is not None:
+            self._histories.put(conversation_id, cached)
 
-    def _cache_saved(
+    def _history_saved(
         self,
         record: ConversationRecord,
         new_entries: Sequence[ConversationEntry],
         encoded: list[tuple[str, str | None, str, bytes]],
-    ) -> None:
-        """Cache the history a save just stored, from the cached one it extends (or branches from)."""
+    ) -> CachedHistory | None:
+        """The history a save stores, to cache once it commits: the cached one it extends (or
+        branches from) and the new entries, decoded from their bytes; `None` when not cached."""
         if not self._histories.enabled:
-            return
+            return None
         base_id = new_entries[0].parent_id if new_entries else record.head_id
         base: CachedHistory | None = (
             CachedHistory((), ()) if base_id is None else self._histories.get(base_id)
@@ -444,13 +459,13 @@ class SqlConversationStore(ConversationStore):
             cached = self._histories.head_of(source) if source is not None else None
             base = None if cached is None else cached.up_to(base_id)
         if base is None:
-            return  # read from the database at the next load
+            return None  # read from the database at the next load
         if encoded:
             # The cache holds what a load from the database would give: the stored bytes, validated.
             try:
                 messages = codec.decode_messages([(row[0], row[3]) for row in encoded], where="(just saved)")
             except CorruptData:
-                return
+                return None
             base = base.extended(
                 tuple(
                     ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
@@ -458,7 +473,7 @@ class SqlConversationStore(ConversationStore):
                 ),
                 tuple(len(row[3]) for row in encoded),
             )
-        self._histories.put(record.conversation_id, base)
+        return base
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         with translate_errors(f"deleting conversation {conversation_id!r}"):
@@ -508,6 +523,30 @@ class SqlConversationStore(ConversationStore):
         if limit is None:
             self._histories.put(None, read)
         return _handed_out(read, limit)
+
+
+async def _meanwhile(trip: Coroutine[Any, Any, None], work: Callable[[], T]) -> T:
+    """`work()`, done on the loop while `trip` waits for the database, once `trip` succeeded.
+
+    The trip runs as a task that sends its statement before `work` starts; should the caller be
+    cancelled or `work` fail, the trip is cancelled as it would have been awaited directly.
+    """
+    task = asyncio.ensure_future(trip)
+    try:
+        await asyncio.sleep(0)  # the task's first step: its statement goes out
+        done = work()
+        await task
+    except BaseException:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+    return done
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    # A trip cancelled on the way out of `_meanwhile`: its own outcome is not reported twice.
+    if not task.cancelled():
+        task.exception()
 
 
 def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationEntry]:

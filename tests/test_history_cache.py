@@ -7,6 +7,7 @@ nothing here is timed.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -15,12 +16,14 @@ import pytest
 import sqlalchemy as sa
 from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import ConversationConflict
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy.engine import make_url
 
 from store import DatabaseUnavailable, SqlConversationStore, codec
 from store.compiled import observing
+from store.conversations import _meanwhile  # pyright: ignore[reportPrivateUsage]
 from store.engine import create_engine, normalize_url, reader
 from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, budget_from_env
 
@@ -138,6 +141,79 @@ async def test_another_worker_appending_is_seen_and_only_its_messages_are_read(
     seen.messages.extend([user("mine again"), reply("ok")])
     await mine.save(seen)
     assert transcript((await _loaded(theirs, "chat")).messages)[-2:] == ["mine again", "ok"]
+
+
+async def test_a_save_that_conflicts_leaves_the_cache_as_it_was(open_store: Any, url: str) -> None:
+    mine: SqlConversationStore = await open_store()
+    theirs: SqlConversationStore = await open_store()
+    await mine.save(Conversation(conversation_id="chat", messages=turns(2)))
+    stale = await _loaded(mine, "chat")
+    cached = mine.history_cache.head_of("chat")
+    assert cached is not None
+    elsewhere = await _loaded(theirs, "chat")
+    elsewhere.messages.extend([user("theirs"), reply("first")])
+    await theirs.save(elsewhere)
+
+    # Its history is decoded while the write is in flight; the write fails in the database.
+    stale.messages.extend([user("mine"), reply("too late")])
+    with pytest.raises(ConversationConflict):
+        await mine.save(stale)
+
+    assert mine.history_cache.head_of("chat") is cached
+    seen = await _loaded(mine, "chat")
+    assert transcript(seen.messages)[-2:] == ["theirs", "first"]
+    assert dump(seen.messages) == await _truth(url, "chat")
+
+
+async def test_work_done_during_a_trip_counts_only_once_the_trip_succeeds() -> None:
+    sent: list[str] = []
+    answer = asyncio.Event()
+
+    async def trip(fails: bool = False) -> None:
+        sent.append("statement")
+        await answer.wait()
+        if fails:
+            raise ConversationConflict("chat")
+
+    def work() -> str:
+        assert sent == ["statement"]  # the statement went out before the work started
+        return "decoded"
+
+    # The trip's outcome comes after the work, and decides.
+    task = asyncio.ensure_future(_meanwhile(trip(), work))
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    answer.set()
+    assert await task == "decoded"
+    sent.clear()
+    with pytest.raises(ConversationConflict):
+        await _meanwhile(trip(fails=True), work)
+
+    # The caller cancelled mid-trip, or the work failing, cancels the trip as awaiting it would.
+    answer.clear()
+    cancelled: list[bool] = []
+
+    async def watched() -> None:
+        try:
+            await answer.wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    waiting = asyncio.ensure_future(_meanwhile(watched(), lambda: None))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert cancelled == [True]
+
+    def broken() -> None:
+        raise RuntimeError("decoding failed")
+
+    with pytest.raises(RuntimeError, match="decoding failed"):
+        await _meanwhile(watched(), broken)
+    await asyncio.sleep(0)
+    assert cancelled == [True, True]
 
 
 async def test_branches_and_forks_get_their_own_histories(open_store: Any, url: str) -> None:
