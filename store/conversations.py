@@ -424,8 +424,8 @@ class SqlConversationStore(ConversationStore):
                         await write(connection)
                         await also(connection)
                     cached = saved()
-                elif self._writes_inline:
-                    await write(self._engine)  # its own transaction, on the loop's thread
+                elif self._writes_inline or not self._histories.enabled:
+                    await write(self._engine)  # its own transaction (on SQLite, on the loop's thread)
                     cached = saved()
                 else:
                     # Alone, the write is its own transaction, committed in its one trip; the history
