@@ -59,9 +59,16 @@ FLIGHTS = [
 def create_airline(data: Path, *, hold: float = 0.0) -> Starlette:
     """The airline API, keeping its bookings in `data`."""
     holding = {"seconds": hold}
+    booking_one = asyncio.Lock()  # one booking at a time reads, adds to and writes the file
 
     def load() -> dict[str, dict[str, object]]:
         return json.loads(data.read_text()) if data.exists() else {}
+
+    def store(bookings: dict[str, dict[str, object]]) -> None:
+        # Written aside, then renamed over the file: a reader finds the old bookings or the new ones.
+        scratch = data.with_name(f".{data.name}.writing")
+        scratch.write_text(json.dumps(bookings, indent=2))
+        scratch.replace(data)
 
     async def search(request: Request) -> JSONResponse:
         destination = request.query_params.get("destination", "").strip().lower()
@@ -72,21 +79,22 @@ def create_airline(data: Path, *, hold: float = 0.0) -> Starlette:
         if not key:
             return JSONResponse({"error": "an Idempotency-Key header is required"}, status_code=400)
         body = await request.json()
-        bookings = load()
-        if key in bookings:
-            return JSONResponse(bookings[key])  # the same request again: the same booking, not a new one
         flight = next((f for f in FLIGHTS if f["flight_id"] == body.get("flight_id")), None)
-        if flight is None:
-            return JSONResponse({"error": f"no flight {body.get('flight_id')!r}"}, status_code=404)
-        booking = {
-            "booking_ref": f"BK-{secrets.token_hex(3).upper()}",
-            "flight_id": flight["flight_id"],
-            "passenger": body.get("passenger"),
-            "tenant": request.headers.get("x-tenant"),
-            "price": flight["price"],
-        }
-        bookings[key] = booking
-        await asyncio.to_thread(data.write_text, json.dumps(bookings, indent=2))
+        async with booking_one:
+            bookings = load()
+            if key in bookings:
+                return JSONResponse(bookings[key])  # the same request again: the same booking, not a new one
+            if flight is None:
+                return JSONResponse({"error": f"no flight {body.get('flight_id')!r}"}, status_code=404)
+            booking = {
+                "booking_ref": f"BK-{secrets.token_hex(3).upper()}",
+                "flight_id": flight["flight_id"],
+                "passenger": body.get("passenger"),
+                "tenant": request.headers.get("x-tenant"),
+                "price": flight["price"],
+            }
+            bookings[key] = booking
+            await asyncio.to_thread(store, bookings)
         await asyncio.sleep(holding["seconds"])
         return JSONResponse(booking, status_code=201)
 
