@@ -528,18 +528,23 @@ class SqlConversationStore(ConversationStore):
 async def _meanwhile(trip: Coroutine[Any, Any, None], work: Callable[[], T]) -> T:
     """`work()`, done on the loop while `trip` waits for the database, once `trip` succeeded.
 
-    The trip runs as a task that sends its statement before `work` starts; should the caller be
-    cancelled or `work` fail, the trip is cancelled as it would have been awaited directly.
+    The trip runs as a task that sends its statement before `work` starts, and its outcome comes
+    first, as if it had been awaited directly: a caller cancelled meanwhile cancels it, and should
+    `work` fail, its error is raised once the trip ended well.
     """
     task = asyncio.ensure_future(trip)
     try:
         await asyncio.sleep(0)  # the task's first step: its statement goes out
-        done = work()
-        await task
     except BaseException:
         task.cancel()
         task.add_done_callback(_retrieve)
         raise
+    try:
+        done = work()
+    except Exception:
+        await task
+        raise
+    await task
     return done
 
 

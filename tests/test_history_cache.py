@@ -207,13 +207,17 @@ async def test_work_done_during_a_trip_counts_only_once_the_trip_succeeds() -> N
         await waiting
     assert cancelled == [True]
 
+    # The work failing: the trip still ends as awaited directly, its outcome first.
     def broken() -> None:
         raise RuntimeError("decoding failed")
 
+    answer.set()
+    sent.clear()
     with pytest.raises(RuntimeError, match="decoding failed"):
-        await _meanwhile(watched(), broken)
-    await asyncio.sleep(0)
-    assert cancelled == [True, True]
+        await _meanwhile(trip(), broken)
+    assert sent == ["statement"]
+    with pytest.raises(ConversationConflict):
+        await _meanwhile(trip(fails=True), broken)
 
 
 async def test_branches_and_forks_get_their_own_histories(open_store: Any, url: str) -> None:
