@@ -1,13 +1,14 @@
 """The step function: one run of a thread, driven node by node through `Agent.iter`.
 
-It knows no HTTP. Given a queued run, it loads the thread's stored conversation, drives the
-agent, streams every part to a sink as it happens, and checkpoints after every node: the
-messages the run completed so far (and any records tools made) are committed before the next
-model call or tool execution, but for a step of read-only tools (`agent/checkpointing.py`). A request is stored with its response, exactly as pydantic-ai
-finished it (it stamps a request's timestamp, run and instructions as it sends it), so a crash
-during a model call loses that request: its user message is still in the run's row, and its
-tool results are computed again on recovery, exactly-once by the ledger for side effects. At a deferred point it stores each pending call as an approval row and ends
-the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
+It knows no HTTP. Given a queued run, it loads the thread's stored conversation, drives the agent,
+streams every part to a sink as it happens, and checkpoints after every node: the messages the run
+completed so far (and any records tools made) are committed before the next model call or tool
+execution, but for a step of read-only tools (`agent/checkpointing.py`). A request is stored with
+its response, exactly as pydantic-ai finished it (it stamps a request's timestamp, run and
+instructions as it sends it), so a crash during a model call loses that request: its user message
+is still in the run's row, and its tool results are computed again on recovery, exactly-once by the
+ledger for side effects. At a deferred point it stores each pending call as an approval row and
+ends the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
 from what is stored.
 
 A run interrupted by a crash, a cancellation or a lost database (`DatabaseUnavailable`, raised

@@ -2,15 +2,16 @@
 
     python -m bench.timeline [--turns 40] [--postgres URL] [--no-postgres]
 
-The server's app (the demo shop on its demo model) runs in this process, its runner going; one
-user alone posts "Where is ORD-5678?" on a new thread and waits for the run's end, `--turns`
-times on each of two sides, in alternating blocks: the shop as it is, its lookup read-only
+The server's app (the demo shop on its demo model) runs in this process, its runner going; one user
+alone posts "Where is ORD-5678?" on a new thread and waits for the run's end, `--turns` times on
+each of two sides, in alternating blocks: the shop as it is, its lookup read-only
 (`ChatApp.read_only_tools`), and with no read-only tools, the lookup checkpointed before it runs.
-The store calls on the first delta's path, the events the run emits and their publication are
-timed from the POST (classes wrapped for the benchmark only), and each mark's median printed:
-the queueing's transaction, the first checkpoint (before the tool, or the run's end when the
-lookup's step waits for it), the first word's own transaction, and the CPU work between them. Nothing crosses a socket but the database's: the
-HTTP and SSE costs of `bench.cpu`'s first delta are not in it. Prints; writes nothing.
+The store calls on the first delta's path, the events the run emits and their publication are timed
+from the POST (classes wrapped for the benchmark only), and each mark's median printed: the
+queueing's transaction, the first checkpoint (before the tool, or the run's end when the lookup's
+step waits for it), the first word's own transaction, and the CPU work between them. Nothing
+crosses a socket but the database's: the HTTP and SSE costs of `bench.cpu`'s first delta are not in
+it. Prints; writes nothing.
 """
 
 from __future__ import annotations

@@ -2,20 +2,25 @@
 
 A history is decoded in one call: the stored message bytes are joined into one JSON array and
 validated by `ModelMessagesTypeAdapter`, which is several times faster than one call per row.
-Only when that fails is each row decoded alone, to name the corrupt one.
+Only when that fails is each row decoded alone, to name the corrupt one. A conversation's record
+goes to and from its row here too (`record_values`, `record_from_row`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
+from pydantic_ai.conversation_store import ConversationRecord
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.usage import RunUsage
 
 from .errors import CorruptData
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import RowMapping
 
 __all__ = (
     "decode_branches",
@@ -26,6 +31,8 @@ __all__ = (
     "encode_deferred",
     "encode_message",
     "encode_usage",
+    "record_from_row",
+    "record_values",
 )
 
 # The same bytes handling as `ModelMessagesTypeAdapter`, for one message at a time.
@@ -90,6 +97,51 @@ def encode_branches(branches: Sequence[str]) -> bytes:
 
 def decode_branches(raw: bytes, *, conversation_id: str) -> list[str]:
     return _decode(_branches_adapter, raw, f"branches of conversation {conversation_id!r}")
+
+
+def record_values(record: ConversationRecord) -> dict[str, object]:
+    """The columns of `record`'s row, its pydantic-ai values encoded."""
+    return {
+        "conversation_id": record.conversation_id,
+        "scope": record.scope,
+        "head_id": record.head_id,
+        "revision": record.revision,
+        "updated_at": record.updated_at,
+        "usage": encode_usage(record.usage),
+        "deferred_tool_requests": encode_deferred(record.deferred_tool_requests),
+        "forked_from": record.forked_from,
+        "forked_at": record.forked_at,
+        "branches": encode_branches(record.branches),
+        "format_version": record.format_version,
+    }
+
+
+def record_from_row(mapping: Mapping[str, Any] | RowMapping) -> ConversationRecord:
+    """The record a row holds.
+
+    Raises:
+        CorruptData: The row is in a format this version cannot read, or a value does not decode.
+    """
+    conversation_id: str = mapping["conversation_id"]
+    if mapping["format_version"] != 1:
+        raise CorruptData(
+            f"conversation {conversation_id!r} is stored in format {mapping['format_version']!r}, "
+            "which this version of durable-chat cannot read"
+        )
+    return ConversationRecord(
+        conversation_id=conversation_id,
+        head_id=mapping["head_id"],
+        usage=decode_usage(mapping["usage"], conversation_id=conversation_id),
+        deferred_tool_requests=decode_deferred(
+            mapping["deferred_tool_requests"], conversation_id=conversation_id
+        ),
+        scope=mapping["scope"],
+        forked_from=mapping["forked_from"],
+        forked_at=mapping["forked_at"],
+        branches=decode_branches(mapping["branches"], conversation_id=conversation_id),
+        revision=mapping["revision"],
+        updated_at=mapping["updated_at"],
+    )
 
 
 def _decode(adapter: pydantic.TypeAdapter[T], raw: bytes, what: str) -> T:

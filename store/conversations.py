@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +37,7 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.run import AgentRunResult
 from sqlalchemy import exc
-from sqlalchemy.engine import URL, RowMapping
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import codec, histories
@@ -309,7 +309,7 @@ class SqlConversationStore(ConversationStore):
                 limit=None if prefetch is None else prefetch.limit,
                 history=prefetch is not None,
             )
-        record = None if row is None else _record_from_row(row)
+        record = None if row is None else codec.record_from_row(row)
         if record is not None:
             self._remember(record)
             if prefetch is not None and record.head_id is not None:
@@ -384,7 +384,7 @@ class SqlConversationStore(ConversationStore):
         with translate_errors("listing conversations"):
             async with self._reader.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [_record_from_row(row) for row in rows]
+        return [codec.record_from_row(row) for row in rows]
 
     async def write_record(
         self,
@@ -394,7 +394,7 @@ class SqlConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         conversation_id = record.conversation_id
-        values = _record_values(record)
+        values = codec.record_values(record)
         # Only the new messages are encoded: the stored ones are never read back for a save.
         encoded = [
             (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
@@ -568,45 +568,6 @@ def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationE
         last = entries[-1]
         entries[-1] = ConversationEntry(id=last.id, parent_id=last.parent_id, message=copy.copy(last.message))
     return entries
-
-
-def _record_values(record: ConversationRecord) -> dict[str, object]:
-    return {
-        "conversation_id": record.conversation_id,
-        "scope": record.scope,
-        "head_id": record.head_id,
-        "revision": record.revision,
-        "updated_at": record.updated_at,
-        "usage": codec.encode_usage(record.usage),
-        "deferred_tool_requests": codec.encode_deferred(record.deferred_tool_requests),
-        "forked_from": record.forked_from,
-        "forked_at": record.forked_at,
-        "branches": codec.encode_branches(record.branches),
-        "format_version": record.format_version,
-    }
-
-
-def _record_from_row(mapping: Mapping[str, Any] | RowMapping) -> ConversationRecord:
-    conversation_id: str = mapping["conversation_id"]
-    if mapping["format_version"] != 1:
-        raise CorruptData(
-            f"conversation {conversation_id!r} is stored in format {mapping['format_version']!r}, "
-            "which this version of durable-chat cannot read"
-        )
-    return ConversationRecord(
-        conversation_id=conversation_id,
-        head_id=mapping["head_id"],
-        usage=codec.decode_usage(mapping["usage"], conversation_id=conversation_id),
-        deferred_tool_requests=codec.decode_deferred(
-            mapping["deferred_tool_requests"], conversation_id=conversation_id
-        ),
-        scope=mapping["scope"],
-        forked_from=mapping["forked_from"],
-        forked_at=mapping["forked_at"],
-        branches=codec.decode_branches(mapping["branches"], conversation_id=conversation_id),
-        revision=mapping["revision"],
-        updated_at=mapping["updated_at"],
-    )
 
 
 def _is_uuid(value: str) -> bool:
