@@ -128,17 +128,25 @@ async def test_the_runtime_counts_the_runs_it_drives(core_factory: CoreFactory) 
     # While few runs are in flight, a reply's first word is stored at once (`EventLogSink`'s `hurry`).
     app = await core_factory(Script([], then="Hello there, how can I help?"))
     first, second = await app.thread(), await app.thread()
-    both_streaming = asyncio.Event()
+    both_streaming, both_counted = asyncio.Event(), asyncio.Event()
+    arrived: list[int] = []
     seen: list[int] = []
 
     class Watching(CollectingSink):
         async def emit(self, event: StreamEvent) -> None:
             await super().emit(event)
-            if event.type == "text_delta" and not both_streaming.is_set():
-                seen.append(app.runtime.running)
-                if len(seen) == 2:
-                    both_streaming.set()
-                await both_streaming.wait()
+            if event.type != "text_delta" or id(self) in arrived:
+                return
+            # Each run stops at its first word until both have reached theirs (one may reach it
+            # before the other has started), and until both have read the count.
+            arrived.append(id(self))
+            if len(arrived) == 2:
+                both_streaming.set()
+            await both_streaming.wait()
+            seen.append(app.runtime.running)
+            if len(seen) == 2:
+                both_counted.set()
+            await both_counted.wait()
 
     assert app.runtime.running == 0
     await asyncio.gather(app.send(first, "Hi", sink=Watching()), app.send(second, "Hi", sink=Watching()))
