@@ -33,15 +33,16 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved,
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
-    FunctionToolResultEvent,
     ModelMessage,
     ModelResponse,
+    OutputToolResultEvent,
     PartDeltaEvent,
     PartEndEvent,
     PartStartEvent,
     TextPart,
     TextPartDelta,
     ToolCallPart,
+    ToolResultEvent,
     repair_messages,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
@@ -90,6 +91,7 @@ from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import OUTCOME_UNKNOWN, ToolLedger
 from .logs import current_trace_id
 from .merge import merge_stored
+from .outputs import FINAL_RESULT_PROCESSED, call_metadata, run_output
 from .records import RunRecords
 from .regenerate import without_last_turn
 from .retries import is_transient
@@ -275,6 +277,9 @@ class _Step:
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
+        self.output_call: tuple[int, str, str] | None = None
+        """`(response_count, tool_call_id, tool_name)` of the last output tool call that gave an output:
+        the run's, if it answers the run's last response."""
 
     async def drive(self) -> RunStatus:
         run = self.run
@@ -334,7 +339,7 @@ class _Step:
                     elif app.agent.is_call_tools_node(node):
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                if isinstance(event, FunctionToolResultEvent):
+                                if isinstance(event, ToolResultEvent):
                                     await self._on_tool_result(event)
                     elif isinstance(node, End):
                         break
@@ -426,6 +431,7 @@ class _Step:
                 outcome="unknown"
                 if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {})
                 else None,
+                metadata=call_metadata(requests.metadata.get(call.tool_call_id)),
             )
             for call in [*requests.approvals, *requests.calls]
         ]
@@ -453,6 +459,7 @@ class _Step:
                         tool_name=call.tool_name,
                         args=call.args,
                         outcome=call.outcome,
+                        metadata=call.metadata,
                     )
                     for call in calls
                 ],
@@ -481,8 +488,18 @@ class _Step:
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
-        value = output if isinstance(output, str) else to_jsonable_python(output, fallback=str)
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=value))
+        gave = self.output_call
+        call_id, tool_name = gave[1:] if gave is not None and gave[0] == self.response_count else (None, None)
+        shown = run_output(output, getattr(self.runtime.app.agent, "output_type", str), tool_name)
+        await self.out.emit(
+            RunFinished(
+                run_id=self.run.run_id,
+                status="completed",
+                output=shown.value,
+                output_type=shown.type_name,
+                output_tool_call_id=call_id,
+            )
+        )
         await self._save(messages, finish="completed")
         return "completed"
 
@@ -554,8 +571,11 @@ class _Step:
             case _:
                 pass
 
-    async def _on_tool_result(self, event: FunctionToolResultEvent) -> None:
+    async def _on_tool_result(self, event: ToolResultEvent) -> None:
+        """A function tool's result, or an output tool's (which closes the call in every client)."""
         part = event.part
+        if isinstance(event, OutputToolResultEvent) and part.content == FINAL_RESULT_PROCESSED:
+            self.output_call = (self.response_count, part.tool_call_id, part.tool_name)
         outcome = (
             "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
         )

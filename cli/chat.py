@@ -227,6 +227,7 @@ class _Chat:
             tool_name=approval.tool_name,
             args=approval.args,
             engine=self.db.engine,
+            metadata=approval.metadata,
         )
         context = await self.runtime.app.context_for(review)
         if context:

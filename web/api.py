@@ -370,6 +370,7 @@ async def approvals_json(s: Services, user_id: str, approvals: Sequence[Approval
                     tool_name=approval.tool_name,
                     args=approval.args,
                     engine=s.db.engine,
+                    metadata=approval.metadata,
                 )
             )
         answered.append(approval_json(approval, context=context))
@@ -391,6 +392,7 @@ def approval_json(approval: Approval, *, context: Mapping[str, object] | None = 
         "run_id": approval.run_id,
         "tool_name": approval.tool_name,
         "args": approval.args,
+        "metadata": approval.metadata,
         "status": approval.status,
         "override_args": approval.override_args,
         "reason": approval.reason,
