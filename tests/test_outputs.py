@@ -18,9 +18,9 @@ from inline_snapshot import snapshot
 from pydantic import BaseModel
 from pydantic_ai import ApprovalRequired, ModelRetry, RunContext, Tool, ToolOutput
 
-from agent import ChatApp, Runtime, decide, open_runtime, run_step
+from agent import ApprovalReview, ChatApp, Runtime, decide, open_runtime, run_step
 from agent.outputs import call_metadata, run_output
-from store import Thread
+from store import PendingCall, Thread, insert_pending
 from stream import CollectingSink, RunFinished
 
 from .core_app import CoreDeps, core_app
@@ -233,3 +233,45 @@ def test_metadata_is_made_json_safe_and_durable_chats_own_is_never_shown() -> No
     assert call_metadata({1: -math.inf, "seat": Seat(3, "B"), "raw": b"\xff"}) == snapshot(
         {"1": None, "seat": {"row": 3, "letter": "B"}, "raw": "_w=="}
     )
+
+
+async def test_describe_approval_reads_the_calls_metadata(opened: Any) -> None:
+    reviewed: list[ApprovalReview] = []
+
+    def describe(review: ApprovalReview) -> dict[str, str | int | float]:
+        reviewed.append(review)
+        return {"Why": str((review.metadata or {}).get("why", "—"))}
+
+    script = Script([Calls([("refund", {"amount": 400})]), "Refunded."])
+    runtime = await opened(core_app(script, describe_approval=describe))
+    thread = await runtime.db.threads.create(user_id="ada", title="t")
+    await send(runtime, thread, "Refund 400")
+    [approval] = await runtime.db.approvals.list(thread_id=thread.thread_id)
+
+    context = await runtime.app.context_for(
+        ApprovalReview(
+            thread_id=thread.thread_id,
+            user_id="ada",
+            tool_call_id=approval.tool_call_id,
+            tool_name=approval.tool_name,
+            args=approval.args,
+            engine=runtime.db.engine,
+            metadata=approval.metadata,
+        )
+    )
+
+    assert context == {"Why": "over 100"}
+    assert reviewed[0].metadata == {"why": "over 100"}
+
+
+async def test_the_store_refuses_metadata_json_cannot_hold(opened: Any) -> None:
+    runtime = await opened(core_app(Script(["Hi."])))
+    thread = await runtime.db.threads.create(user_id="ada", title="t")
+    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Hi")
+    call = PendingCall("c1", "wire", {}, metadata={"ratio": math.nan})
+
+    with pytest.raises(ValueError, match="JSON compliant"):
+        async with runtime.db.engine.begin() as connection:
+            await insert_pending(connection, thread.thread_id, run.run_id, [call])
+
+    assert await runtime.db.approvals.list(thread_id=thread.thread_id) == []
