@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import DeferredToolRequests, NativeOutput, PromptedOutput, TextOutput, ToolOutput
+from pydantic_ai.messages import OutputToolResultEvent, ToolResultEvent
 from pydantic_core import to_jsonable_python
+
+from stream import RunFinished
 
 from .ledger import OUTCOME_UNKNOWN
 
-__all__ = ("FINAL_RESULT_PROCESSED", "RunOutput", "call_metadata", "json_safe", "run_output")
+__all__ = ("FINAL_RESULT_PROCESSED", "OutputCalls", "RunOutput", "call_metadata", "json_safe", "run_output")
 
 FINAL_RESULT_PROCESSED = "Final result processed."
 """What pydantic-ai answers the output tool call that gave the run's output (and no other call)."""
@@ -67,6 +70,37 @@ def run_output(output: object, spec: object, tool_name: str | None) -> RunOutput
     if isinstance(output, dict):
         name = _dict_type(spec, tool_name) or name
     return RunOutput(value, name)
+
+
+class OutputCalls:
+    """Which output tool call gave a run's output, told from the tool results pydantic-ai streams."""
+
+    def __init__(self) -> None:
+        self._gave: tuple[int, str, str] | None = None
+        """`(response, tool_call_id, tool_name)` of the last output call that gave an output."""
+
+    def settled(self, event: ToolResultEvent, response: int) -> None:
+        """Note a tool result of the run's `response`-th model response."""
+        part = event.part
+        if isinstance(event, OutputToolResultEvent) and part.content == FINAL_RESULT_PROCESSED:
+            self._gave = (response, part.tool_call_id, part.tool_name)
+
+    def finished(self, run_id: str, output: object, spec: object, response: int) -> RunFinished:
+        """The `run_finished` of a run that completed with `output` after `response` model responses.
+
+        An output call answers the run's last response: one of an earlier response was taken back
+        (pydantic-ai asked again, a function tool's retry winning over it).
+        """
+        gave = self._gave
+        call_id, tool_name = gave[1:] if gave is not None and gave[0] == response else (None, None)
+        shown = run_output(output, spec, tool_name)
+        return RunFinished(
+            run_id=run_id,
+            status="completed",
+            output=shown.value,
+            output_type=shown.type_name,
+            output_tool_call_id=call_id,
+        )
 
 
 def _dict_type(spec: object, tool_name: str | None) -> str | None:

@@ -35,7 +35,6 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
-    OutputToolResultEvent,
     PartDeltaEvent,
     PartEndEvent,
     PartStartEvent,
@@ -61,7 +60,6 @@ from store import (
     insert_pending,
 )
 from stream import (
-    ApprovalRequired,
     GuardrailTripped,
     RunFinished,
     Sink,
@@ -72,10 +70,9 @@ from stream import (
     ToolOutcomeUnknown,
     ToolResult,
 )
-from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
-from .approvals import denial
+from .approvals import approval_required, call_args, denial, held_calls
 from .arguments import ToolSchemas
 from .checkpointing import answers_last_response, calls_only
 from .eventlog import (
@@ -88,10 +85,10 @@ from .eventlog import (
     opening_stored,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .ledger import OUTCOME_UNKNOWN, ToolLedger
+from .ledger import ToolLedger
 from .logs import current_trace_id
 from .merge import merge_stored
-from .outputs import FINAL_RESULT_PROCESSED, call_metadata, run_output
+from .outputs import OutputCalls
 from .records import RunRecords
 from .regenerate import without_last_turn
 from .retries import is_transient
@@ -277,9 +274,7 @@ class _Step:
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
-        self.output_call: tuple[int, str, str] | None = None
-        """`(response_count, tool_call_id, tool_name)` of the last output tool call that gave an output:
-        the run's, if it answers the run's last response."""
+        self.outputs = OutputCalls()
 
     async def drive(self) -> RunStatus:
         run = self.run
@@ -422,19 +417,7 @@ class _Step:
     # -- the end of a run -------------------------------------------------------------------------
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
-        calls = [
-            PendingCall(
-                call.tool_call_id,
-                call.tool_name,
-                _args(call),
-                args_schema=self.schemas.schemas.get(call.tool_name),
-                outcome="unknown"
-                if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {})
-                else None,
-                metadata=call_metadata(requests.metadata.get(call.tool_call_id)),
-            )
-            for call in [*requests.approvals, *requests.calls]
-        ]
+        calls = held_calls(requests, self.schemas.schemas)
         await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
@@ -450,21 +433,7 @@ class _Step:
                 "durable_chat.tool_names": [call.tool_name for call in calls],
             },
         )
-        await self.out.emit(
-            ApprovalRequired(
-                run_id=self.run.run_id,
-                approvals=[
-                    PendingCallEvent(
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call.args,
-                        outcome=call.outcome,
-                        metadata=call.metadata,
-                    )
-                    for call in calls
-                ],
-            )
-        )
+        await self.out.emit(approval_required(self.run.run_id, calls))
         # Both are published once the pause commits, in the same transaction as the approval rows.
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
@@ -488,18 +457,8 @@ class _Step:
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
-        gave = self.output_call
-        call_id, tool_name = gave[1:] if gave is not None and gave[0] == self.response_count else (None, None)
-        shown = run_output(output, getattr(self.runtime.app.agent, "output_type", str), tool_name)
-        await self.out.emit(
-            RunFinished(
-                run_id=self.run.run_id,
-                status="completed",
-                output=shown.value,
-                output_type=shown.type_name,
-                output_tool_call_id=call_id,
-            )
-        )
+        spec = getattr(self.runtime.app.agent, "output_type", str)
+        await self.out.emit(self.outputs.finished(self.run.run_id, output, spec, self.response_count))
         await self._save(messages, finish="completed")
         return "completed"
 
@@ -565,7 +524,7 @@ class _Step:
                         run_id=run_id,
                         tool_call_id=call.tool_call_id,
                         tool_name=call.tool_name,
-                        args=_args(call),
+                        args=call_args(call),
                     )
                 )
             case _:
@@ -574,8 +533,7 @@ class _Step:
     async def _on_tool_result(self, event: ToolResultEvent) -> None:
         """A function tool's result, or an output tool's (which closes the call in every client)."""
         part = event.part
-        if isinstance(event, OutputToolResultEvent) and part.content == FINAL_RESULT_PROCESSED:
-            self.output_call = (self.response_count, part.tool_call_id, part.tool_name)
+        self.outputs.settled(event, self.response_count)
         outcome = (
             "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
         )
@@ -606,13 +564,6 @@ def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
 
 def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:
     return bool(messages) and isinstance(messages[-1], ModelResponse) and bool(messages[-1].tool_calls)
-
-
-def _args(call: ToolCallPart) -> dict[str, object]:
-    try:
-        return call.args_as_dict()
-    except ValueError:
-        return {"_raw": call.args_as_json_str()}
 
 
 def _user_safe(error: Exception, texts: Texts) -> str:
