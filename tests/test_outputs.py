@@ -154,9 +154,7 @@ async def test_a_text_output_has_no_type_and_no_output_call(opened: Any) -> None
 
 
 def test_output_types_are_named_from_the_value_or_the_spec() -> None:
-    assert run_output(Seat(1, "A"), Seat, "final_result") == snapshot(
-        run_output(Seat(1, "A"), Seat, "final_result")
-    )
+    assert run_output(Seat(1, "A"), Seat, "final_result").value == {"row": 1, "letter": "A"}
     named = {
         "model": run_output(Flight(number="TP1", seats=1), Flight, "final_result").type_name,
         "dataclass": run_output(Seat(1, "A"), [Seat, str], "final_result_Seat").type_name,
