@@ -45,7 +45,8 @@ test: check
 # The page's screenshots in docs/screenshots/, taken by its browser tests (Chromium, a few minutes).
 screenshots: $(BIN)/.installed-dev
 	DURABLE_CHAT_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/test_page.py \
-		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py tests/test_travel_page.py
+		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py tests/test_travel_page.py \
+		tests/test_page_outputs.py
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

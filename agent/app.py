@@ -84,6 +84,8 @@ class ApprovalReview:
     tool_name: str
     args: Mapping[str, object]
     engine: AsyncEngine
+    metadata: Mapping[str, object] | None = None
+    """What the tool said about the call when it held it (`ApprovalRequired(metadata=...)`), if anything."""
 
 
 ApprovalContext = Mapping[str, "str | int | float"]

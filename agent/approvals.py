@@ -1,20 +1,69 @@
-"""Deciding a pending tool call: validation of edited arguments, the decision, its event."""
+"""Holding tool calls for decisions, and deciding them: validation of edited arguments, the
+decision, its event."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.messages import ToolCallPart
 
-from store import Approval, Database, Decision, NewEvent
-from stream import ApprovalDecided, event_data
+from store import Approval, Database, Decision, NewEvent, PendingCall
+from stream import ApprovalDecided, ApprovalRequired, event_data
+from stream import PendingCall as PendingCallEvent
 
 from .arguments import InvalidArguments, validate_args
 from .eventlog import Publisher, stored_events
+from .ledger import OUTCOME_UNKNOWN
+from .outputs import call_metadata
 
-__all__ = ("decide", "denial")
+__all__ = ("approval_required", "call_args", "decide", "denial", "held_calls")
+
+
+def call_args(call: ToolCallPart) -> dict[str, object]:
+    """A call's arguments as an object; arguments that are no JSON object as `{"_raw": their text}`."""
+    try:
+        return call.args_as_dict()
+    except ValueError:
+        return {"_raw": call.args_as_json_str()}
+
+
+def held_calls(requests: DeferredToolRequests, schemas: Mapping[str, dict[str, object]]) -> list[PendingCall]:
+    """The calls a paused run holds for decisions, as the approvals table keeps them: with the argument
+    schema the model saw (`schemas`, by tool) and what the tool said of each (its metadata)."""
+    return [
+        PendingCall(
+            call.tool_call_id,
+            call.tool_name,
+            call_args(call),
+            args_schema=schemas.get(call.tool_name),
+            outcome="unknown" if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {}) else None,
+            metadata=call_metadata(requests.metadata.get(call.tool_call_id)),
+        )
+        for call in [*requests.approvals, *requests.calls]
+    ]
+
+
+def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequired:
+    """The event that says the run `run_id` paused for `calls`."""
+    return ApprovalRequired(
+        run_id=run_id,
+        approvals=[
+            PendingCallEvent(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                outcome=call.outcome,
+                metadata=call.metadata,
+            )
+            for call in calls
+        ],
+    )
+
 
 tracer = trace.get_tracer("durable_chat.agent")
 

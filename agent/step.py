@@ -33,7 +33,6 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved,
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
-    FunctionToolResultEvent,
     ModelMessage,
     ModelResponse,
     PartDeltaEvent,
@@ -42,6 +41,7 @@ from pydantic_ai.messages import (
     TextPart,
     TextPartDelta,
     ToolCallPart,
+    ToolResultEvent,
     repair_messages,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
@@ -60,7 +60,6 @@ from store import (
     insert_pending,
 )
 from stream import (
-    ApprovalRequired,
     GuardrailTripped,
     RunFinished,
     Sink,
@@ -71,10 +70,9 @@ from stream import (
     ToolOutcomeUnknown,
     ToolResult,
 )
-from stream import PendingCall as PendingCallEvent
 
 from .app import RunScope
-from .approvals import denial
+from .approvals import approval_required, call_args, denial, held_calls
 from .arguments import ToolSchemas
 from .checkpointing import answers_last_response, calls_only
 from .eventlog import (
@@ -87,9 +85,10 @@ from .eventlog import (
     opening_stored,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .ledger import OUTCOME_UNKNOWN, ToolLedger
+from .ledger import ToolLedger
 from .logs import current_trace_id
 from .merge import merge_stored
+from .outputs import OutputCalls
 from .records import RunRecords
 from .regenerate import without_last_turn
 from .retries import is_transient
@@ -275,6 +274,7 @@ class _Step:
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
         self.response_count = 0
+        self.outputs = OutputCalls()
 
     async def drive(self) -> RunStatus:
         run = self.run
@@ -334,7 +334,7 @@ class _Step:
                     elif app.agent.is_call_tools_node(node):
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                if isinstance(event, FunctionToolResultEvent):
+                                if isinstance(event, ToolResultEvent):
                                     await self._on_tool_result(event)
                     elif isinstance(node, End):
                         break
@@ -417,18 +417,7 @@ class _Step:
     # -- the end of a run -------------------------------------------------------------------------
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
-        calls = [
-            PendingCall(
-                call.tool_call_id,
-                call.tool_name,
-                _args(call),
-                args_schema=self.schemas.schemas.get(call.tool_name),
-                outcome="unknown"
-                if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {})
-                else None,
-            )
-            for call in [*requests.approvals, *requests.calls]
-        ]
+        calls = held_calls(requests, self.schemas.schemas)
         await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
@@ -444,20 +433,7 @@ class _Step:
                 "durable_chat.tool_names": [call.tool_name for call in calls],
             },
         )
-        await self.out.emit(
-            ApprovalRequired(
-                run_id=self.run.run_id,
-                approvals=[
-                    PendingCallEvent(
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call.args,
-                        outcome=call.outcome,
-                    )
-                    for call in calls
-                ],
-            )
-        )
+        await self.out.emit(approval_required(self.run.run_id, calls))
         # Both are published once the pause commits, in the same transaction as the approval rows.
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
@@ -481,8 +457,8 @@ class _Step:
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
-        value = output if isinstance(output, str) else to_jsonable_python(output, fallback=str)
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=value))
+        spec = getattr(self.runtime.app.agent, "output_type", str)
+        await self.out.emit(self.outputs.finished(self.run.run_id, output, spec, self.response_count))
         await self._save(messages, finish="completed")
         return "completed"
 
@@ -548,14 +524,16 @@ class _Step:
                         run_id=run_id,
                         tool_call_id=call.tool_call_id,
                         tool_name=call.tool_name,
-                        args=_args(call),
+                        args=call_args(call),
                     )
                 )
             case _:
                 pass
 
-    async def _on_tool_result(self, event: FunctionToolResultEvent) -> None:
+    async def _on_tool_result(self, event: ToolResultEvent) -> None:
+        """A function tool's result, or an output tool's (which closes the call in every client)."""
         part = event.part
+        self.outputs.settled(event, self.response_count)
         outcome = (
             "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
         )
@@ -586,13 +564,6 @@ def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
 
 def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:
     return bool(messages) and isinstance(messages[-1], ModelResponse) and bool(messages[-1].tool_calls)
-
-
-def _args(call: ToolCallPart) -> dict[str, object]:
-    try:
-        return call.args_as_dict()
-    except ValueError:
-        return {"_raw": call.args_as_json_str()}
 
 
 def _user_safe(error: Exception, texts: Texts) -> str:

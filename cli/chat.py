@@ -34,7 +34,7 @@ from agent import (
 from store import Approval, Database, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
 
-from .terminal import USER, TerminalSink, call_text, conversation_lines
+from .terminal import USER, TerminalSink, call_text, conversation_lines, fields_line
 from .users import DEFAULT_USER
 
 __all__ = ("DEFAULT_USER", "INTERRUPTED", "EndOfInput", "chat", "read_line")
@@ -227,10 +227,13 @@ class _Chat:
             tool_name=approval.tool_name,
             args=approval.args,
             engine=self.db.engine,
+            metadata=approval.metadata,
         )
         context = await self.runtime.app.context_for(review)
         if context:
             self.sink.say("  " + " · ".join(f"{label}: {value}" for label, value in context.items()), "dim")
+        if approval.metadata:
+            self.sink.say("  " + fields_line(approval.metadata), "dim")
 
     async def _ask(
         self, approval: Approval, edited: dict[str, object] | None

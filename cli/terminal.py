@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -26,6 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.padding import Padding
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
@@ -46,7 +48,18 @@ from stream import (
     UserMessage,
 )
 
-__all__ = ("ASSISTANT", "USER", "TerminalSink", "call_text", "conversation_lines", "refusal", "short")
+__all__ = (
+    "ASSISTANT",
+    "USER",
+    "TerminalSink",
+    "call_text",
+    "conversation_lines",
+    "field_text",
+    "fields_line",
+    "refusal",
+    "short",
+    "type_label",
+)
 
 USER = "you> "
 ASSISTANT = "assistant> "
@@ -71,6 +84,38 @@ def short(content: object, limit: int = _SHORT) -> str:
     if space >= limit * 2 // 3:
         cut = cut[:space]
     return cut + "…"
+
+
+def type_label(type_name: str) -> str:
+    """A type's name as words: `NoFlightFound` → "No flight found"."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", type_name.replace("_", " "))
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)
+    words = spaced.split()
+    text = " ".join(w if i == 0 or w.isupper() else w.lower() for i, w in enumerate(words))
+    return text[:1].upper() + text[1:]
+
+
+def field_text(value: object) -> str:
+    """A field's value on one line: text as is, lists of plain values joined, anything nested as JSON."""
+    match value:
+        case None:
+            return "—"
+        case str():
+            return value
+        case bool() | int() | float():
+            return json.dumps(value)
+        case list():
+            items: list[object] = list(value)  # pyright: ignore[reportUnknownArgumentType]  # a JSON array
+            if all(not isinstance(item, dict | list) for item in items):
+                return ", ".join(field_text(item) for item in items)
+            return json.dumps(items, ensure_ascii=False, default=str)
+        case _:
+            return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def fields_line(fields: Mapping[str, object]) -> str:
+    """`key: value · key: value`, for a short object (an approval's metadata)."""
+    return " · ".join(f"{key}: {field_text(value)}" for key, value in fields.items())
 
 
 def refusal(content: object) -> str | None:
@@ -167,6 +212,9 @@ class TerminalSink:
                 )
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
+            case RunFinished(status="completed", output=output, output_type=str() as output_type):
+                self.stop_spinner()
+                self._output(output, output_type)
             case RunFinished(status="cancelled"):
                 self._line("(stopped: the reply above may be incomplete)", "yellow")
             case RunFinished(status="failed" | "blocked" as status, error=error):
@@ -203,6 +251,35 @@ class TerminalSink:
         line.append(short(content, _LONG), style="dim")
         # rich wraps it at word boundaries (a word longer than a line is folded).
         self._console.print(line, overflow="fold")
+
+    def _output(self, output: object, output_type: str) -> None:
+        """A structured output: a table of its fields on a terminal, `key: value` lines elsewhere."""
+        self._end_line()
+        rows: list[tuple[str, str]]
+        if isinstance(output, dict):
+            items: list[tuple[object, object]] = list(output.items())  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]  # a JSON object
+            rows = [(str(key), field_text(value)) for key, value in items]
+        elif isinstance(output, list):
+            rows = [(str(index + 1), field_text(item)) for index, item in enumerate(output)]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        else:
+            rows = [("value", field_text(output))]
+        title = type_label(output_type) + ("" if rows else " (no details)")
+        if not self.rich:
+            self._line(ASSISTANT + title)
+            for key, value in rows:
+                self._line(f"  {key}: {value}")
+            return
+        heading = Text(ASSISTANT, style="bold cyan")
+        heading.append(title, style="bold")
+        self._console.print(heading, overflow="fold")
+        if rows:
+            table = Table.grid(padding=(0, 2))
+            table.add_column(style="dim", no_wrap=True)
+            table.add_column(overflow="fold")
+            for key, value in rows:
+                table.add_row(key, value)
+            self._console.print(Padding(table, (0, 0, 0, len(ASSISTANT))))
+        self._out.flush()
 
     def _finish_reply(self, text: str) -> None:
         """The streamed part is complete: on a terminal, show it again as rendered markdown."""

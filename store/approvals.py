@@ -45,6 +45,8 @@ class PendingCall:
     outcome: Literal["unknown"] | None = None
     """`unknown`: the call ran before and its process died before it finished; holding it again
     replaces its earlier decision (kept in `Approval.previous`)."""
+    metadata: JsonObject | None = None
+    """What the tool or the deferral said about the call, for its reviewer (JSON values only)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class Approval:
     previous: JsonObject | None = None
     """The decision the call had before its outcome became unknown (`status`, `decided_by`, `decided_at`,
     `override_args`, `reason`)."""
+    metadata: JsonObject | None = None
+    """What the tool or the deferral said about the call, for its reviewer."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,7 @@ async def insert_pending(
             "trace_id": trace_id,
             "args_schema": None if call.args_schema is None else _dump(call.args_schema),
             "outcome": call.outcome,
+            "call_metadata": _dump_metadata(call.metadata),
         }
         for index, call in enumerate(calls)
     ]
@@ -261,6 +266,7 @@ async def _hold_again(
             decided_at=None,
             resume_run_id=None,
             trace_id=trace_id,
+            call_metadata=_dump_metadata(call.metadata),
         )
     )
 
@@ -284,6 +290,13 @@ def _dump(value: JsonObject) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _dump_metadata(value: JsonObject | None) -> bytes | None:
+    """`value` as stored; `ValueError` for what JSON cannot hold (NaN, infinities), never stored unreadable."""
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
 def _approval(row: RowMapping) -> Approval:
     return Approval(
         thread_id=row["thread_id"],
@@ -302,4 +315,5 @@ def _approval(row: RowMapping) -> Approval:
         args_schema=None if row["args_schema"] is None else json.loads(row["args_schema"]),
         outcome=row["outcome"],
         previous=None if row["previous"] is None else json.loads(row["previous"]),
+        metadata=None if row["call_metadata"] is None else json.loads(row["call_metadata"]),
     )

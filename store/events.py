@@ -128,6 +128,20 @@ class EventLog:
                 rows = (await connection.execute(query)).all()
         return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
 
+    async def of_types(self, thread_id: str, types: Sequence[str]) -> list[LoggedEvent]:
+        """The events of `types` in the thread's log, in order."""
+        query = (
+            sa.select(
+                _events.c.event_id, _events.c.run_id, _events.c.type, _events.c.data, _events.c.created_at
+            )
+            .where(_events.c.thread_id == thread_id, _events.c.type.in_(types))
+            .order_by(_events.c.event_id)
+        )
+        with translate_errors(f"reading the events of thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).all()
+        return [LoggedEvent(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
     @traced("append_events")
     async def insert(
         self,

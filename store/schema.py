@@ -273,6 +273,8 @@ class ApprovalRow(Base):
     decides whether it runs again."""
     previous: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
     """The earlier decision (JSON) of a call held again because its outcome became unknown."""
+    call_metadata: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """What the tool or the deferral said about the call for its reviewer (a JSON object), if anything."""
 
     __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
 

@@ -135,6 +135,9 @@ class PendingCall(BaseModel):
     outcome: Literal["unknown"] | None = Field(default=None, exclude_if=lambda value: value is None)
     """`unknown`: the call was started before and its process died before it finished; the reviewer
     decides whether it runs again (left out when the call is simply waiting for its first decision)."""
+    metadata: JsonObject | None = Field(default=None, exclude_if=lambda value: value is None)
+    """What the tool (`ApprovalRequired(metadata=...)`) or the deferral said about the call, for the
+    reviewer; left out when it said nothing."""
 
 
 class ToolOutcomeUnknown(_Event):
@@ -183,6 +186,11 @@ class RunFinished(_Event):
     status: Literal["completed", "awaiting_approval", "blocked", "failed", "cancelled"]
     output: Json | None = None
     """The run's output: its text, or a structured output as JSON."""
+    output_type: str | None = None
+    """The name of a structured output's type (`"NoFlightFound"`; for a union, the member's);
+    left out when the output is text."""
+    output_tool_call_id: str | None = None
+    """The output tool call that gave `output`, when an output tool gave it."""
     error: str | None = None
     """A message fit for the user; never a traceback."""
 

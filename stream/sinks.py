@@ -146,7 +146,9 @@ def _line(event: StreamEvent) -> str:
             return f"tool_outcome_unknown {tool_name} {tool_call_id}"
         case ApprovalRequired(approvals=approvals):
             calls = ", ".join(
-                f"{call.tool_name} {call.args!r}" + (f" outcome={call.outcome}" if call.outcome else "")
+                f"{call.tool_name} {call.args!r}"
+                + (f" outcome={call.outcome}" if call.outcome else "")
+                + (f" metadata={call.metadata!r}" if call.metadata is not None else "")
                 for call in approvals
             )
             return f"approval_required [{calls}]"
@@ -161,10 +163,12 @@ def _line(event: StreamEvent) -> str:
             return line
         case GuardrailTripped(guardrail=guardrail, stage=stage):
             return f"guardrail_tripped {stage} {guardrail}"
-        case RunFinished(status=status, output=output, error=error):
+        case RunFinished(status=status, output=output, output_type=output_type, error=error):
             line = f"run_finished {status}"
             if output is not None:
                 line += f" output={output!r}"
+            if output_type is not None:
+                line += f" output_type={output_type}"
             if error is not None:
                 line += f" error={error!r}"
             return line

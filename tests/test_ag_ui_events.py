@@ -202,3 +202,82 @@ def test_withdrawals_recoveries_and_the_other_ends() -> None:
     assert frames([RunStarted(run_id=R, kind="message")])[-1] == snapshot(
         {"type": "RUN_ERROR", "message": "The stream ended before the run finished.", "code": "ended"}
     )
+
+
+def test_an_interrupt_carries_its_calls_metadata() -> None:
+    events: list[StreamEvent] = [
+        RunStarted(run_id=R, kind="message"),
+        ToolCall(run_id=R, tool_call_id="c1", tool_name="wire", args={"amount": 250}),
+        ToolCall(run_id=R, tool_call_id="c2", tool_name="transfer", args={"amount": 5}),
+        ApprovalRequired(
+            run_id=R,
+            approvals=[
+                PendingCall(
+                    tool_call_id="c1", tool_name="wire", args={"amount": 250}, metadata={"why": "abroad"}
+                ),
+                PendingCall(tool_call_id="c2", tool_name="transfer", args={"amount": 5}),
+            ],
+        ),
+        RunFinished(run_id=R, status="awaiting_approval"),
+    ]
+    outcome = frames(events)[-1]["outcome"]
+    assert isinstance(outcome, dict)
+    assert [i.get("metadata") for i in outcome["interrupts"]] == [{"why": "abroad"}, None]  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+
+def test_the_output_call_gets_its_result_and_the_run_its_output_and_type() -> None:
+    events: list[StreamEvent] = [
+        RunStarted(run_id=R, kind="message"),
+        ToolCall(run_id=R, tool_call_id="c1", tool_name="final_result_Flight", args={"number": "TP1"}),
+        ToolResult(
+            run_id=R,
+            tool_call_id="c1",
+            tool_name="final_result_Flight",
+            outcome="failed",
+            content="seats: missing",
+        ),
+        ToolCall(run_id=R, tool_call_id="c2", tool_name="final_result_NoFlightFound", args={}),
+        ToolResult(
+            run_id=R,
+            tool_call_id="c2",
+            tool_name="final_result_NoFlightFound",
+            outcome="success",
+            content="Final result processed.",
+        ),
+        RunFinished(
+            run_id=R, status="completed", output={}, output_type="NoFlightFound", output_tool_call_id="c2"
+        ),
+    ]
+    assert frames(events)[4:] == snapshot(
+        [
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": "c1.result",
+                "toolCallId": "c1",
+                "content": "seats: missing",
+                "role": "tool",
+            },
+            {"type": "TOOL_CALL_START", "toolCallId": "c2", "toolCallName": "final_result_NoFlightFound"},
+            {"type": "TOOL_CALL_ARGS", "toolCallId": "c2", "delta": "{}"},
+            {"type": "TOOL_CALL_END", "toolCallId": "c2"},
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": "c2.result",
+                "toolCallId": "c2",
+                "content": "Final result processed.",
+                "role": "tool",
+            },
+            {
+                "type": "CUSTOM",
+                "name": "structured_output",
+                "value": {"output": {}, "output_type": "NoFlightFound", "tool_call_id": "c2"},
+            },
+            {
+                "type": "RUN_FINISHED",
+                "threadId": "chat-1",
+                "runId": "client-run-1",
+                "result": {},
+                "outcome": {"type": "success"},
+            },
+        ]
+    )

@@ -23,7 +23,7 @@ from stream import (
     ToolResult,
     UserMessage,
 )
-from web.ai_sdk_messages import ui_messages
+from web.ai_sdk_messages import dump_ui_message, ui_messages
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -50,7 +50,7 @@ def logged(*events: StreamEvent) -> list[StoredEvent]:
 
 
 def dumped(runs: list[Run], events: list[StoredEvent]) -> list[object]:
-    return [m.model_dump(mode="json", by_alias=True) for m in ui_messages(runs, events)]
+    return [dump_ui_message(m) for m in ui_messages(runs, events)]
 
 
 def test_a_paused_turn_its_decision_and_its_continuation() -> None:
@@ -236,4 +236,82 @@ def test_withdrawn_text_shows_only_its_replacement_and_rejections_their_reason()
                 "parts": [{"type": "text", "text": "Still there?", "state": "done"}],
             },
         ]
+    )
+
+
+def test_a_structured_output_and_an_approvals_metadata_after_a_reload() -> None:
+    runs = [run("r1", "message", "Wire 250, then find me a flight"), run("r2", "resume")]
+    events = logged(
+        RunStarted(run_id="r1", kind="message"),
+        ToolCall(run_id="r1", tool_call_id="c1", tool_name="wire", args={"amount": 250}),
+        ApprovalRequired(
+            run_id="r1",
+            approvals=[
+                PendingCall(
+                    tool_call_id="c1", tool_name="wire", args={"amount": 250}, metadata={"why": "abroad"}
+                )
+            ],
+        ),
+        RunFinished(run_id="r1", status="awaiting_approval"),
+    )
+    paused = dumped(runs[:1], events)[1]
+    assert paused["parts"][-1]["approval"] == snapshot({"id": "c1", "descriptor": {"why": "abroad"}})  # pyright: ignore[reportIndexIssue, reportCallIssue, reportArgumentType]
+    assert "metadata" not in paused
+    resumed = [
+        *events,
+        *(
+            StoredEvent(5 + i, e)
+            for i, e in enumerate(
+                [
+                    ApprovalDecided(run_id="r1", tool_call_id="c1", decision="approved", decided_by="alice"),
+                    RunStarted(run_id="r2", kind="resume"),
+                    ToolResult(
+                        run_id="r2", tool_call_id="c1", tool_name="wire", outcome="success", content="wired"
+                    ),
+                    ToolCall(
+                        run_id="r2", tool_call_id="c2", tool_name="final_result", args={"number": "TP1"}
+                    ),
+                    ToolResult(
+                        run_id="r2",
+                        tool_call_id="c2",
+                        tool_name="final_result",
+                        outcome="success",
+                        content="Final result processed.",
+                    ),
+                    RunFinished(
+                        run_id="r2",
+                        status="completed",
+                        output={"number": "TP1", "seats": 2},
+                        output_type="Flight",
+                        output_tool_call_id="c2",
+                    ),
+                ]
+            )
+        ),
+    ]
+    assert dumped(runs, resumed)[1] == snapshot(
+        {
+            "id": "r1",
+            "role": "assistant",
+            "metadata": {"output": {"number": "TP1", "seats": 2}, "outputType": "Flight"},
+            "parts": [
+                {"type": "step-start"},
+                {
+                    "type": "tool-wire",
+                    "toolCallId": "c1",
+                    "state": "output-available",
+                    "input": {"amount": 250},
+                    "output": "wired",
+                    "approval": {"id": "c1", "approved": True, "descriptor": {"why": "abroad"}},
+                },
+                {"type": "step-start"},
+                {
+                    "type": "tool-final_result",
+                    "toolCallId": "c2",
+                    "state": "output-available",
+                    "input": {"number": "TP1"},
+                    "output": {"number": "TP1", "seats": 2},
+                },
+            ],
+        }
     )

@@ -215,3 +215,75 @@ def test_the_ends_of_a_response() -> None:
     assert frames([RunStarted(run_id=R, kind="message")])[-2:] == snapshot(
         ['{"type":"finish","finishReason":"other"}', "[DONE]"]
     )
+
+
+def test_a_calls_metadata_is_its_approval_descriptor() -> None:
+    events: list[StreamEvent] = [
+        RunStarted(run_id=R, kind="message"),
+        ToolCall(run_id=R, tool_call_id="c1", tool_name="wire", args={"amount": 250}),
+        ToolCall(run_id=R, tool_call_id="c2", tool_name="transfer", args={"amount": 5}),
+        ApprovalRequired(
+            run_id=R,
+            approvals=[
+                PendingCall(
+                    tool_call_id="c1", tool_name="wire", args={"amount": 250}, metadata={"why": "abroad"}
+                ),
+                PendingCall(tool_call_id="c2", tool_name="transfer", args={"amount": 5}),
+            ],
+        ),
+        RunFinished(run_id=R, status="awaiting_approval"),
+    ]
+    requests = [line for line in frames(events) if "tool-approval-request" in line]
+    assert requests == snapshot(
+        [
+            '{"type":"tool-approval-request","approvalId":"c1","toolCallId":"c1","approvalDescriptor":{"why":"abroad"}}',
+            '{"type":"tool-approval-request","approvalId":"c2","toolCallId":"c2"}',
+        ]
+    )
+
+
+def test_a_structured_output_closes_its_call_with_the_output_and_is_the_messages_metadata() -> None:
+    events: list[StreamEvent] = [
+        RunStarted(run_id=R, kind="message"),
+        # The model's first output was refused (a field missing): the call is closed with the retry.
+        ToolCall(run_id=R, tool_call_id="c1", tool_name="final_result_Flight", args={"number": "TP1"}),
+        ToolResult(
+            run_id=R,
+            tool_call_id="c1",
+            tool_name="final_result_Flight",
+            outcome="failed",
+            content="seats: missing",
+        ),
+        ToolCall(run_id=R, tool_call_id="c2", tool_name="final_result_NoFlightFound", args={}),
+        ToolResult(
+            run_id=R,
+            tool_call_id="c2",
+            tool_name="final_result_NoFlightFound",
+            outcome="success",
+            content="Final result processed.",
+        ),
+        RunFinished(
+            run_id=R, status="completed", output={}, output_type="NoFlightFound", output_tool_call_id="c2"
+        ),
+    ]
+    assert frames(events) == snapshot(
+        [
+            '{"type":"start","messageId":"msg-1"}',
+            '{"type":"start-step"}',
+            '{"type":"tool-input-available","toolCallId":"c1","toolName":"final_result_Flight","input":{"number":"TP1"}}',
+            '{"type":"tool-output-error","toolCallId":"c1","errorText":"seats: missing"}',
+            '{"type":"finish-step"}',
+            '{"type":"start-step"}',
+            '{"type":"tool-input-available","toolCallId":"c2","toolName":"final_result_NoFlightFound","input":{}}',
+            '{"type":"tool-output-available","toolCallId":"c2","output":"Final result processed."}',
+            '{"type":"tool-output-available","toolCallId":"c2","output":{}}',
+            '{"type":"finish-step"}',
+            '{"type":"finish","finishReason":"stop","messageMetadata":{"output":{},"outputType":"NoFlightFound"}}',
+            "[DONE]",
+        ]
+    )
+    # A text output is the message's text: no metadata, and nothing closed again.
+    text = frames(
+        [RunStarted(run_id=R, kind="message"), RunFinished(run_id=R, status="completed", output="Hi")]
+    )
+    assert text[-2:] == snapshot(['{"type":"finish","finishReason":"stop"}', "[DONE]"])

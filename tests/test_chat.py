@@ -394,3 +394,34 @@ async def test_terminal_sink_prints_text_as_it_streams_and_tools_on_one_line() -
 
 def test_conversation_lines_of_an_empty_conversation() -> None:
     assert conversation_lines([]) == []
+
+
+def test_a_calls_metadata_is_shown_before_the_question_and_structured_output_as_a_table(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    chat = start(terminals, tmp_path, "chat", "--db", url, "--app", "tests.outputs_app:app")
+    chat.expect("you> ")
+    chat.type("Flights to Atlantis?")
+    # The first output was refused (no price) and asked again: its call is closed with why.
+    chat.expect("← final_result_FlightFound failed: ")
+    chat.expect("assistant> No flight found (no details)\n")
+    chat.expect("you> ")
+    chat.type("Book TP-101")
+    shown = chat.expect("[y/n/e] ")
+    assert shown.splitlines()[-2:] == [
+        "  fare: non-refundable · checked_bags: 1 · price: 420.0",
+        "Approve book(flight_number='TP-101', passenger='Ada Lovelace')? [y/n/e] ",
+    ]
+    chat.type("y")
+    table = chat.expect("passenger      Ada Lovelace\n")
+    assert table.splitlines()[-4:] == [
+        "assistant> Booked",
+        "           reference      BK-TP-101",
+        "           flight_number  TP-101",
+        "           passenger      Ada Lovelace",
+    ]
+    chat.expect("you> ")
+    chat.type("/quit")
+    assert chat.wait() == 0
+    assert "Traceback" not in chat.output

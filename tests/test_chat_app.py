@@ -169,7 +169,10 @@ async def test_approval_required_raised_in_a_tool_pauses_only_when_it_says_so(op
 
     assert status == "awaiting_approval"
     assert transcript[-2:] == snapshot(
-        ["approval_required [refund {'amount': 400}]", "run_finished awaiting_approval"]
+        [
+            "approval_required [refund {'amount': 400} metadata={'why': 'over 100'}]",
+            "run_finished awaiting_approval",
+        ]
     )
     [call_id] = await pending_ids(runtime, thread)
     decision = await decide(runtime.db, thread.thread_id, call_id, decision="approved", decided_by="ada")
@@ -291,7 +294,9 @@ async def test_a_structured_output_finishes_the_run_as_json(opened: Opened) -> N
     status, transcript = await send(runtime, thread, "Plan my trip")
 
     assert status == "completed"
-    assert transcript[-1] == "run_finished completed output={'city': 'Lisbon', 'nights': 3}"
+    assert (
+        transcript[-1] == "run_finished completed output={'city': 'Lisbon', 'nights': 3} output_type=Answer"
+    )
 
 
 async def test_a_tool_saves_one_record_per_call_with_the_checkpoint(opened: Opened) -> None:

@@ -53,6 +53,9 @@ EXAMPLES: list[StreamEvent] = [
             PendingCall(tool_call_id="call-2", tool_name="cancel_order", args={"order_id": "ORD-5678"}),
             PendingCall(tool_call_id="call-3", tool_name="cancel_order", args={"order_id": "ORD-9012"}),
             PendingCall(tool_call_id="call-4", tool_name="book", args={"ref": "X"}, outcome="unknown"),
+            PendingCall(
+                tool_call_id="call-5", tool_name="wire", args={}, metadata={"why": "abroad", "limit": None}
+            ),
         ],
     ),
     ToolOutcomeUnknown(run_id="run-1", tool_call_id="call-4", tool_name="book"),
@@ -65,7 +68,13 @@ EXAMPLES: list[StreamEvent] = [
     ),
     GuardrailTripped(run_id="run-1", guardrail="no_internal_details", stage="output"),
     RunFinished(run_id="run-1", status="failed", output="partial", error="the model timed out"),
-    RunFinished(run_id="run-1", status="completed", output={"city": "Lisbon", "nights": 3}),
+    RunFinished(
+        run_id="run-1",
+        status="completed",
+        output={"city": "Lisbon", "nights": 3},
+        output_type="Trip",
+        output_tool_call_id="call-6",
+    ),
 ]
 
 
@@ -104,6 +113,25 @@ def test_a_pending_call_names_its_outcome_only_when_it_is_unknown() -> None:
             {"tool_call_id": "c2", "tool_name": "book", "args": {}, "outcome": "unknown"},
         ]
     )
+
+
+def test_a_pending_call_carries_its_metadata_only_when_it_has_some() -> None:
+    event = ApprovalRequired(
+        run_id="run-1",
+        approvals=[
+            PendingCall(tool_call_id="c1", tool_name="wire", args={}, metadata={"why": "abroad"}),
+            PendingCall(tool_call_id="c2", tool_name="wire", args={}),
+        ],
+    )
+
+    assert json.loads(event_data(event))["approvals"] == snapshot(
+        [
+            {"tool_call_id": "c1", "tool_name": "wire", "args": {}, "metadata": {"why": "abroad"}},
+            {"tool_call_id": "c2", "tool_name": "wire", "args": {}},
+        ]
+    )
+    with pytest.raises(ValidationError):
+        PendingCall(tool_call_id="c3", tool_name="wire", args={}, metadata={"when": object()})
 
 
 def test_event_data_is_compact_utf8_json() -> None:

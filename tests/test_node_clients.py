@@ -11,15 +11,26 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from .live_server import REPO_ROOT, live_server, sqlite_url
+from .live_server import REPO_ROOT, LiveServer, sqlite_url
 
 NODE_PROJECT = REPO_ROOT / "tests" / "node"
 NODE_TIMEOUT = 300
+
+
+@contextmanager
+def started(server: LiveServer) -> Iterator[LiveServer]:
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -38,18 +49,26 @@ def _node() -> str:
     return node
 
 
+OUTPUTS_APP = "tests.outputs_app:app"
+"""A flight desk with a union output and a tool that holds calls with metadata (`tests/outputs_app.py`)."""
+
+
 @pytest.mark.parametrize(
-    ("script", "sdk"),
+    ("script", "sdk", "app"),
     [
-        pytest.param("ai-sdk.test.mjs", "ai6", id="ai-sdk-6"),
-        pytest.param("ai-sdk.test.mjs", "ai7", id="ai-sdk-7"),
-        pytest.param("ag-ui.test.mjs", "", id="ag-ui"),
+        pytest.param("ai-sdk.test.mjs", "ai6", None, id="ai-sdk-6"),
+        pytest.param("ai-sdk.test.mjs", "ai7", None, id="ai-sdk-7"),
+        pytest.param("ag-ui.test.mjs", "", None, id="ag-ui"),
+        pytest.param("outputs.test.mjs", "ai6", OUTPUTS_APP, id="outputs-ai-sdk-6"),
+        pytest.param("outputs.test.mjs", "ai7", OUTPUTS_APP, id="outputs-ai-sdk-7"),
+        pytest.param("outputs.test.mjs", "", OUTPUTS_APP, id="outputs-ag-ui"),
     ],
 )
-def test_node_client(script: str, sdk: str, tmp_path: Path) -> None:
+def test_node_client(script: str, sdk: str, app: str | None, tmp_path: Path) -> None:
     node = _node()
     delay = {"DURABLE_CHAT_DEMO_DELAY_SECONDS": "0.3"}
-    with live_server(sqlite_url(tmp_path), tmp_path, env=delay) as server:
+    server = LiveServer(sqlite_url(tmp_path), tmp_path, delay, app=app, model="demo" if app is None else None)
+    with started(server):
         env = {
             **os.environ,
             "DURABLE_CHAT_URL": server.base_url,

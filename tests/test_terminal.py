@@ -7,8 +7,9 @@ import json
 import re
 
 import pytest
+from inline_snapshot import snapshot
 
-from cli.terminal import TerminalSink, conversation_lines, refusal, short
+from cli.terminal import TerminalSink, conversation_lines, fields_line, refusal, short, type_label
 from stream import RunFinished, RunStarted, StreamEvent, TextDelta, TextDone, ToolCall, ToolResult
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +104,64 @@ def test_refusals_and_plain_results() -> None:
     assert short("alpha beta gamma delta", 15) == "alpha beta…"
     assert short("x" * 30, 10) == "x" * 9 + "…"
     assert conversation_lines([]) == []
+
+
+async def test_a_structured_output_is_a_table_of_its_fields() -> None:
+    output = {"flight_number": "TP-101", "destination": "Lisbon", "price": 420.0, "stops": ["OPO", "MAD"]}
+    raw = await _render(
+        ToolCall(run_id="r", tool_call_id="c", tool_name="final_result_FlightFound", args=output),
+        ToolResult(
+            run_id="r",
+            tool_call_id="c",
+            tool_name="final_result_FlightFound",
+            outcome="success",
+            content="Final result processed.",
+        ),
+        RunFinished(run_id="r", status="completed", output=output, output_type="FlightFound"),
+    )
+    assert [line for line in _visible(raw) if line][-5:] == snapshot(
+        [
+            "assistant> Flight found",
+            "           flight_number  TP-101",
+            "           destination    Lisbon",
+            "           price          420.0",
+            "           stops          OPO, MAD",
+        ]
+    )
+    empty = await _render(RunFinished(run_id="r", status="completed", output={}, output_type="NoFlightFound"))
+    assert [line for line in _visible(empty) if line] == snapshot(["assistant> No flight found (no details)"])
+
+
+async def test_a_structured_output_off_a_terminal_is_a_line_per_field() -> None:
+    out = io.StringIO()
+    sink = TerminalSink(out, terminal=False)
+    await sink.emit(
+        RunFinished(
+            run_id="r", status="completed", output={"reference": "BK-1", "seat": None}, output_type="Booked"
+        )
+    )
+    await sink.emit(RunFinished(run_id="r", status="completed", output=[1, 2], output_type="list"))
+    await sink.emit(
+        RunFinished(run_id="r", status="completed", output="plain text")
+    )  # the reply was its text
+    await sink.emit(RunFinished(run_id="r", status="completed", output={}, output_type="NoFlightFound"))
+    assert out.getvalue().splitlines() == snapshot(
+        [
+            "assistant> Booked",
+            "  reference: BK-1",
+            "  seat: —",
+            "assistant> List",
+            "  1: 1",
+            "  2: 2",
+            "assistant> No flight found (no details)",
+        ]
+    )
+
+
+def test_type_labels_and_field_texts() -> None:
+    assert [type_label(name) for name in ("NoFlightFound", "HTTPError", "final_result", "int")] == snapshot(
+        ["No flight found", "HTTP error", "Final result", "Int"]
+    )
+    assert fields_line(
+        {"fare": "non-refundable", "bags": 1, "ok": True, "rules": ["a", "b"], "n": {"x": 1}}
+    ) == snapshot('fare: non-refundable · bags: 1 · ok: true · rules: a, b · n: {"x": 1}')

@@ -132,9 +132,13 @@ class AGUIStream:
                 # Its interrupt follows; this says why the call is asked about again.
                 value = {"tool_call_id": tool_call_id, "tool_name": tool_name}
                 return [CustomEvent(name="tool_outcome_unknown", value=value)]
-            case RunFinished():
+            case RunFinished(output=output, output_type=output_type, output_tool_call_id=call_id):
                 self._finished = event
-                return []
+                if event.status != "completed" or output_type is None:
+                    return []
+                # `RUN_FINISHED.result` is the output itself: this says which type it is (a union's member).
+                value = {"output": output, "output_type": output_type, "tool_call_id": call_id}
+                return [CustomEvent(name="structured_output", value=value)]
             case ApprovalDecided() | UserMessage():
                 return []
 
@@ -185,8 +189,9 @@ class AGUIStream:
 
 
 def _interrupt(call: PendingCall) -> Interrupt:
+    """The call's interrupt; its metadata (what the tool said of it) is the interrupt's `metadata`."""
     part = ToolCallPart(tool_name=call.tool_name, args=call.args, tool_call_id=call.tool_call_id)
-    return approval_to_interrupt(part, {})
+    return approval_to_interrupt(part, {} if call.metadata is None else {call.tool_call_id: call.metadata})
 
 
 def _whole_text(message_id: str, text: str) -> list[BaseEvent]:

@@ -26,7 +26,7 @@ from agent import stored_events
 from store import Queued
 from stream import RunFinished, StoredEvent, StreamEvent
 
-from .ai_sdk_messages import TURN_KINDS, ui_messages
+from .ai_sdk_messages import TURN_KINDS, dump_ui_message, ui_messages
 from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
 from .api import user_of
 from .bodies import read_body
@@ -181,7 +181,7 @@ async def get_chat(request: Request) -> Response:
         return JSONResponse({"id": chat_id, "messages": []})
     runs = await s.db.runs.of_thread(thread.thread_id)
     events = await _all_events(s, thread.thread_id)
-    messages = [m.model_dump(mode="json", by_alias=True) for m in ui_messages(runs, events)]
+    messages = [dump_ui_message(m) for m in ui_messages(runs, events)]
     return JSONResponse({"id": chat_id, "messages": messages})
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from pydantic import SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 from pydantic_ai.ui.vercel_ai.request_types import (
     StepStartUIPart,
     TextUIPart,
@@ -36,6 +37,7 @@ from store import Run
 from stream import (
     ApprovalDecided,
     ApprovalRequired,
+    RunFinished,
     RunStarted,
     StoredEvent,
     TextDelta,
@@ -45,7 +47,9 @@ from stream import (
     ToolResult,
 )
 
-__all__ = ("TURN_KINDS", "ui_messages", "user_message_id")
+from .ai_sdk_stream import output_metadata
+
+__all__ = ("TURN_KINDS", "dump_ui_message", "ui_messages", "user_message_id")
 
 TURN_KINDS = frozenset({"message", "regenerate"})
 """The kinds of run that begin an assistant message; the others continue the last one."""
@@ -54,6 +58,43 @@ TURN_KINDS = frozenset({"message", "regenerate"})
 def user_message_id(run: Run) -> str:
     """The id of a message run's user message: the client's own id (the idempotency key) when it gave one."""
     return run.idempotency_key or f"{run.run_id}.user"
+
+
+def dump_ui_message(message: UIMessage) -> dict[str, Any]:
+    """A message as the AI SDK reads it (an approval's `descriptor` included)."""
+    return message.model_dump(mode="json", by_alias=True, serialize_as_any=True)
+
+
+class _Requested(ToolApprovalRequested):
+    """An approval request with the call's metadata, as the AI SDK keeps it (`approval.descriptor`)."""
+
+    descriptor: Any | None = None
+
+    # No return annotation, as pydantic-ai's parts have none: one would change the serialization schema.
+    @model_serializer(mode="wrap")
+    def _omit_unset_descriptor(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):
+        return _without_unset_descriptor(handler(self), info)
+
+
+class _Responded(ToolApprovalResponded):
+    """A decided approval; the AI SDK keeps the request's `descriptor` with the decision."""
+
+    descriptor: Any | None = None
+
+    # No return annotation, as pydantic-ai's parts have none: one would change the serialization schema.
+    @model_serializer(mode="wrap")
+    def _omit_unset_descriptor(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):
+        return _without_unset_descriptor(handler(self), info)
+
+
+def _without_unset_descriptor(data: dict[str, Any], info: SerializationInfo) -> dict[str, Any]:
+    # The AI SDK types both optional: JSON leaves them out rather than send `null` (this serializer
+    # replaces the one `ToolApprovalResponded` leaves `reason` out with).
+    if info.mode_is_json():
+        for key in ("descriptor", "reason"):
+            if data.get(key) is None:
+                data.pop(key, None)
+    return data
 
 
 def ui_messages(runs: Sequence[Run], events: Sequence[StoredEvent]) -> list[UIMessage]:
@@ -75,14 +116,14 @@ def ui_messages(runs: Sequence[Run], events: Sequence[StoredEvent]) -> list[UIMe
             case "resume" | "recover":
                 if last is not None and last.role == "assistant":
                     turns.pop()
-                    reply = _Reply(last.message_id, last.parts)
+                    reply = _Reply(last.message_id, last.parts, metadata=last.metadata)
                 else:
                     reply = _Reply(run.run_id)
         for stored in by_run.get(run.run_id, ()):
             reply.apply(stored)
         if reply.parts:
-            turns.append(_Message(reply.message_id, "assistant", reply.parts))
-    return [UIMessage(id=m.message_id, role=m.role, parts=[_ui_part(p) for p in m.parts]) for m in turns]
+            turns.append(_Message(reply.message_id, "assistant", reply.parts, reply.metadata))
+    return [_ui_message(m) for m in turns]
 
 
 @dataclass
@@ -94,6 +135,8 @@ class _Tool:
     output: object = None
     error_text: str = ""
     approval: ToolApprovalRequested | ToolApprovalResponded | None = None
+    metadata: object = None
+    """The call's metadata, the approval's `descriptor`."""
 
 
 @dataclass
@@ -110,6 +153,7 @@ class _Message:
     message_id: str
     role: Literal["user", "assistant"]
     parts: list[_Part]
+    metadata: dict[str, object] | None = None
 
 
 @dataclass
@@ -118,6 +162,8 @@ class _Reply:
 
     message_id: str
     parts: list[_Part] = field(default_factory=list[_Part])
+    metadata: dict[str, object] | None = None
+    """The message's metadata: the structured output its last run ended with."""
     in_step: bool = False
     after_tools: bool = False
 
@@ -157,15 +203,26 @@ class _Reply:
                     tool = self._tool(call.tool_call_id)
                     if tool is not None:
                         tool.state = "approval-requested"
-                        tool.approval = ToolApprovalRequested(id=call.tool_call_id)
+                        tool.metadata = call.metadata
+                        tool.approval = _Requested(id=call.tool_call_id, descriptor=call.metadata)
             case ApprovalDecided(tool_call_id=tool_call_id, decision=decision, reason=reason):
                 tool = self._tool(tool_call_id)
                 if tool is not None:
                     if tool.state == "approval-requested":
                         tool.state = "approval-responded"
-                    tool.approval = ToolApprovalResponded(
-                        id=tool_call_id, approved=decision == "approved", reason=reason
+                    tool.approval = _Responded(
+                        id=tool_call_id,
+                        approved=decision == "approved",
+                        reason=reason,
+                        descriptor=tool.metadata,
                     )
+            case RunFinished(output=output, output_tool_call_id=call_id) as finished:
+                metadata = output_metadata(finished)
+                if metadata is not None:
+                    self.metadata = metadata
+                    tool = None if call_id is None else self._tool(call_id)
+                    if tool is not None and tool.state == "output-available":
+                        tool.output = output
             case _:
                 pass
 
@@ -182,6 +239,13 @@ class _Reply:
 
     def _tool(self, tool_call_id: str) -> _Tool | None:
         return next((p for p in self.parts if isinstance(p, _Tool) and p.tool_call_id == tool_call_id), None)
+
+
+def _ui_message(message: _Message) -> UIMessage:
+    parts = [_ui_part(p) for p in message.parts]
+    if message.metadata is None:  # left out, as the AI SDK types it optional
+        return UIMessage(id=message.message_id, role=message.role, parts=parts)
+    return UIMessage(id=message.message_id, role=message.role, parts=parts, metadata=message.metadata)
 
 
 def _ui_part(part: _Part) -> UIMessagePart:

@@ -7,7 +7,7 @@ the wire matches what its own adapter sends to `useChat`; see `docs/clients.md` 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic_ai.ui.vercel_ai.response_types import (
     AbortChunk,
@@ -47,7 +47,14 @@ from stream import (
     UserMessage,
 )
 
-__all__ = ("HEADERS", "SDK_VERSION", "UIMessageStream", "encode_chunk")
+__all__ = (
+    "HEADERS",
+    "SDK_VERSION",
+    "ApprovalRequestChunk",
+    "UIMessageStream",
+    "encode_chunk",
+    "output_metadata",
+)
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 """What tells the AI SDK's transport that the body is a UI message stream."""
@@ -64,6 +71,20 @@ _FINISH_REASONS: dict[RunStatus | None, FinishReason] = {
     "failed": "error",
     None: "other",
 }
+
+
+class ApprovalRequestChunk(ToolApprovalRequestChunk):
+    """`tool-approval-request` with the call's metadata as its `approvalDescriptor`, which the AI SDK
+    keeps as `part.approval.descriptor` (pydantic-ai's chunk predates the field)."""
+
+    approval_descriptor: Any | None = None
+
+
+def output_metadata(finished: RunFinished) -> dict[str, object] | None:
+    """The assistant message's metadata for a run that ended with a structured output."""
+    if finished.status != "completed" or finished.output_type is None:
+        return None
+    return {"output": finished.output, "outputType": finished.output_type}
 
 
 def encode_chunk(chunk: BaseChunk) -> bytes:
@@ -91,6 +112,8 @@ class UIMessageStream:
         self._in_step = False
         self._after_tools = False
         self._status: RunStatus | None = None
+        self._metadata: dict[str, object] | None = None
+        self._tools: set[str] = set()
 
     def start(self) -> list[BaseChunk]:
         return [StartChunk(message_id=self._message_id)]
@@ -122,6 +145,7 @@ class UIMessageStream:
                     chunks.append(TextEndChunk(id=part_id))
                 return [*chunks, *_whole_text(f"{part_id}.replacement", replacement)]
             case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                self._tools.add(tool_call_id)
                 return [
                     *self._model_output(),
                     ToolInputAvailableChunk(tool_call_id=tool_call_id, tool_name=tool_name, input=args),
@@ -138,7 +162,11 @@ class UIMessageStream:
                         return [ToolOutputErrorChunk(tool_call_id=tool_call_id, error_text=text)]
             case ApprovalRequired(approvals=calls):
                 return [
-                    ToolApprovalRequestChunk(approval_id=call.tool_call_id, tool_call_id=call.tool_call_id)
+                    ApprovalRequestChunk(
+                        approval_id=call.tool_call_id,
+                        tool_call_id=call.tool_call_id,
+                        approval_descriptor=call.metadata,
+                    )
                     for call in calls
                     if call.tool_call_id not in self._decided
                 ]
@@ -156,7 +184,15 @@ class UIMessageStream:
                 self._status = status
                 if status == "failed":
                     return [ErrorChunk(error_text=error or "The run failed.")]
-                return []
+                metadata = output_metadata(event)
+                if metadata is None:
+                    return []
+                self._metadata = metadata
+                # The output call's part shows the output, in place of what the model was told.
+                call_id = event.output_tool_call_id
+                if call_id is None or call_id not in self._tools:
+                    return []
+                return [ToolOutputAvailableChunk(tool_call_id=call_id, output=event.output)]
             case UserMessage():
                 return []
 
@@ -166,7 +202,9 @@ class UIMessageStream:
         if self._status == "cancelled":
             chunks.append(AbortChunk(reason="cancelled"))
         else:
-            chunks.append(FinishChunk(finish_reason=_FINISH_REASONS[self._status]))
+            chunks.append(
+                FinishChunk(finish_reason=_FINISH_REASONS[self._status], message_metadata=self._metadata)
+            )
         return [*chunks, DoneChunk()]
 
     def _new_step(self) -> list[BaseChunk]:

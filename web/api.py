@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent import ApprovalReview, InvalidArguments, cancel, decide
+from agent import ApprovalReview, InvalidArguments, cancel, decide, stored_events
 from store import (
     AlreadyDecided,
     Approval,
@@ -33,6 +33,7 @@ from store import (
     Thread,
     ThreadCursor,
 )
+from stream import RunFinished
 
 from .auth import user_id as authenticated_user
 from .bodies import (
@@ -114,6 +115,7 @@ async def get_thread(request: Request) -> Response:
     )
     trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
     last_event_id = await s.db.events.newest(thread.thread_id)
+    outputs = await outputs_json(s, thread.thread_id)
     return JSONResponse(
         {
             **thread_json(thread),
@@ -121,6 +123,8 @@ async def get_thread(request: Request) -> Response:
             "pending_approvals": [a for a in trail if a["status"] == "pending"],
             # Every approval, decided or not, in the order the calls were made: the decision trail.
             "approvals": trail,
+            # The structured outputs of its runs, which the messages hold only as the model wrote them.
+            "outputs": outputs,
             "last_event_id": last_event_id,
             "messages_event_id": thread.checkpoint_event_id,
         }
@@ -370,10 +374,28 @@ async def approvals_json(s: Services, user_id: str, approvals: Sequence[Approval
                     tool_name=approval.tool_name,
                     args=approval.args,
                     engine=s.db.engine,
+                    metadata=approval.metadata,
                 )
             )
         answered.append(approval_json(approval, context=context))
     return answered
+
+
+async def outputs_json(s: Services, thread_id: str) -> list[dict[str, object]]:
+    """The thread's structured run outputs, oldest first, as their `run_finished` events carried them."""
+    outputs: list[dict[str, object]] = []
+    for stored in stored_events(await s.db.events.of_types(thread_id, ["run_finished"])):
+        finished = stored.event
+        if isinstance(finished, RunFinished) and finished.output_type is not None:
+            outputs.append(
+                {
+                    "run_id": finished.run_id,
+                    "tool_call_id": finished.output_tool_call_id,
+                    "output": finished.output,
+                    "output_type": finished.output_type,
+                }
+            )
+    return outputs
 
 
 def approval_json(approval: Approval, *, context: Mapping[str, object] | None = None) -> dict[str, object]:
@@ -391,6 +413,7 @@ def approval_json(approval: Approval, *, context: Mapping[str, object] | None = 
         "run_id": approval.run_id,
         "tool_name": approval.tool_name,
         "args": approval.args,
+        "metadata": approval.metadata,
         "status": approval.status,
         "override_args": approval.override_args,
         "reason": approval.reason,

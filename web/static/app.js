@@ -215,6 +215,7 @@ async function selectThread(threadId) {
   const trail = thread.approvals ?? thread.pending_approvals ?? [];
   const edited = new Map(trail.filter((a) => a.status === "approved" && a.override_args).map((a) => [a.tool_call_id, a.override_args]));
   transcript.renderStored(thread.messages ?? [], edited);
+  for (const output of thread.outputs ?? []) transcript.output(output.run_id, output.output, output.output_type, output.tool_call_id);
   for (const approval of trail) {
     approvals.card({ ...approval, args: parseArgs(approval.args) });
     if (approval.status === "pending") transcript.waiting(approval.tool_call_id);
@@ -358,6 +359,7 @@ function applyEvent(type, data) {
         return;
       }
       setStatus(data.status, data.error ?? null);
+      if (data.output_type) transcript.output(data.run_id, data.output, data.output_type, data.output_tool_call_id);
       if (data.error) transcript.notice("run-error", `The run ${data.status}: ${data.error}`);
       refreshThreads();
       break;

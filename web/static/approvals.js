@@ -2,7 +2,7 @@
 // trail (who, when, the arguments the model asked for and those that ran, the reason).
 
 import { api, plainError } from "./api.js";
-import { button, element, prettyJson, row, timeElement } from "./dom.js";
+import { button, element, fieldList, prettyJson, row, timeElement } from "./dom.js";
 
 /** `key: old → new` for each argument a reviewer changed. */
 export function argumentChanges(original, edited) {
@@ -95,6 +95,8 @@ export class Approvals {
     if (unknown) card.append(unknownOutcome(call.previous));
     const context = contextList(call.context);
     if (context) card.append(context);
+    const metadata = metadataList(call.metadata);
+    if (metadata) card.append(metadata);
     card.append(element("pre", "args", "approval-args", prettyJson(args)));
 
     const actions = element("div", "actions", "approval-actions");
@@ -277,6 +279,14 @@ function unknownOutcome(previous) {
     notice.append(line);
   }
   return notice;
+}
+
+/** What the tool said about the call when it held it (`ApprovalRequired(metadata=...)`), field by field. */
+function metadataList(metadata) {
+  if (!metadata || typeof metadata !== "object" || Array.isArray(metadata) || !Object.keys(metadata).length) return null;
+  const box = element("div", "metadata", "approval-metadata");
+  box.append(element("p", "metadata-label", null, "About this call"), fieldList(metadata, "context"));
+  return box;
 }
 
 function contextList(context) {

@@ -59,6 +59,23 @@ export function prettyJson(value) {
   }
 }
 
+/** A value of a JSON object's field as one line of text: lists of plain values joined, anything nested as JSON. */
+export function fieldText(value) {
+  if (value === null || value === undefined) return "—";
+  if (Array.isArray(value) && value.every((item) => item === null || typeof item !== "object")) return value.join(", ");
+  if (typeof value === "object") return compactJson(value);
+  return String(value);
+}
+
+/** A JSON object as a definition list: each field's name, then its value as text (never as HTML). */
+export function fieldList(fields, className, testId) {
+  const list = element("dl", className, testId);
+  for (const [key, value] of Object.entries(fields ?? {})) {
+    list.append(element("dt", null, null, key), element("dd", null, null, fieldText(value)));
+  }
+  return list;
+}
+
 /** Copy `text` to the clipboard, then say so on `node` for a moment. */
 export async function copyText(text, node) {
   const label = node.textContent;

@@ -1,7 +1,7 @@
 // The thread's header: rename, delete (with a confirmation) and the records view.
 
 import { ApiError, api, plainError } from "./api.js";
-import { byTestId, element, formatTime } from "./dom.js";
+import { byTestId, element, fieldList, formatTime } from "./dom.js";
 
 /**
  * Wire the header's controls. `hooks`: `threadId()`, `title()`, `setTitle(title)`,
@@ -92,11 +92,6 @@ function recordView(record) {
   const item = element("article", "record", "record");
   const heading = element("h4", null, "record-kind", record.kind);
   heading.append(" ", element("span", "muted", null, `· ${formatTime(record.created_at)}`));
-  const fields = element("dl");
-  for (const [key, value] of Object.entries(record.data ?? {})) {
-    const shown = Array.isArray(value) ? value.join(", ") : typeof value === "object" ? JSON.stringify(value) : String(value);
-    fields.append(element("dt", null, null, key), element("dd", null, null, shown));
-  }
-  item.append(heading, fields);
+  item.append(heading, fieldList(record.data));
   return item;
 }

@@ -3,7 +3,7 @@
 // Everything a user or a model wrote goes in as text, except replies, which go through the
 // sanitising markdown renderer (markdown.js).
 
-import { button, compactJson, copyText, element, timeElement } from "./dom.js";
+import { button, compactJson, copyText, element, fieldList, fieldText, timeElement } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
 const STATUS_TEXT = {
@@ -24,6 +24,18 @@ export function refusal(content) {
     if (content[key] === false) return typeof content.message === "string" ? content.message : "refused";
   }
   return null;
+}
+
+/** A type's name as words: `NoFlightFound` → "No flight found". */
+export function typeLabel(typeName) {
+  const words = String(typeName ?? "Output")
+    .replace(/[_-]+/g, " ")
+    .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+    .replace(/([A-Z]+)([A-Z][a-z])/g, "$1 $2")
+    .trim()
+    .split(/\s+/);
+  const text = words.map((word, index) => (index > 0 && !/^[A-Z0-9]+$/.test(word) ? word.toLowerCase() : word)).join(" ");
+  return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
 /** `lookup_order` → "Lookup order", with its first short arguments: "Lookup order · ORD-5678". */
@@ -55,6 +67,7 @@ export class Transcript {
     this.container.replaceChildren();
     this.parts = new Map(); // part_id → { node, raw, turn }
     this.steps = new Map(); // tool_call_id → step element
+    this.outputs = new Map(); // run_id → its structured output's card
     this.pending = null; // a frame is scheduled to render streamed markdown
   }
 
@@ -71,7 +84,9 @@ export class Transcript {
         for (const part of message.parts ?? []) {
           if (part.part_kind === "user-prompt") this.userMessage(promptText(part.content), part.timestamp);
           else if (part.part_kind === "tool-return") {
-            this.toolResult(part.tool_call_id, part.tool_name, part.outcome ?? "success", part.content);
+            // A call pydantic-ai asked again for (its arguments were refused) failed, as the stream says.
+            const outcome = part.outcome === "retried" ? "failed" : part.outcome ?? "success";
+            this.toolResult(part.tool_call_id, part.tool_name, outcome, part.content);
           }
         }
       } else {
@@ -184,6 +199,7 @@ export class Transcript {
     while (last.nextElementSibling) last.nextElementSibling.remove();
     for (const [key, part] of this.parts) if (!part.turn.isConnected) this.parts.delete(key);
     for (const [key, step] of this.steps) if (!step.isConnected) this.steps.delete(key);
+    for (const [key, card] of this.outputs) if (!card.isConnected) this.outputs.delete(key);
   }
 
   lastAssistantTurn() {
@@ -265,6 +281,42 @@ export class Transcript {
 
   stepOf(toolCallId) {
     return this.steps.get(toolCallId) ?? null;
+  }
+
+  // -- structured output ---------------------------------------------------------------------
+
+  /** The structured output of run `runId` as a card of its fields, after the call that gave it (else at the end). */
+  output(runId, value, outputType, toolCallId) {
+    if (this.outputs.has(runId)) return this.outputs.get(runId);
+    const card = element("section", "output-card", "output-card");
+    card.dataset.outputType = outputType ?? "";
+    if (runId) card.dataset.runId = runId;
+    const label = typeLabel(outputType);
+    card.setAttribute("aria-label", `Result: ${label}`);
+    const heading = element("h3", null, "output-type", label);
+    heading.title = outputType ?? "";
+    card.append(heading);
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      if (Object.keys(value).length) card.append(fieldList(value, "fields", "output-fields"));
+      else card.append(element("p", "muted", "output-empty", "No details."));
+    } else if (Array.isArray(value)) {
+      const list = element("ul", "fields", "output-items");
+      for (const item of value) list.append(element("li", null, null, fieldText(item)));
+      card.append(list);
+    } else {
+      card.append(element("p", "output-value", "output-value", fieldText(value)));
+    }
+    const meta = element("div", "msg-meta");
+    const copy = button("Copy JSON", "link", "copy-output");
+    copy.setAttribute("aria-label", `Copy the ${label} result as JSON`);
+    copy.addEventListener("click", () => copyText(JSON.stringify(value, null, 2), copy));
+    meta.append(copy);
+    card.append(meta);
+    const step = toolCallId ? this.steps.get(toolCallId) : null;
+    if (step?.isConnected) step.after(card);
+    else this.container.append(card);
+    if (runId) this.outputs.set(runId, card);
+    return card;
   }
 
   // -- notices -------------------------------------------------------------------------------
