@@ -1,0 +1,81 @@
+"""What a user would deploy instead of ours: pydantic-ai's own `VercelAIAdapter` serving the shop's agent.
+
+    python -m bench.harness.adapter --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
+
+The same agent (the demo shop's, on its demo model, no delay) with the same deps (the shop's
+business data on the database at `--db`, already migrated and seeded, which `lookup_order` reads),
+served on `POST /api/ai-sdk/chat` by `VercelAIAdapter.dispatch_request` as pydantic-ai documents
+it, on uvicorn and Starlette with uvicorn's defaults (its access log included, as ours). Nothing
+stored: the client sends the whole conversation each turn, as the AI SDK's `useChat` does. The
+bearer token is checked as our server checks it, so both sides pay for authentication.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+
+import uvicorn
+from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+from sqlalchemy.ext.asyncio import create_async_engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent import RunRecords, RunScope, ToolLedger
+from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
+from store import Ledger
+from web import InvalidToken, verify_token
+
+__all__ = ("create_app",)
+
+
+def create_app(secret: str, database_url: str) -> Starlette:
+    engine = create_async_engine(database_url)
+    business = BusinessData(engine)
+    agent = build_agent(demo_model(delay=0))
+    ledger = Ledger(engine)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def chat(request: Request) -> Response:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        try:
+            if scheme.lower() != "bearer":
+                raise InvalidToken("unauthorized", "a bearer token is needed")
+            user_id = verify_token(secret, token.strip()).user_id
+        except InvalidToken:
+            return JSONResponse({"error": {"code": "unauthorized"}}, status_code=401)
+        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+        # The shop's deps as the server builds them; only `business` is used by `lookup_order`.
+        scope = RunScope(
+            thread_id=thread_id,
+            run_id=run_id,
+            user_id=user_id,
+            attempt=1,
+            records=RunRecords(),
+            ledger=ToolLedger(ledger, thread_id, run_id),
+            engine=engine,
+        )
+        deps = ShopDeps(business=business, scope=scope)
+        return await VercelAIAdapter[ShopDeps, str].dispatch_request(request, agent=agent, deps=deps)
+
+    routes = [Route("/healthz", healthz, methods=["GET"]), Route("/api/ai-sdk/chat", chat, methods=["POST"])]
+    return Starlette(routes=routes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--db", required=True, help="the database with the shop's business tables")
+    arguments = parser.parse_args()
+    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
+    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
+
+
+if __name__ == "__main__":
+    main()
