@@ -193,7 +193,7 @@ def render(
 async def run(arguments: argparse.Namespace, logs: Path) -> list[tuple[str, list[str]]]:
     source = snapshot(logs / "src")
     notes: list[str] = []
-    databases, version = await available(None if arguments.quick else arguments.postgres, notes)
+    databases, version = await available(arguments.postgres, notes, quick=arguments.quick)
     command = command_line("bench.profile", sys.argv[1:])
     sections: list[tuple[str, list[str]]] = []
     for database in databases:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.clients import Event, check_turn, sse_events
+from bench.harness.clients import Event, assistant_message, check_turn, sse_events
 from bench.harness.options import POSTGRES_ENV, parser, writes
 from bench.harness.reports import command_line, table, write_section
 from bench.harness.stats import median, ms, ms_short, paired_ratio, percentile, ratio, times
@@ -154,3 +154,42 @@ def test_a_turn_counts_only_when_all_its_events_are_there_in_order() -> None:
     assert (check_turn(missing, "r1", 0) or "").startswith(
         "event types ['run_started', 'user_message', 'tool_call', 'text_delta'"
     )
+
+
+def test_the_assistant_message_holds_the_steps_the_tool_call_with_its_result_and_the_text() -> None:
+    chunks = [
+        {"type": "start", "messageId": "m1"},
+        {"type": "start-step"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "lookup_order"},
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c1",
+            "toolName": "lookup_order",
+            "input": {"order_id": "X"},
+        },
+        {"type": "tool-output-available", "toolCallId": "c1", "output": {"status": "shipped"}},
+        {"type": "finish-step"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "Order "},
+        {"type": "text-delta", "id": "t1", "delta": "X shipped."},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "finish"},
+    ]
+    assert assistant_message(chunks) == {
+        "id": "m1",
+        "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {
+                "type": "tool-lookup_order",
+                "toolCallId": "c1",
+                "state": "output-available",
+                "input": {"order_id": "X"},
+                "output": {"status": "shipped"},
+            },
+            {"type": "step-start"},
+            {"type": "text", "text": "Order X shipped.", "state": "done"},
+        ],
+    }

@@ -84,11 +84,16 @@ async def postgres_version(url: str) -> str:
         return str(await connection.scalar(sa.text("SHOW server_version")))
 
 
-async def available(postgres: str | None, notes: list[str]) -> tuple[list[Dialect], str | None]:
-    """SQLite, and PostgreSQL when `postgres` names a server that answers (with its version).
+async def available(
+    postgres: str | None, notes: list[str], *, quick: bool = False
+) -> tuple[list[Dialect], str | None]:
+    """SQLite, and PostgreSQL when `postgres` names a server that answers (with its version) and not `quick`.
 
     Why PostgreSQL is not measured, when it is not, is added to `notes` and printed.
     """
+    if quick:
+        notes.append("PostgreSQL not measured: a --quick run")
+        return ["SQLite"], None
     if not postgres:
         notes.append("PostgreSQL not measured: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL")
         return ["SQLite"], None

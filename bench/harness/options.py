@@ -21,12 +21,14 @@ def parser(
     quick: str | None = "a short run, to check the benchmark works; writes nothing unless --write",
     postgres: Literal["optional", "required", "explicit"] = "optional",
     strict: bool = False,
+    sections: bool = True,
 ) -> argparse.ArgumentParser:
     """`python -m module`'s parser with the shared options; the benchmark adds its own.
 
     `postgres`: `optional` also measures PostgreSQL, from `$DURABLE_CHAT_TEST_POSTGRES_URL` unless
     `--postgres URL` or `--no-postgres`; `required` likewise, but the benchmark needs it; `explicit`
-    measures it only when `--postgres URL` is given (one database per run).
+    measures it only when `--postgres URL` is given (one database per run). `sections`: it writes
+    sections of `docs/benchmarks.md` (`--write`, `--output`).
     """
     found = argparse.ArgumentParser(
         prog=f"python -m {module}", description=(doc or "").strip().split("\n")[0]
@@ -43,13 +45,14 @@ def parser(
     )
     if postgres == "optional":
         found.add_argument("--no-postgres", dest="postgres", action="store_const", const=None)
-    found.add_argument(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="write the sections to --output (default: a full run writes, a partial one does not)",
-    )
-    found.add_argument("--output", type=Path, default=DOCS, help="the document the sections go to")
+    if sections:
+        found.add_argument(
+            "--write",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="write the sections to --output (default: a full run writes, a partial one does not)",
+        )
+        found.add_argument("--output", type=Path, default=DOCS, help="the document the sections go to")
     found.add_argument("--keep-logs", action="store_true", help="keep the servers' logs and the SQLite files")
     if strict:
         found.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
