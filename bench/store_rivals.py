@@ -21,7 +21,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from bench.systems import Backend, Location, Timing
+from bench.store_systems import Backend, Timing, sqlite_path
 
 __all__ = ["Unavailable", "open_langgraph", "open_openai_agents"]
 
@@ -107,13 +107,13 @@ class OpenAIAgentsBackend(Backend[list[Item]]):
         await self.engine.dispose()
 
 
-async def open_openai_agents(location: Location) -> OpenAIAgentsBackend:
+async def open_openai_agents(url: str) -> OpenAIAgentsBackend:
     try:
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
         from sqlalchemy.ext.asyncio import create_async_engine
     except ImportError as error:
         raise Unavailable(f"openai-agents[sqlalchemy] is not installed ({error})") from error
-    backend = OpenAIAgentsBackend(create_async_engine(location.url), SQLAlchemySession)
+    backend = OpenAIAgentsBackend(create_async_engine(url), SQLAlchemySession)
     await backend.session("setup").get_items()  # creates the tables outside the timed turns
     return backend
 
@@ -195,8 +195,8 @@ class LangGraphBackend(Backend[list[Any]]):
         await self.connection.close()
 
 
-async def open_langgraph(location: Location) -> LangGraphBackend:
-    if location.path is None:
+async def open_langgraph(url: str) -> LangGraphBackend:
+    if (path := sqlite_path(url)) is None:
         raise Unavailable("LangGraph's saver is measured on SQLite only (its PostgreSQL saver needs psycopg)")
     try:
         import aiosqlite
@@ -205,7 +205,7 @@ async def open_langgraph(location: Location) -> LangGraphBackend:
         importlib.import_module("langchain_core.messages")  # the channel holds LangChain messages
     except ImportError as error:
         raise Unavailable(f"langgraph-checkpoint-sqlite is not installed ({error})") from error
-    connection = await aiosqlite.connect(location.path)
+    connection = await aiosqlite.connect(path)
     saver = AsyncSqliteSaver(connection)
     await saver.setup()
     return LangGraphBackend(saver, connection)
