@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,7 @@ def render(
 
 
 def type_growth(
-    before: dict[str, Sequence[int]], after: dict[str, Sequence[int]]
+    before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]
 ) -> list[tuple[str, int, int]]:
     """(type, count growth, size growth) for every type whose count or size changed, largest size growth first."""
     rows = [

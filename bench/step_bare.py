@@ -15,10 +15,12 @@ capability then runs on the pydantic-ai we use. Without it, its column is left o
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -145,6 +147,10 @@ def _tool_result(run_id: str, event: FunctionToolResultEvent) -> ToolResult:
     )
 
 
+def _step_persistence() -> ModuleType:
+    return importlib.import_module("pydantic_ai_harness.step_persistence")
+
+
 class Harness:
     """One `SqliteStepStore` on a long-lived connection, and a new `StepPersistence` on it for every turn.
 
@@ -154,13 +160,12 @@ class Harness:
     """
 
     def __init__(self, folder: Path) -> None:
-        from pydantic_ai_harness.step_persistence import SqliteStepStore
-
+        persistence = _step_persistence()  # ImportError when not installed: before anything is opened
         # Its calls run on worker threads (anyio.to_thread): the connection must allow that.
         self.connection = sqlite3.connect(folder / "harness.db", check_same_thread=False)
         for pragma in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000"):
             self.connection.execute(pragma)
-        self.store = SqliteStepStore(connection=self.connection)
+        self.store = persistence.SqliteStepStore(connection=self.connection)
         self.version = metadata.version("pydantic-ai-harness")
 
     @classmethod
@@ -172,10 +177,8 @@ class Harness:
             return None, f"pydantic-ai-harness is not installed ({error.name}): `{INSTALL}` adds its column"
 
     def capability(self) -> AbstractCapability[Any]:
-        from pydantic_ai_harness.step_persistence import StepPersistence
-
         # Defaults, as its README's quick start: a run id per `Agent.run`, events, snapshots, tool effects.
-        return StepPersistence(store=self.store)
+        return _step_persistence().StepPersistence(store=self.store)
 
     def close(self) -> None:
         self.connection.close()

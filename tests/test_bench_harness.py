@@ -130,7 +130,7 @@ async def test_an_sse_stream_becomes_events_with_their_ids_and_types() -> None:
 
 
 def _turn(run_id: str, first_id: int, *, text: str = "Order shipped.") -> list[Event]:
-    shape = [
+    shape: list[tuple[str, dict[str, str]]] = [
         ("run_started", {}),
         ("user_message", {}),
         ("tool_call", {}),
