@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step bench-profile \
-	bench-targets screenshots clean
+	bench-targets bench-smoke screenshots clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed" >&2; exit 1; }
@@ -48,6 +48,8 @@ screenshots: $(BIN)/.installed-dev
 		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py tests/test_travel_page.py \
 		tests/test_page_outputs.py
 
+# The benchmarks (bench/README.md); each writes its sections of docs/benchmarks.md on a full run, and
+# takes PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL. `bench` is the store's, with its rivals (the `bench` extra).
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store
@@ -59,7 +61,7 @@ bench-tools: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet 'py-spy>=0.4'
 	$(BIN)/python -m pip install --quiet --no-deps pydantic-ai-harness
 
-# Issue 14's targets, each in one command (see bench/README.md; PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL).
+# Issue 14's targets, each in one command.
 bench-cpu: $(BIN)/.installed-dev
 	$(BIN)/python -m bench.cpu
 
@@ -70,6 +72,19 @@ bench-profile: bench-tools
 	$(BIN)/python -m bench.profile
 
 bench-targets: bench-cpu bench-step bench-profile
+
+# Every benchmark once, briefly, writing nothing: that each runs end to end (about 8 minutes; PostgreSQL needed).
+bench-smoke: bench-tools
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench.store --quick
+	$(BIN)/python -m bench.step --quick
+	$(BIN)/python -m bench.web --quick
+	$(BIN)/python -m bench.workers --quick
+	$(BIN)/python -m bench.cpu --quick
+	$(BIN)/python -m bench.profile --quick
+	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write
+	$(BIN)/python -m bench.soak --minutes 1 --sample 5 --no-write
+	$(BIN)/python -m bench.cpu_ab --rounds 1 --seconds 1 --alone 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

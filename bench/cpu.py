@@ -1,54 +1,46 @@
 """Server CPU per turn, and the first delta, of ours against pydantic-ai's own adapter on the same agent.
 
-    python -m bench.cpu [--quick] [--postgres URL | --no-postgres] [--rounds N] [--seconds S] [--no-write]
+    python -m bench.cpu [--quick] [--postgres URL | --no-postgres] [--users N…] [--rounds N] [--seconds S]
+                        [--budget S] [--no-write]
 
-Two server processes per database, both pinned to core 1 (`taskset`), the clients in this process
-on core 0: the baseline (`bench.cpu_baseline`: `VercelAIAdapter` serving the demo shop's agent,
-nothing stored) and ours (`durable-chat serve`, SQLite, and PostgreSQL in a scratch database when
-`--postgres` or $DURABLE_CHAT_TEST_POSTGRES_URL names a server), each on a database of its own
-with the shop's data. First one user alone takes turns on each side in turn (the first delta),
-then, at 20 and 200 concurrent users, the three sides (baseline, ours over the native API, ours
-over the AI SDK endpoint) take rounds in a rotating order, each round's server CPU read from
-/proc. Writes the `server-cpu` and `first-delta-baseline` sections of `docs/benchmarks.md` (a
-full run only, unless `--write`). ~7 minutes; `--quick` (SQLite, 20 users) under a minute.
+Two server processes per database, both pinned to core 1, the clients in this process on core 0:
+the baseline (`bench.harness.adapter`: `VercelAIAdapter` serving the demo shop's agent, nothing
+stored) and ours (`durable-chat serve`), each on a database of its own with the shop's data (SQLite,
+and PostgreSQL in scratch databases). First one user alone takes turns on each side in turn (the
+first delta); then, at 20 and 200 concurrent users, the three sides (the baseline, ours over the
+native API, ours over the AI SDK endpoint) take rounds in a rotating order, each round's server CPU
+read from /proc. Writes the `server-cpu` and `first-delta-baseline` sections of `docs/benchmarks.md`.
+~7 minutes; `--quick` (SQLite, 20 users, 2 short rounds) under a minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shlex
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import AsyncGenerator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-
-from agent.demo import shop_app
-from bench.cpu_clients import Protocol, RoundResult, run_round
 from bench.cpu_report import AI_SDK, BASELINE, NATIVE, SIDES, Report, Round, render_cpu, render_first_delta
-from bench.report import environment
-from bench.sections import write_section
-from bench.web import (
-    DOCS,
-    POSTGRES_ENV,
-    SECRET,
+from bench.harness.clients import Load, Measured, Protocol, measure
+from bench.harness.databases import Dialect, available, prepare_shop, scratch_database
+from bench.harness.options import parser, writes
+from bench.harness.pinning import pin_this_process, pinned
+from bench.harness.reports import Clock, command_line, environment, write_section
+from bench.harness.servers import (
+    UNLIMITED,
+    ServerProcess,
+    adapter_argv,
+    folder,
     ours_argv,
-    postgres_database,
-    postgres_version,
+    raise_open_files_limit,
     server_env,
+    serving,
     snapshot,
 )
-from bench.web_process import ServerProcess, raise_open_files_limit, start_server
-from store import Database
 
-SERVER_CORE, CLIENT_CORE = 1, 0
 LEVELS, QUICK_LEVELS = (20, 200), (20,)
 ROUNDS, QUICK_ROUNDS = 3, 2
 SECONDS, QUICK_SECONDS = 3.0, 2.0
@@ -61,144 +53,83 @@ SETTLE = 1.2
 PROTOCOLS: dict[str, Protocol] = {BASELINE: "ai-sdk", NATIVE: "native", AI_SDK: "ai-sdk"}
 
 
-async def prepare(url: str) -> None:
-    """Our schema and the shop's tables and data, as `durable-chat serve` makes them at start."""
-    db = await Database.connect(url)
-    try:
-        await shop_app(delay=0).start(db.engine)
-    finally:
-        await db.aclose()
-
-
-@asynccontextmanager
-async def scratch(database: str, postgres: str | None, folder: Path, name: str) -> AsyncGenerator[str]:
-    if database == "PostgreSQL" and postgres:
-        async with postgres_database(postgres) as url:
-            yield url
-    else:
-        yield f"sqlite+aiosqlite:///{folder / f'{name}.db'}"
-
-
-def pinned(argv: list[str], core: int = SERVER_CORE) -> list[str]:
-    return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") else argv
-
-
 async def servers(
-    stack: AsyncExitStack, database: str, postgres: str | None, source: Path, logs: Path
+    stack: AsyncExitStack, database: Dialect, postgres: str | None, source: Path, logs: Path
 ) -> dict[str, ServerProcess]:
-    ours_url = await stack.enter_async_context(scratch(database, postgres, logs, f"ours-{database}"))
-    base_url = await stack.enter_async_context(scratch(database, postgres, logs, f"baseline-{database}"))
-    await prepare(base_url)
-    env = server_env()
-    env["DURABLE_CHAT_MESSAGES_PER_MINUTE"] = "1000000"  # a user sends turn after turn
-    ours = await start_server(f"ours-{database}", pinned(ours_argv(ours_url)), env, logs, cwd=source)
-    stack.push_async_callback(ours.stop)
-    argv = [sys.executable, "-m", "bench.cpu_baseline", "--port", "{port}", "--db", base_url]
-    baseline = await start_server(f"baseline-{database}", pinned(argv), env, logs, cwd=source)
-    stack.push_async_callback(baseline.stop)
-    return {BASELINE: baseline, NATIVE: ours, AI_SDK: ours}
-
-
-def run_queue_wait(pid: int | str) -> float:
-    """Seconds the process's main thread has spent runnable but waiting for a core (`/proc/…/schedstat`).
-
-    A round's share of it says how much other work on the machine kept that side off its core.
-    """
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-async def measure(
-    server: ServerProcess,
-    side: str,
-    users: int,
-    *,
-    seconds: float | None,
-    turns: int | None = None,
-    settle: float = SETTLE,
-) -> tuple[RoundResult, float, float, tuple[float, float]]:
-    """One round: its result, the server's CPU seconds and this process's from start to `settle` after,
-    and how long each waited for its core during the turns."""
-    marks: dict[str, float] = {}
-
-    def start() -> None:
-        marks["server"], marks["client"] = server.cpu_seconds(), time.process_time()
-        marks["server wait"], marks["client wait"] = run_queue_wait(server.pid), run_queue_wait("self")
-
-    result = await run_round(
-        server.base_url,
-        PROTOCOLS[side],
-        users=users,
-        seconds=seconds or 0.0,
-        turns=turns,
-        secret=SECRET,
-        on_start=start,
+    """Ours and the baseline, pinned, each on a scratch database of its own; by side."""
+    ours_url = await stack.enter_async_context(scratch_database(database, logs, f"ours-{database}", postgres))
+    base_url = await stack.enter_async_context(
+        scratch_database(database, logs, f"baseline-{database}", postgres)
     )
-    waits = (
-        run_queue_wait(server.pid) - marks["server wait"],
-        run_queue_wait("self") - marks["client wait"],
+    await prepare_shop(base_url)
+    env = server_env(UNLIMITED)
+    ours = await stack.enter_async_context(
+        serving(f"ours-{database}", pinned(ours_argv(ours_url)), env, logs, cwd=source)
     )
-    await asyncio.sleep(settle)
-    return result, server.cpu_seconds() - marks["server"], time.process_time() - marks["client"], waits
+    base = await stack.enter_async_context(
+        serving(f"baseline-{database}", pinned(adapter_argv(base_url)), env, logs, cwd=source)
+    )
+    return {BASELINE: base, NATIVE: ours, AI_SDK: ours}
+
+
+async def play(
+    server: ServerProcess, side: str, users: int, *, turns: int | None = None, seconds: float = 0.0
+) -> Measured:
+    """A round of `side`: `turns` each, or turns for `seconds`, its CPU read `SETTLE` after a timed round."""
+    load = Load(users=users, turns=turns, seconds=seconds, protocol=PROTOCOLS[side], deadline=600)
+    return await measure([server], load, settle=0.0 if turns else SETTLE)
 
 
 async def run_database(
-    database: str, arguments: argparse.Namespace, report: Report, source: Path, share: float
+    database: Dialect, arguments: argparse.Namespace, report: Report, source: Path, logs: Path, share: float
 ) -> None:
-    logs = Path(tempfile.mkdtemp(prefix=f"bench-cpu-{database.lower()}-"))
     quick = arguments.quick
     async with AsyncExitStack() as stack:
         by_side = await servers(stack, database, arguments.postgres, source, logs)
         for side in SIDES:  # warm-up: imports, first connections, caches
-            await measure(by_side[side], side, 2, seconds=None, turns=3, settle=0)
+            await play(by_side[side], side, 2, turns=3)
         for turn in range(QUICK_ALONE_TURNS if quick else ALONE_TURNS):
-            order = SIDES[turn % 3 :] + SIDES[: turn % 3]
-            for side in order:
-                result = (await measure(by_side[side], side, 1, seconds=None, turns=1, settle=0))[0]
+            for side in SIDES[turn % 3 :] + SIDES[: turn % 3]:
+                result = (await play(by_side[side], side, 1, turns=1)).result
                 report.alone.setdefault((database, side), []).extend(result.first_delta)
-                _count(report, database, side, result)
-        levels = arguments.users or (QUICK_LEVELS if quick else LEVELS)
+                _count(report, database, side, result.errors, result.error_samples)
         rounds = arguments.rounds or (QUICK_ROUNDS if quick else ROUNDS)
-        for users in levels:
+        seconds = arguments.seconds or (QUICK_SECONDS if quick else SECONDS)
+        for users in arguments.users or (QUICK_LEVELS if quick else LEVELS):
             started = time.monotonic()
             for number in range(rounds):
                 if number and (time.monotonic() - started) * (number + 1) / number > share:
-                    report.notes.append(
-                        f"{database}, {users} users: {number} of {rounds} rounds, the time budget's share "
-                        f"({share:.0f} s) spent"
-                    )
+                    notes = f"{database}, {users} users: {number} of {rounds} rounds, the time budget's share ({share:.0f} s) spent"
+                    report.notes.append(notes)
                     break
                 for side in SIDES[number % 3 :] + SIDES[: number % 3]:
-                    seconds = arguments.seconds or (QUICK_SECONDS if quick else SECONDS)
-                    result, server_cpu, client_cpu, waits = await measure(
-                        by_side[side], side, users, seconds=seconds
-                    )
-                    _count(report, database, side, result)
+                    m = await play(by_side[side], side, users, seconds=seconds)
+                    load = m.result
+                    _count(report, database, side, load.errors, load.error_samples)
                     found = Round(
-                        database,
-                        users,
-                        side,
-                        number,
-                        server_cpu,
-                        client_cpu,
-                        result.elapsed,
-                        result.turns,
-                        tuple(result.first_delta),
-                        sum(result.errors.values()),
-                        *waits,
+                        *(
+                            database,
+                            users,
+                            side,
+                            number,
+                            m.server_cpu,
+                            m.client_cpu,
+                            load.elapsed,
+                            load.completed_turns,
+                        ),
+                        tuple(load.first_delta),
+                        load.error_count,
+                        m.server_wait,
+                        m.client_wait,
                     )
                     report.rounds.append(found)
-                    per_turn = found.cpu_per_turn
+                    busy = load.elapsed or 1e-9
                     print(
-                        f"{database:<10} {users:>3} users round {number} {side:<22} {result.turns:>4} turns "
-                        f"{result.turns / max(result.elapsed, 1e-9):6.1f}/s, CPU "
-                        f"{'—' if per_turn is None else f'{per_turn * 1000:.1f}'} ms/turn, server busy "
-                        f"{server_cpu / max(result.elapsed, 1e-9):.0%}, client busy "
-                        f"{client_cpu / max(result.elapsed, 1e-9):.0%}, waited for a core: server "
-                        f"{waits[0] / max(result.elapsed, 1e-9):.0%} client {waits[1] / max(result.elapsed, 1e-9):.0%}"
-                        + (f", errors {dict(result.errors)}" if result.errors else ""),
+                        f"{database:<10} {users:>3} users round {number} {side:<22} {load.completed_turns:>4} turns "
+                        f"{load.turns_per_second:6.1f}/s, CPU {found.cpu_per_turn * 1000:.1f} ms/turn, server busy "
+                        f"{m.server_cpu / busy:.0%}, client busy {m.client_cpu / busy:.0%}, waited for a core: server "
+                        f"{m.server_wait / busy:.0%} client {m.client_wait / busy:.0%}"
+                        + (f", errors {dict(load.errors)}" if load.errors else ""),
                         flush=True,
                     )
         for name, server in {"ours": by_side[NATIVE], "baseline": by_side[BASELINE]}.items():
@@ -207,71 +138,48 @@ async def run_database(
                 report.notes.append(f"{database} {name} server logged: {trouble[:3]} {statuses}")
 
 
-def _count(report: Report, database: str, side: str, result: RoundResult) -> None:
-    for kind, count in result.errors.items():
-        report.errors[f"{database}, {side}: {kind} ({result.samples[kind][:200]})"] += count
+def _count(report: Report, database: str, side: str, errors: dict[str, int], samples: dict[str, str]) -> None:
+    for kind, count in errors.items():
+        report.errors[f"{database}, {side}: {kind} ({samples[kind][:200]})"] += count
 
 
-async def run(arguments: argparse.Namespace, report: Report) -> None:
-    source = snapshot(Path(tempfile.mkdtemp(prefix="bench-cpu-src-")))
-    databases = ["SQLite"]
-    postgres: str | None = None
-    if arguments.postgres and not arguments.quick:
-        try:
-            postgres = await postgres_version(arguments.postgres)
-            databases.append("PostgreSQL")
-        except (OSError, SQLAlchemyError) as error:
-            where = make_url(arguments.postgres).render_as_string(hide_password=True)
-            print(f"PostgreSQL skipped: {where!r}: {error!r}", flush=True)
-            report.notes.append(f"PostgreSQL not measured: {error!r}")
-    elif not arguments.quick:
-        report.notes.append(f"PostgreSQL not measured: pass --postgres URL or set {POSTGRES_ENV}")
-    report.environment = environment(report.command, postgres, [])
+async def run(arguments: argparse.Namespace, report: Report, logs: Path) -> str | None:
+    source = snapshot(logs / "src")
+    databases, version = await available(arguments.postgres, report.notes, quick=arguments.quick)
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     budget = arguments.budget or (QUICK_BUDGET if arguments.quick else BUDGET)
     for database in databases:
         started = time.monotonic()
-        await run_database(database, arguments, report, source, budget / (len(databases) * len(levels)))
+        await run_database(database, arguments, report, source, logs, budget / (len(databases) * len(levels)))
         print(f"{database}: {time.monotonic() - started:.0f} s", flush=True)
-
-
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="SQLite, 20 users, 2 short rounds: a smoke run")
-    parser.add_argument("--postgres", metavar="URL", default=os.environ.get(POSTGRES_ENV))
-    parser.add_argument("--no-postgres", dest="postgres", action="store_const", const=None)
-    parser.add_argument("--users", type=int, nargs="+", help=f"concurrent users (default {LEVELS})")
-    parser.add_argument("--rounds", type=int, help=f"rounds per side and level (default {ROUNDS})")
-    parser.add_argument("--seconds", type=float, help=f"seconds of turns per round (default {SECONDS:g})")
-    parser.add_argument(
-        "--budget",
-        type=float,
-        help=f"seconds for all the rounds (default {BUDGET:g}; the set-up comes on top)",
-    )
-    parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--output", type=Path, default=DOCS)
-    return parser.parse_args(argv)
+    return version
 
 
 def main() -> int:
-    arguments = parse()
-    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(0, {CLIENT_CORE})
+    options = parser("bench.cpu", __doc__, quick="SQLite, 20 users, 2 short rounds: a smoke run")
+    options.add_argument("--users", type=int, nargs="+", help=f"concurrent users (default {LEVELS})")
+    options.add_argument("--rounds", type=int, help=f"rounds per side and level (default {ROUNDS})")
+    options.add_argument("--seconds", type=float, help=f"seconds of turns per round (default {SECONDS:g})")
+    options.add_argument(
+        "--budget", type=float, help=f"seconds for all the rounds (default {BUDGET:g}; set-up on top)"
+    )
+    arguments = options.parse_args()
+    pin_this_process()
     raise_open_files_limit()
-    command = shlex.join(["python", "-m", "bench.cpu", *(a for a in sys.argv[1:] if "://" not in a)])
-    report = Report(command=command)
-    started = time.monotonic()
-    asyncio.run(run(arguments, report))
-    report.seconds = time.monotonic() - started
+    clock, report = Clock(), Report()
+    with folder("cpu", keep=arguments.keep_logs) as logs:
+        version = asyncio.run(run(arguments, report, logs))
     if not shutil.which("taskset"):
         report.notes.append("taskset not found: the servers were not pinned to a core")
     report.notes.append(
         "PostgreSQL's own backends are not counted in ours' CPU (nor the baseline's order lookups there)"
     )
-    cpu, first = "\n".join(render_cpu(report)), "\n".join(render_first_delta(report))
+    lines = environment(
+        command_line("bench.cpu", sys.argv[1:]), postgres=version, notes=[*report.notes, clock.line()]
+    )
+    cpu, first = "\n".join(render_cpu(report, lines)), "\n".join(render_first_delta(report))
     print(f"\n{cpu}\n\n{first}\n", flush=True)
-    write = arguments.write if arguments.write is not None else not (arguments.quick or arguments.rounds)
-    if write:
+    if writes(arguments, full=not (arguments.quick or arguments.rounds or arguments.users)):
         write_section(arguments.output, "server-cpu", cpu)
         write_section(arguments.output, "first-delta-baseline", first)
         print(f"wrote the server-cpu and first-delta-baseline sections of {arguments.output}", flush=True)

@@ -3,38 +3,31 @@
     python -m bench.pool [--postgres URL] [--users 200] [--turns 5] [--pools 10+20 20+10 30+0] [--no-write]
 
 A pool keeps `size` connections and opens up to `overflow` more under load, closing each of those
-when it is returned: a pool smaller than what the load uses at once keeps opening and closing
-connections, each a new PostgreSQL session (a server process forked, authenticated, its caches
-cold). For each pool setting, a real `durable-chat serve` on a scratch database of its own, and
-`--users` users taking `--turns` demo turns each over the native API; the database's `sessions`
-counter (`pg_stat_database`, PostgreSQL 14 and later) is read before and after the turns, after a
-warm-up that opened what the pools keep. Writes the `pool-sessions` section of
-`docs/benchmarks.md` (a full run, unless `--no-write`). ~1 minute.
+when it is returned: a pool smaller than what the load uses at once keeps opening connections,
+each a new PostgreSQL session (a server process forked, authenticated, its caches cold). For each
+setting, a real `durable-chat serve` on a scratch database of its own, and `--users` users taking
+`--turns` demo turns each over the native API; the database's `sessions` counter
+(`pg_stat_database`, PostgreSQL 14 and later) is read before and after the turns, after a warm-up
+that opened what the pools keep. Writes the `pool-sessions` section of `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import shlex
 import sys
-import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
-from bench.cpu import prepare
-from bench.cpu_clients import run_round
-from bench.report import environment
-from bench.sections import write_section
-from bench.web import DOCS, POSTGRES_ENV, SECRET, ours_argv, postgres_database, postgres_version, server_env
-from bench.web_process import raise_open_files_limit, start_server
+from bench.harness.clients import Load, run_load
+from bench.harness.databases import connected, postgres_database, postgres_version, prepare_shop
+from bench.harness.options import parser, writes
+from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.servers import UNLIMITED, folder, ours_argv, raise_open_files_limit, server_env, serving
 
 SECTION = "pool-sessions"
 POOLS = ("10+20", "20+10", "30+0")
@@ -56,124 +49,111 @@ class Measured:
 
 async def _sessions(url: str) -> int:
     """The database's `sessions` counter: sessions established since the statistics were reset."""
-    name = make_url(url).database
-    engine = create_async_engine(url, poolclass=NullPool)
-    try:
-        async with engine.connect() as connection:
-            # The statistics a backend reads are a snapshot per transaction: a new one each time.
-            await connection.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            query = sa.text("SELECT sessions FROM pg_stat_database WHERE datname = :name")
-            return int((await connection.execute(query, {"name": name})).scalar_one())
-    finally:
-        await engine.dispose()
+    async with connected(url) as connection:
+        # The statistics a backend reads are a snapshot per transaction: a new one each time.
+        await connection.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+        query = sa.text("SELECT sessions FROM pg_stat_database WHERE datname = :name")
+        return int((await connection.execute(query, {"name": make_url(url).database})).scalar_one())
 
 
 async def measure(server_url: str, pool: str, users: int, turns: int, logs: Path) -> Measured:
     size, overflow = pool.split("+")
+    env = server_env(UNLIMITED | {"DURABLE_CHAT_POOL_SIZE": size, "DURABLE_CHAT_POOL_MAX_OVERFLOW": overflow})
     async with postgres_database(server_url) as url:
-        await prepare(url)
-        env = server_env() | {
-            "DURABLE_CHAT_MESSAGES_PER_MINUTE": "1000000",
-            "DURABLE_CHAT_POOL_SIZE": size,
-            "DURABLE_CHAT_POOL_MAX_OVERFLOW": overflow,
-        }
-        server = await start_server(f"pool-{size}-{overflow}", ours_argv(url), env, logs)
-        try:
+        await prepare_shop(url)
+        async with serving(f"pool-{size}-{overflow}", ours_argv(url), env, logs) as server:
             # The warm-up opens what the pools keep; the counter then counts what the load adds.
-            await run_round(server.base_url, "native", users=users, seconds=0.0, turns=2, secret=SECRET)
+            await run_load(server.base_url, Load(users=users, turns=2, deadline=600))
             await asyncio.sleep(0.5)  # the statistics are sent by each backend within 500 ms
-            before = await _sessions(url)
-            cpu_before = server.cpu_seconds()
-            started = time.monotonic()
-            result = await run_round(
-                server.base_url, "native", users=users, seconds=0.0, turns=turns, secret=SECRET
-            )
-            elapsed = time.monotonic() - started
-            cpu = server.cpu_seconds() - cpu_before
+            before, cpu_before, started = await _sessions(url), server.cpu_seconds(), time.monotonic()
+            result = await run_load(server.base_url, Load(users=users, turns=turns, deadline=600))
+            elapsed, cpu = time.monotonic() - started, server.cpu_seconds() - cpu_before
             await asyncio.sleep(1.0)
             # Our own read of the counter is a session too: one, counted in `before`'s reading.
             after = await _sessions(url) - 1
-        finally:
-            await server.stop()
-    cpu_ms = 1000 * cpu / max(result.turns, 1)
-    return Measured(pool, result.turns, elapsed, after - before, sum(result.errors.values()), cpu_ms)
+    turns_done = max(result.completed_turns, 1)
+    return Measured(
+        pool, result.completed_turns, elapsed, after - before, result.error_count, 1000 * cpu / turns_done
+    )
 
 
-def render(results: list[Measured], arguments: argparse.Namespace, version: str, seconds: float) -> str:
-    lines = [
-        "## PostgreSQL sessions opened under load, by pool size",
-        "",
-        "Each pool setting (`DURABLE_CHAT_POOL_SIZE`+`DURABLE_CHAT_POOL_MAX_OVERFLOW`) on a real "
-        "`durable-chat serve` with a scratch database of its own; "
-        f"{arguments.users} users take {arguments.turns} demo turns each over the native API (POST and the "
-        "thread's stream), after a warm-up of 2 turns each. New sessions: the database's `sessions` counter "
-        "(`pg_stat_database`) after the turns less before them, our own reading of it left out. A connection "
-        "opened beyond the pool size is closed when it is returned, so a pool smaller than what the load uses "
-        "at once opens a new session again and again, which costs the server CPU: its CPU per turn is "
-        "its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
-        "(the server is not pinned: a figure to compare between the rows of one run).",
-        "",
-        "### Environment",
-        "",
-        *environment(
-            f"python -m bench.pool {shlex.join(sys.argv[1:])}".strip(),
-            version.removeprefix("PostgreSQL "),
-            [f"Run time: {seconds:.0f}s; load average (1 min) {os.getloadavg()[0]:.1f} at the end"],
-        ),
-        "",
-        "### Results",
-        "",
-        "| pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns | server CPU ms/turn | errors |",
-        "|---|---|---|---|---|---|---|",
+def render(results: Sequence[Measured], users: int, turns: int, environment_lines: Sequence[str]) -> str:
+    rows = [
+        [
+            m.pool,
+            m.turns,
+            f"{m.seconds:.1f}",
+            m.sessions,
+            f"{100 * m.sessions / max(m.turns, 1):.1f}",
+            f"{m.cpu_ms:.1f}",
+            m.errors,
+        ]
+        for m in results
     ]
-    for found in results:
-        per_100 = 100 * found.sessions / max(found.turns, 1)
-        lines.append(
-            f"| {found.pool} | {found.turns} | {found.seconds:.1f} | {found.sessions} | {per_100:.1f} "
-            f"| {found.cpu_ms:.1f} | {found.errors} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            "## PostgreSQL sessions opened under load, by pool size",
+            "",
+            "Each pool setting (`DURABLE_CHAT_POOL_SIZE`+`DURABLE_CHAT_POOL_MAX_OVERFLOW`) on a real `durable-chat "
+            f"serve` with a scratch database of its own; {users} users take {turns} demo turns each over the native "
+            "API (POST and the thread's stream), after a warm-up of 2 turns each. New sessions: the database's "
+            "`sessions` counter (`pg_stat_database`) after the turns less before them, our own reading of it left "
+            "out. A connection opened beyond the pool size is closed when it is returned, so a pool smaller than "
+            "what the load uses at once opens a new session again and again, which costs the server CPU: its CPU "
+            "per turn is its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
+            "(the server is not pinned: a figure to compare between the rows of one run).",
+            "",
+            "### Environment",
+            "",
+            *environment_lines,
+            "",
+            "### Results",
+            "",
+            *table(
+                "pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns "
+                "| server CPU ms/turn | errors",
+                rows,
+            ),
+        ]
+    )
 
 
-async def main_async(arguments: argparse.Namespace) -> int:
-    if not arguments.postgres:
-        print(f"bench.pool needs PostgreSQL: pass --postgres URL or set {POSTGRES_ENV}", file=sys.stderr)
-        return 2
-    raise_open_files_limit()
-    logs = Path(tempfile.mkdtemp(prefix="bench-pool-"))
-    started = time.monotonic()
+async def run(server_url: str, pools: Sequence[str], users: int, turns: int, logs: Path) -> list[Measured]:
     results: list[Measured] = []
-    for pool in arguments.pools:
-        found = await measure(arguments.postgres, pool, arguments.users, arguments.turns, logs)
+    for pool in pools:
+        found = await measure(server_url, pool, users, turns, logs)
         print(
             f"pool {found.pool}: {found.turns} turns in {found.seconds:.1f}s, {found.sessions} new sessions, "
             f"{found.cpu_ms:.1f} ms of server CPU a turn, {found.errors} errors",
             flush=True,
         )
         results.append(found)
-    version = await postgres_version(arguments.postgres)
-    text = render(results, arguments, version, time.monotonic() - started)
+    return results
+
+
+def main() -> int:
+    options = parser("bench.pool", __doc__, quick=None, postgres="required")
+    options.add_argument("--users", type=int, default=200)
+    options.add_argument("--turns", type=int, default=5, help="turns per user (default 5)")
+    options.add_argument("--pools", nargs="+", default=list(POOLS), help="size+overflow settings to compare")
+    arguments = options.parse_args()
+    if not arguments.postgres:
+        options.error("needs PostgreSQL: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL")
+    raise_open_files_limit()
+    clock = Clock()
+    with folder("pool", keep=arguments.keep_logs) as logs:
+        results = asyncio.run(
+            run(arguments.postgres, arguments.pools, arguments.users, arguments.turns, logs)
+        )
+    version = asyncio.run(postgres_version(arguments.postgres))
+    lines = environment(command_line("bench.pool", sys.argv[1:]), postgres=version, notes=[clock.line()])
+    text = render(results, arguments.users, arguments.turns, lines)
     print(text)
-    if arguments.write:
+    if writes(arguments, full=True):
         write_section(arguments.output, SECTION, text)
         print(f"wrote the {SECTION} section of {arguments.output}")
     return 1 if any(found.errors for found in results) else 0
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.pool", description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--postgres", default=os.environ.get(POSTGRES_ENV))
-    parser.add_argument("--users", type=int, default=200)
-    parser.add_argument("--turns", type=int, default=5, help="turns per user (default 5)")
-    parser.add_argument("--pools", nargs="+", default=list(POOLS), help="size+overflow settings to compare")
-    parser.add_argument("--write", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--output", type=Path, default=DOCS)
-    return parser.parse_args(argv)
-
-
-def main() -> int:
-    return asyncio.run(main_async(parse()))
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

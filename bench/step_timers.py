@@ -1,29 +1,28 @@
 """Where a step's time goes: wall time of each store call, CPU per turn, and CPU by package.
 
-The store calls are timed by wrapping the methods on one `Database`'s objects (the instances
-only, for the benchmark). CPU is the event loop thread's (`time.thread_time`) and the whole
-process's, which adds the database driver's thread (aiosqlite). cProfile's cumulative times are
-unreliable across SQLAlchemy's greenlet switches, so its profile is summed by own time per package.
+The store calls are timed by wrapping the methods of one `Database`'s objects (the instances only,
+for the benchmark); a call the store no longer has is left out and named in the report. CPU is the
+event loop thread's (`time.thread_time`) and the whole process's, which adds the database driver's
+thread (aiosqlite). cProfile's cumulative times are unreliable across SQLAlchemy's greenlet
+switches, so its profile is summed by own time per package.
 """
 
 from __future__ import annotations
 
 import cProfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import CodeType
-from typing import Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
-from store import Database, NewEvent
+from bench.harness.reports import ROOT
+from store import Database
 
-__all__ = ("CATEGORIES", "GROUPS", "Sample", "Timers", "Variant", "cpu_by_group")
+__all__ = ("CATEGORIES", "Sample", "Timers", "Variant", "cpu_by_group")
 
-P = ParamSpec("P")
-T = TypeVar("T")
 Variant = Literal["ours", "unlogged", "bare"]
-"""Ours; ours with the event log's appends skipped; the same turn with no persistence."""
+"""Ours; ours with the event log's background appends skipped; the same turn with no persistence."""
 
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("checkpoint", "conversations.save_with"),
@@ -32,8 +31,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("start", "runs.start_reserving"),
 )
 """A short label and the attribute path on a `Database` of each store call a step makes."""
-
-ROOT = Path(__file__).resolve().parent.parent
+APPEND = "events.insert"
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # label, markers found in a function's file (or a built-in's name); the first group to match wins
     ("our store", (f"{ROOT / 'store'}/",)),
@@ -49,12 +47,6 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 OTHER = "the standard library and built-ins, for any of them"
 
 
-@dataclass
-class Spent:
-    calls: int = 0
-    seconds: float = 0.0
-
-
 @dataclass(frozen=True)
 class Sample:
     wall: float
@@ -66,65 +58,65 @@ class Sample:
 class Timers:
     """Wall time per store call over timed turns, and samples of whole turns per variant."""
 
-    spent: dict[str, Spent] = field(default_factory=dict[str, Spent])
+    spent: dict[str, list[float]] = field(default_factory=dict[str, list[float]])
+    """Per label: the wall seconds of each call during timed turns."""
+    missing: list[str] = field(default_factory=list[str])
+    """Store calls of `CATEGORIES` the store does not have (renamed since)."""
     samples: dict[Variant, list[Sample]] = field(default_factory=dict[Variant, list[Sample]])
     profiles: dict[Variant, cProfile.Profile] = field(default_factory=dict[Variant, cProfile.Profile])
     profiled_turns: int = 0
-    event_log_off: bool = False
-    timing: bool = False
+    variant: Variant | None = None
 
     @classmethod
     def around(cls, db: Database) -> Timers:
         """Timers wrapped around `db`'s store calls (its objects are changed for good)."""
         timers = cls()
         for label, path in CATEGORIES:
-            owner_name, method_name = path.split(".")
-            owner = getattr(db, owner_name)
-            setattr(owner, method_name, timers._timed(label, getattr(owner, method_name)))
-        insert = db.events.insert
-
-        async def maybe_insert(
-            thread_id: str, events: Sequence[tuple[int, NewEvent]], **fence: str | None
-        ) -> None:
-            # Only the background stores are skipped; a checkpoint stores its events in its own transaction.
-            if not timers.event_log_off:
-                await insert(thread_id, events, **fence)
-
-        setattr(db.events, "insert", maybe_insert)  # noqa: B010 -- replacing a method on one instance
+            owner_name, name = path.split(".")
+            owner = getattr(db, owner_name, None)
+            if (method := getattr(owner, name, None)) is None:
+                timers.missing.append(path)
+            else:
+                setattr(owner, name, timers._timed(label, path, method))
         return timers
 
-    def _timed(self, label: str, method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-        spent = self.spent.setdefault(label, Spent())
+    def _timed(
+        self, label: str, path: str, method: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
+        spent = self.spent.setdefault(label, [])
 
-        async def timed(*args: P.args, **kwargs: P.kwargs) -> T:
-            if not self.timing:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            if path == APPEND and self.variant == "unlogged":
+                return (
+                    None  # only the background stores: a checkpoint stores its events in its own transaction
+                )
+            if self.variant != "ours":
                 return await method(*args, **kwargs)
             started = time.perf_counter()
             try:
                 return await method(*args, **kwargs)
             finally:
-                spent.calls += 1
-                spent.seconds += time.perf_counter() - started
+                spent.append(time.perf_counter() - started)
 
         return timed
 
     async def sample(self, variant: Variant, turn: Callable[[], Awaitable[object]]) -> None:
-        """Run `turn` as `variant`, keeping its wall and CPU times (and store calls' times, for ours)."""
-        self.event_log_off = variant == "unlogged"
-        self.timing = variant == "ours"
+        """Run `turn` as `variant`, keeping its wall and CPU times (and its store calls' times, for ours)."""
+        self.variant = variant
         wall, loop, process = time.perf_counter(), time.thread_time(), time.process_time()
         try:
             await turn()
         finally:
-            self.samples.setdefault(variant, []).append(
-                Sample(time.perf_counter() - wall, time.thread_time() - loop, time.process_time() - process)
+            sample = Sample(
+                time.perf_counter() - wall, time.thread_time() - loop, time.process_time() - process
             )
-            self.event_log_off = self.timing = False
+            self.samples.setdefault(variant, []).append(sample)
+            self.variant = None
 
     def per_turn(self, label: str) -> tuple[float, float]:
         """Calls and wall seconds of one store call, per timed turn of ours."""
-        spent, turns = self.spent.get(label, Spent()), max(len(self.samples.get("ours", [])), 1)
-        return spent.calls / turns, spent.seconds / turns
+        spent, turns = self.spent.get(label, []), max(len(self.samples.get("ours", [])), 1)
+        return len(spent) / turns, sum(spent) / turns
 
     def profiler(self, variant: Variant) -> cProfile.Profile:
         # Per-thread CPU, not wall time: waiting in epoll or on the driver's thread is no work here.

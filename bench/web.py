@@ -1,340 +1,379 @@
-"""The server under concurrent users: HTTP and SSE against a bare Starlette SSE app.
+"""The server under concurrent users over HTTP and SSE, against a bare Starlette SSE app.
 
-    python -m bench.web [--quick] [--postgres URL] [--no-write] [--strict]
+    python -m bench.web [--quick] [--postgres URL | --no-postgres] [--users N…] [--turns N] [--no-write] [--strict]
 
-50, 200 and 500 simulated users (50 with `--quick`) in this process, each with its own thread
-and open event stream, send the demo's 3-node turn "Where is ORD-5678?" turn after turn against
-a real server process (`python -m cli serve --model demo`, SQLite, and PostgreSQL in a scratch
-database when `--postgres` or $DURABLE_CHAT_TEST_POSTGRES_URL names a server), and against a bare
-Starlette SSE app with no persistence (`bench.web_baseline`) under the same load. Measures turns
-per second, time from POST to first `text_delta`, errors and the server's peak RSS. Prints the
-results and writes the web section of `docs/benchmarks.md` (a full run only, unless `--write`).
+50, 200 and 500 simulated users (50 with `--quick`), each with its own thread and open event
+stream, send the demo's 3-node turn "Where is ORD-5678?" turn after turn to a real server process
+(SQLite, and PostgreSQL in a scratch database), and the same load goes to the store-nothing SSE app
+(`bench.harness.bare_sse`). Each phase runs on a fresh server (and database), from a copy of the
+source tree taken at the start. Writes the `web` section of `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
-import shlex
-import shutil
-import sqlite3
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from importlib import metadata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
+from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
+from bench.harness.databases import available, scratch_database
+from bench.harness.options import parser, writes
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.servers import (
+    bare_sse_argv,
+    folder,
+    ours_argv,
+    raise_open_files_limit,
+    server_env,
+    serving,
+    snapshot,
+)
+from bench.harness.stats import median, ms_short, percentile, ratio, times
 
-from bench.sections import write_section
-from bench.web_load import Load, LoadResult, run_load
-from bench.web_process import Sampler, raise_open_files_limit, start_server
-from bench.web_report import BASELINE, Phase, Report, render
-
-POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
-_SNAPSHOT = ("agent", "bench", "cli", "store", "stream", "web")
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
-SECRET = "bench-secret"
-LEVELS = (50, 200, 500)
-QUICK_LEVELS = (50,)
+LEVELS, QUICK_LEVELS = (50, 200, 500), (50,)
 LEVEL_TURNS = {50: 3, 200: 3, 500: 1}
 """Turns per user at each level: 500 users take one turn each, so that a full run stays under ~8 minutes."""
 BUDGET_SECONDS = 450.0
 """The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
 ALONE_TURNS = 5
-"""Turns of a single user before the load, for the first-delta latency of an unloaded server."""
-_PACKAGES = (
-    "uvicorn",
-    "starlette",
-    "sse-starlette",
-    "httpx",
-    "pydantic-ai-slim",
-    "sqlalchemy",
-    "aiosqlite",
-    "asyncpg",
-)
+"""Turns of a single user before the load: the first-delta latency of an unloaded server."""
+BASELINE = "baseline"
+STREAMS_TARGET = 500
+LATENCY_MARGIN = 0.010
+"""Ours' first-delta p50 may exceed the baseline's by this many seconds."""
 
 
-def server_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_CHAT_")}
-    env.update(
-        DURABLE_CHAT_SECRET=SECRET,
-        DURABLE_CHAT_RATE_LIMIT_BURST="1000",
-        DURABLE_CHAT_RATE_LIMIT_PER_SECOND="1000",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
+@dataclass
+class Phase:
+    """One server, one level of concurrent users."""
+
+    system: str
+    """`baseline`, `SQLite` or `PostgreSQL`."""
+    measured: Measured
+    idle_rss_kb: int
+    peak_rss_kb: int
+    alone: list[float]
+    """First-delta latencies of one user alone on the server, before the load."""
+    trouble: list[str] = field(default_factory=list[str])
+    statuses: dict[str, int] = field(default_factory=dict[str, int])
+
+    @property
+    def load(self) -> LoadResult:
+        return self.measured.result
+
+    @property
+    def users(self) -> int:
+        return self.load.users
+
+    @property
+    def cpu_per_turn(self) -> float:
+        return ratio(self.measured.server_cpu, self.load.completed_turns)
+
+    @property
+    def server_busy(self) -> float:
+        """The server's CPU over the turns' wall time: 1.0 is one core, all the time."""
+        return ratio(self.measured.server_cpu, self.load.elapsed)
+
+    @property
+    def client_busy(self) -> float:
+        return ratio(self.measured.client_cpu, self.load.elapsed)
+
+    @property
+    def ok(self) -> bool:
+        load = self.load
+        return (
+            not load.errors
+            and load.completed_turns
+            == load.users * load.turns_per_user
+            == load.streams_open * load.turns_per_user
+        )
 
 
 async def run_phase(
-    system: str,
-    users: int,
-    turns: int,
-    argv: list[str],
-    env: dict[str, str],
-    log_dir: Path,
-    *,
-    source: Path,
-    deadline: float,
+    system: str, users: int, turns: int, deadline: float, postgres: str | None, logs: Path, source: Path
 ) -> Phase:
-    """Start a server, warm it up with one turn, run `users` users of `turns` turns, stop it."""
-    server = await start_server(f"{system}-{users}", argv, env, log_dir, cwd=source)
-    try:
-        warm = await run_load(server.base_url, Load(users=1, turns=1, secret=SECRET, deadline=60))
-        alone = await run_load(server.base_url, Load(users=1, turns=ALONE_TURNS, secret=SECRET, deadline=60))
-        _merge(warm, alone, "")
+    """A fresh server warmed up by one turn, one user's turns alone, then `users` users' `turns` each."""
+    async with (
+        scratch_database(
+            "PostgreSQL" if system == "PostgreSQL" else "SQLite", logs, f"{system}-{users}", postgres
+        ) as url,
+        serving(
+            f"{system}-{users}",
+            bare_sse_argv() if system == BASELINE else ours_argv(url),
+            server_env(),
+            logs,
+            cwd=source,
+        ) as server,
+    ):
+        warm = await run_load(server.base_url, Load(users=1, turns=1, deadline=60))
+        alone = await run_load(server.base_url, Load(users=1, turns=ALONE_TURNS, deadline=60))
         await asyncio.sleep(0.5)
-        idle_kb = server.status("VmRSS") or 0
-        sampler = Sampler(server)
-        sampler.start()
-        marks: dict[str, float] = {}
-
-        def started() -> None:
-            marks["server"], marks["client"] = server.cpu_seconds(), time.process_time()
-
-        result = await run_load(
-            server.base_url,
-            Load(users=users, turns=turns, secret=SECRET, deadline=deadline),
-            on_start=started,
-        )
-        server_cpu = server.cpu_seconds() - marks.get("server", 0.0)
-        client_cpu = time.process_time() - marks.get("client", 0.0)
-        peak_kb = await sampler.stop()
-    finally:
-        exit_code = await server.stop()
-    _merge(result, warm, "warm-up: ")
-    trouble, statuses = server.trouble()
-    phase = Phase(system, result, idle_kb, peak_kb, server_cpu, client_cpu, trouble, statuses, exit_code)
-    phase.alone_first_delta = alone.first_delta
-    _print_phase(phase)
-    return phase
-
-
-def _merge(result: LoadResult, other: LoadResult, prefix: str) -> None:
-    for kind, count in other.errors.items():
-        result.errors[prefix + kind] += count
-        result.error_samples.setdefault(prefix + kind, other.error_samples[kind])
-
-
-def _print_phase(phase: Phase) -> None:
+        idle = server.status("VmRSS") or 0
+        measured = await measure([server], Load(users=users, turns=turns, deadline=deadline))
+        peak = server.status("VmHWM") or 0
+    measured.result.add_errors(warm, "warm-up: ")
+    measured.result.add_errors(alone, "alone: ")
+    phase = Phase(system, measured, idle, peak, alone.first_delta, *server.trouble())
     load = phase.load
-    first = sorted(load.first_delta)
-    p50 = first[len(first) // 2] * 1000 if first else float("nan")
     print(
-        f"  {phase.system:<10} {phase.users:>4} users: {load.completed_turns}/{phase.users * load.turns_per_user} turns "
-        f"in {load.elapsed:.1f}s = {load.turns_per_second:.1f}/s, first delta p50 {p50:.1f} ms, "
-        f"{load.error_count} errors, streams {load.streams_open}, peak RSS {phase.peak_rss_kb / 1024:.0f} MB, "
-        f"server CPU {phase.server_busy:.0%} client CPU {phase.client_busy:.0%}",
+        f"  {system:<10} {users:>4} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
+        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} ms, {load.error_count} "
+        f"errors, streams {load.streams_open}, server CPU {phase.server_busy:.0%}, client CPU {phase.client_busy:.0%}",
         flush=True,
     )
     for kind, count in load.errors.items():
-        print(f"    error {kind} x{count}: {load.error_samples[kind][:300]}", flush=True)
-    for line in list(dict.fromkeys(phase.trouble))[:10]:
-        print(f"    server: {line[:300]}", flush=True)
+        print(f"    error {kind} x{count}: {load.error_samples[kind]}", flush=True)
+    return phase
 
 
-@asynccontextmanager
-async def sqlite_database(directory: Path, users: int) -> AsyncGenerator[str]:
-    yield f"sqlite+aiosqlite:///{directory / f'b-{users}.db'}"
+@dataclass
+class Report:
+    phases: list[Phase] = field(default_factory=list[Phase])
+    failures: list[str] = field(default_factory=list[str])
+    """Phases that could not run (a server that did not start)."""
+
+    def phase(self, system: str, users: int) -> Phase | None:
+        return next((p for p in self.phases if (p.system, p.users) == (system, users)), None)
+
+    def systems(self) -> list[str]:
+        return list(dict.fromkeys(p.system for p in self.phases if p.system != BASELINE))
+
+    def pairs(self, system: str) -> list[tuple[int, Phase, Phase]]:
+        """(users, ours, the baseline) for every level both measured."""
+        found = [
+            (u, self.phase(system, u), self.phase(BASELINE, u))
+            for u in sorted({p.users for p in self.phases})
+        ]
+        return [(u, o, b) for u, o, b in found if o is not None and b is not None]
+
+    def verdicts(self) -> list[tuple[str, str, bool]]:
+        """(target, measured, met) for every target measured."""
+        rows: list[tuple[str, str, bool]] = []
+        for system in self.systems():
+            if (held := self.phase(system, STREAMS_TARGET)) is not None:
+                load = held.load
+                measured = f"{load.streams_open}/{held.users} streams open, {load.completed_turns}/{held.users * load.turns_per_user} turns, {load.error_count} errors"
+                rows.append(
+                    (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, held.ok)
+                )
+            for users, ours, base in self.pairs(system):
+                mine, theirs = median(ours.load.first_delta), median(base.load.first_delta)
+                target = f"{system}, {users} users: first-delta p50 within {LATENCY_MARGIN * 1000:.0f} ms of the baseline"
+                measured = f"{ms_short(mine)} vs {ms_short(theirs)} ms (+{ms_short(mine - theirs)} ms)"
+                rows.append((target, measured, mine - theirs <= LATENCY_MARGIN))
+        return rows
+
+    @property
+    def passed(self) -> bool:
+        verdicts = self.verdicts()
+        return bool(verdicts) and all(met for _, _, met in verdicts) and not self.failures
 
 
-@asynccontextmanager
-async def postgres_database(url: str) -> AsyncGenerator[str]:
-    """A scratch database on the server at `url`, dropped afterwards: its URL."""
-    admin = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    name = f"bench_web_{uuid.uuid4().hex[:12]}"
-    try:
-        async with admin.connect() as connection:
-            await connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield make_url(url).set(database=name).render_as_string(hide_password=False)
-        finally:
-            async with admin.connect() as connection:
-                await connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
+def render(report: Report, environment_lines: Sequence[str]) -> str:
+    rows = [
+        [
+            p.system,
+            p.users,
+            f"{p.load.streams_open}/{p.users}",
+            f"{p.load.completed_turns}/{p.users * p.load.turns_per_user}",
+            p.load.error_count,
+            f"{p.load.turns_per_second:.1f}",
+            *(
+                ms_short(value)
+                for value in (median(p.load.first_delta), percentile(p.load.first_delta, 0.99))
+            ),
+            *(ms_short(median(values)) for values in (p.load.post_latency, p.load.turn_latency, p.alone)),
+            f"{p.idle_rss_kb / 1024:.0f} / {p.peak_rss_kb / 1024:.0f}",
+            f"{p.cpu_per_turn * 1000:.1f}",
+            f"{p.server_busy:.0%}",
+            f"{p.client_busy:.0%}",
+        ]
+        for p in sorted(report.phases, key=lambda p: (p.users, p.system != BASELINE, p.system))
+    ]
+    ratios = [
+        [
+            system,
+            users,
+            times(ratio(ours.load.turns_per_second, base.load.turns_per_second)),
+            *(
+                times(ratio(percentile(ours.load.first_delta, q), percentile(base.load.first_delta, q)))
+                for q in (0.5, 0.99)
+            ),
+            f"+{ms_short(median(ours.load.first_delta) - median(base.load.first_delta))}",
+        ]
+        for system in report.systems()
+        for users, ours, base in report.pairs(system)
+    ]
+    lines = [
+        "## Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
+        "",
+        "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
+        "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
+        "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
+        '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
+        "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
+        "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
+        "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
+        "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
+        "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
+        "the run.",
+        "",
+        "### Environment",
+        "",
+        *environment_lines,
+        "",
+        "### Results",
+        "",
+        "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
+        "sending the POST to receiving the turn's first `text_delta`. CPU: the server process's, per completed "
+        "turn, and its share of one core while the turns ran; the client's share is the load generator's. Alone: "
+        "the first-delta p50 of one user's turns on the same server just before the load, unloaded.",
+        "",
+        *table(
+            "server | users | streams open | turns ok | errors | turns/s | first delta p50 ms | p99 ms | POST p50 ms "
+            "| turn p50 ms | alone: first delta p50 ms | RSS idle / peak MB | server CPU ms/turn | server CPU | client CPU",
+            rows,
+        ),
+        "",
+        "Ours / baseline:",
+        "",
+        *table(
+            "database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms",
+            ratios,
+        ),
+        "",
+        "### Targets",
+        "",
+        *table(
+            ["target", "measured", "verdict"],
+            [(t, m, "PASS" if ok else "**FAIL**") for t, m, ok in report.verdicts()],
+        ),
+        "",
+        f"**Verdict: {'PASS' if report.passed else 'FAIL'}**",
+        *_analysis(report),
+        *_errors(report),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
 
 
-async def postgres_version(url: str) -> str:
-    engine = create_async_engine(url, poolclass=NullPool)
-    try:
-        async with engine.connect() as connection:
-            return str((await connection.execute(sa.text("SELECT version()"))).scalar_one()).split(" on ")[0]
-    finally:
-        await engine.dispose()
-
-
-def ours_argv(database_url: str) -> list[str]:
-    return [sys.executable, "-m", "cli", "serve", "--port", "{port}", "--db", database_url, "--model", "demo"]
-
-
-def baseline_argv() -> list[str]:
-    return [sys.executable, "-m", "bench.web_baseline", "--port", "{port}"]
-
-
-def snapshot(target: Path) -> Path:
-    """Copy the packages the servers import, so that every phase runs the code as it was at the start."""
-    for package in _SNAPSHOT:
-        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
-
-
-async def _phase(
-    system: str,
-    users: int,
-    turns: int,
-    arguments: argparse.Namespace,
-    env: dict[str, str],
-    directory: Path,
-    source: Path,
-    deadline: float,
-) -> Phase:
-    if system == BASELINE:
-        return await run_phase(
-            system, users, turns, baseline_argv(), env, directory, source=source, deadline=deadline
+def _analysis(report: Report) -> list[str]:
+    """What dominates where a target is missed: the server's CPU, and the queue a closed loop makes."""
+    out: list[str] = []
+    for system, users, ours, base in ((s, *pair) for s in report.systems() for pair in report.pairs(s)):
+        o, b = ours.load, base.load
+        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and ours.ok:
+            continue
+        out.append(
+            f"- {system}, {users} users: the server used {ours.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
+            f"the baseline's {base.cpu_per_turn * 1000:.1f} ms ({ours.cpu_per_turn / base.cpu_per_turn:.1f}x) and was "
+            f"busy {ours.server_busy:.0%} of a core (the baseline {base.server_busy:.0%}, the client "
+            f"{ours.client_busy:.0%} and {base.client_busy:.0%}). In this closed loop a user waits for the turns "
+            f"ahead of it: users / turns/s = {ratio(users, o.turns_per_second):.2f} s, against a measured turn p50 of "
+            f"{ms_short(median(o.turn_latency))} ms and first-delta p50 of {ms_short(median(o.first_delta))} ms "
+            f"(POST p50 {ms_short(median(o.post_latency))} ms, the baseline's {ms_short(median(b.post_latency))} ms)."
         )
-    database = (
-        sqlite_database(directory, users) if system == "SQLite" else postgres_database(arguments.postgres)
-    )
-    async with database as url:
-        return await run_phase(
-            system, users, turns, ours_argv(url), env, directory, source=source, deadline=deadline
+    base = [x for p in report.phases if p.system == BASELINE for x in p.alone]
+    for system in report.systems():
+        mine = [x for p in report.phases if p.system == system for x in p.alone]
+        if out and mine and base:
+            out.append(
+                f"- {system}, one user alone (no queue): first-delta p50 {ms_short(median(mine))} ms against the "
+                f"baseline's {ms_short(median(base))} ms (+{ms_short(median(mine) - median(base))} ms): what a turn "
+                "costs before its first word, without waiting for other users' turns."
+            )
+    if out and (bound := [p for p in report.phases if p.system == BASELINE and p.client_busy > 0.85]):
+        out.append(
+            f"- The baseline at {', '.join(f'{p.users} users' for p in bound)} kept the load generator busy (client "
+            "CPU over 85% of a core): its real capacity is higher than measured, so those ratios flatter ours."
         )
-
-
-async def run(arguments: argparse.Namespace, report: Report) -> None:
-    levels: tuple[int, ...] = (
-        tuple(arguments.users) if arguments.users else QUICK_LEVELS if arguments.quick else LEVELS
+    if not out:
+        return []
+    intro = (
+        "What dominates where a target is missed (turns run on the server's one event loop; each turn's CPU is "
+        "what `run_step` costs, see the step section, plus HTTP, SSE and the runner):"
     )
-    directory = Path(tempfile.mkdtemp(prefix="bench-web-"))
-    source = snapshot(directory / "src")
-    env = server_env()
-    systems: list[str] = [BASELINE, "SQLite"]
-    if arguments.postgres:
-        try:
-            report.versions.append(f"PostgreSQL: {await postgres_version(arguments.postgres)}")
-            systems.append("PostgreSQL")
-        except (OSError, SQLAlchemyError) as error:
-            where = make_url(arguments.postgres).render_as_string(hide_password=True)
-            print(f"PostgreSQL skipped: {where!r}: {error!r}", flush=True)
-            report.notes.append(f"PostgreSQL not measured: {error!r}")
-    else:
-        report.notes.append(f"PostgreSQL not measured: pass --postgres URL or set {POSTGRES_ENV}")
+    return ["", intro, "", *out]
+
+
+def _errors(report: Report) -> list[str]:
+    out: list[str] = []
+    for p in report.phases:
+        kinds = [
+            f"{kind} x{count} (e.g. {p.load.error_samples[kind][:200]!r})"
+            for kind, count in p.load.errors.items()
+        ]
+        kinds += [f"{status} x{count}" for status, count in sorted(p.statuses.items())]
+        if kinds or p.trouble:
+            out.append(f"- {p.system}, {p.users} users: " + "; ".join(kinds))
+            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(p.trouble))[:8]]
+    out += [f"- could not run: `{failure}`" for failure in report.failures]
+    return (
+        ["", "Errors seen (client side, the server's access log, the server's log):", "", *out] if out else []
+    )
+
+
+async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
+    source = snapshot(logs / "src")
+    databases, version = await available(arguments.postgres, notes)
+    systems = [BASELINE, *databases]
+    levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
+    # Alternate which side goes first, so a drift in the machine's load spreads over both.
     plan = [
         (users, system)
-        for index, users in enumerate(levels)
-        # Alternate which side goes first, so a drift in the machine's load spreads over both.
-        for system in (systems if index % 2 == 0 else systems[::-1])
+        for n, users in enumerate(levels)
+        for system in (systems if n % 2 == 0 else systems[::-1])
     ]
-    try:
-        for number, (users, system) in enumerate(plan):
-            turns = arguments.turns or LEVEL_TURNS.get(users, 3)
-            if number == 0 or plan[number - 1][0] != users:
-                print(f"{users} concurrent users, {turns} turns each:", flush=True)
-            left = report.budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
-            deadline = max(20.0, min(users * turns * 0.3, left))
-            try:
-                report.phases.append(
-                    await _phase(system, users, turns, arguments, env, directory, source, deadline)
-                )
-            except (RuntimeError, OSError, SQLAlchemyError) as error:
-                print(f"  {system:<10} {users:>4} users: FAILED: {error}", flush=True)
-                report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
-    finally:
-        if arguments.keep_logs:
-            print(f"server logs kept in {directory}", flush=True)
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
-
-
-def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores; {platform.platform()}"
-
-
-def _versions() -> list[str]:
-    packages = []
-    for name in _PACKAGES:
+    budget_end = time.monotonic() + BUDGET_SECONDS
+    for number, (users, system) in enumerate(plan):
+        turns = arguments.turns or LEVEL_TURNS.get(users, 3)
+        if number == 0 or plan[number - 1][0] != users:
+            print(f"{users} concurrent users, {turns} turns each:", flush=True)
+        left = budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
+        deadline = max(20.0, min(users * turns * 0.3, left))
         try:
-            packages.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return [f"Python {platform.python_version()}; SQLite {sqlite3.sqlite_version}", ", ".join(packages)]
-
-
-def _turns_text(turns: int | None) -> str:
-    if turns is not None:
-        return str(turns)
-    return ", ".join(f"{count} at {users} users" for users, count in LEVEL_TURNS.items())
+            report.phases.append(
+                await run_phase(system, users, turns, deadline, arguments.postgres, logs, source)
+            )
+        except (RuntimeError, OSError) as error:
+            print(f"  {system:<10} {users:>4} users: FAILED: {error}", flush=True)
+            report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
+    return version
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="50 users only (<60 s); writes nothing unless --write"
+    options = parser(
+        "bench.web", __doc__, quick="50 users only (<60 s); writes nothing unless --write", strict=True
     )
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get(POSTGRES_ENV),
-        help=f"also run on PostgreSQL (postgresql+asyncpg://…) in a scratch database created and dropped "
-        f"(default: ${POSTGRES_ENV})",
+    options.add_argument(
+        "--users", type=int, nargs="+", help="levels of concurrent users (default: 50 200 500)"
     )
-    parser.add_argument("--no-postgres", dest="postgres", action="store_const", const=None)
-    parser.add_argument(
-        "--users", type=int, nargs="+", help="the levels of concurrent users (default: 50 200 500)"
+    options.add_argument(
+        "--turns", type=int, help="turns per user (default: 3 at 50 and 200 users, 1 at 500)"
     )
-    parser.add_argument(
-        "--turns", type=int, help="turns per user (default: 3 at 50 and 200 users, 1 at 500; at most 6)"
-    )
-    parser.add_argument(
-        "--write", action="store_true", help="write the docs section even for --quick/--users"
-    )
-    parser.add_argument("--no-write", action="store_true", help="do not write the docs section")
-    parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs and databases")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    arguments = parser.parse_args()
-
+    arguments = options.parse_args()
     limit = raise_open_files_limit()
-    started = time.monotonic()
-    report = Report(
-        command=shlex.join(["python", "-m", "bench.web", *sys.argv[1:]]),
-        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=_machine(),
-        versions=_versions(),
-        settings=f"turns per user {_turns_text(arguments.turns)}, sent when every user's stream is open, no think "
-        f"time; per server, one warm-up turn, then {ALONE_TURNS} turns of one user alone; per-user rate limit "
-        f"raised to 1000/s; open-files limit {limit}; a full run's turns stop after {BUDGET_SECONDS:.0f} s",
-        load_start=os.getloadavg()[0],
+    clock, report, notes = Clock(), Report(), list[str]()
+    with folder("web", keep=arguments.keep_logs) as logs:
+        version = asyncio.run(run(arguments, report, notes, logs))
+    turns = arguments.turns or ", ".join(f"{count} at {users} users" for users, count in LEVEL_TURNS.items())
+    settings = (
+        f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; per server, one "
+        f"warm-up turn, then {ALONE_TURNS} turns of one user alone; per-user rate limit raised to 1000/s; open-files "
+        f"limit {limit}; a full run's turns stop after {BUDGET_SECONDS:.0f} s"
     )
-    report.budget_end = started + BUDGET_SECONDS
-    asyncio.run(run(arguments, report))
-    report.run_seconds = time.monotonic() - started
-    report.load_end = os.getloadavg()[0]
-    section = render(report)
-    print()
-    print(section)
-    full = not arguments.quick and not arguments.users
-    if (full or arguments.write) and not arguments.no_write:
-        write_section(DOCS, "web", section)
-        print(f"wrote the web section of {DOCS}", flush=True)
+    command = command_line("bench.web", sys.argv[1:])
+    lines = environment(
+        command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, *notes, clock.line()]
+    )
+    section = render(report, lines)
+    print(f"\n{section}")
+    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.turns)):
+        write_section(arguments.output, "web", section)
+        print(f"wrote the web section of {arguments.output}", flush=True)
     return 1 if arguments.strict and not report.passed else 0
 
 

@@ -1,154 +1,90 @@
 """Several server processes on one PostgreSQL database: turns/s and first-delta latency with 1, 2 and 4 workers.
 
-    python -m bench.workers [--quick] [--postgres URL] [--workers 1 2 4] [--users 50 200] [--no-write]
+    python -m bench.workers [--quick] [--postgres URL] [--workers 1 2 4] [--users 50 200] [--turns N]
+                            [--no-baseline] [--no-write]
 
-For each number of workers and each level of concurrent users (50 and 200; 20 with `--quick`),
-a fresh PostgreSQL database is created, that many real servers (`python -m cli serve --model
-demo`, their connection pools capped by `bench.worker_serve` so that together they stay within
-`CONNECTIONS`) are started on it, and the users of `bench.web_load` are spread over them round robin:
-each user creates its thread, follows its stream and posts its turns on one worker, so a worker
-drives the runs posted to it. The bare Starlette SSE app (`bench.web_baseline`, one process, no
-database) gets the same load at each level, as the floor. Writes the "Workers (PostgreSQL)"
-section of `docs/benchmarks.md` (a full run only, unless `--write`).
+For each number of workers and each level of concurrent users (50 and 200; 20 with `--quick`), a
+fresh PostgreSQL database, that many real servers on it (their pools capped so that together they
+keep `CONNECTIONS`), and the harness's users spread over them round robin: each user creates its
+thread, follows its stream and posts its turns on one worker, which drives the runs posted to it.
+The store-nothing SSE app (`bench.harness.bare_sse`, one process) gets the same load at each level,
+as the floor. Writes the `workers` section of `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shlex
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from bench.floors import asyncpg_dsn
-from bench.sections import write_section
-from bench.web import (
-    DOCS,
-    POSTGRES_ENV,
-    SECRET,
-    _machine,  # pyright: ignore[reportPrivateUsage]  (shared with bench.web, not copied)
-    _versions,  # pyright: ignore[reportPrivateUsage]
-    baseline_argv,
+from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
+from bench.harness.databases import connected, postgres_database, postgres_version
+from bench.harness.options import parser, writes
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.servers import (
+    bare_sse_argv,
+    folder,
     ours_argv,
-    postgres_database,
-    postgres_version,
+    raise_open_files_limit,
     server_env,
+    serving,
     snapshot,
 )
-from bench.web_load import Load, run_load
-from bench.web_process import ServerProcess, raise_open_files_limit, start_server
-from bench.workers_report import BASELINE, Measured, Report, render
+from bench.harness.stats import median, ms_short, percentile, ratio, times
 
-WORKERS = (1, 2, 4)
-LEVELS = (50, 200)
+WORKERS, QUICK_WORKERS = (1, 2, 4), (1, 2)
+LEVELS, QUICK_LEVELS = (50, 200), (20,)
 LEVEL_TURNS = {50: 2, 200: 1}
-QUICK_LEVELS = (20,)
-QUICK_WORKERS = (1, 2)
 BUDGET_SECONDS = 360.0
-"""The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
+"""The turns of the last measurements are cut (as errors) rather than let a full run go on past this."""
 CONNECTIONS = 60
-"""PostgreSQL connections all the workers of one measurement may open together (see `bench.worker_serve`):
-what one worker opens at most by default, and 60% of a default server's 100, leaving room for its other clients."""
+"""PostgreSQL connections all the workers of one measurement keep together, split evenly between their
+two pools each (`DURABLE_CHAT_POOL_SIZE`): one worker's default, and 60% of a default server's 100.
+Uncapped, two workers under 200 users exhausted them (`too many clients already`)."""
+BASELINE = "baseline"
 
 
-def worker_argv(database_url: str, workers: int) -> list[str]:
-    """A worker whose pools are capped at its share of `CONNECTIONS`; `python -m cli serve` is after `serve`."""
-    serve = ours_argv(database_url)
-    return [serve[0], "-m", "bench.worker_serve", "--connections", str(CONNECTIONS // workers), *serve[3:]]
+@dataclass
+class Row:
+    """One system (the baseline, or ours on PostgreSQL) with some workers, at one level of users."""
+
+    system: str
+    workers: int
+    measured: Measured
+    connections: int
+    """The most connections the database had at once (0 for the baseline, which has none)."""
+    trouble: list[str] = field(default_factory=list[str])
+    statuses: dict[str, int] = field(default_factory=dict[str, int])
+
+    @property
+    def load(self) -> LoadResult:
+        return self.measured.result
+
+    @property
+    def cpu_per_turn(self) -> float:
+        return ratio(self.measured.server_cpu, self.load.completed_turns)
+
+    @property
+    def server_cores(self) -> float:
+        return ratio(self.measured.server_cpu, self.load.elapsed)
 
 
-def machine_busy_ticks() -> tuple[int, int]:
-    """All cores' busy and total clock ticks so far (`/proc/stat`), whoever used them."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    return sum(fields) - idle, sum(fields)
-
-
-async def _start_workers(
-    count: int, database_url: str, env: dict[str, str], logs: Path, source: Path, tag: str
-) -> list[ServerProcess]:
-    """`count` servers on one database; the first alone, so that only one process creates the schema."""
-    argv = worker_argv(database_url, count)
-    servers = [await start_server(f"{tag}-0", argv, env, logs, cwd=source)]
-    started = await asyncio.gather(
-        *(start_server(f"{tag}-{n}", argv, env, logs, cwd=source) for n in range(1, count)),
-        return_exceptions=True,
-    )
-    servers += [server for server in started if isinstance(server, ServerProcess)]
-    failed = [error for error in started if isinstance(error, BaseException)]
-    if failed:
-        await asyncio.gather(*(server.stop() for server in servers))
-        raise RuntimeError(f"{len(failed)} of {count} workers did not start: {failed[0]}")
-    return servers
-
-
-async def _connections(database: str, admin: asyncpg.Connection, peak: list[int]) -> None:
-    """Sample how many connections the database has (pools of every worker), keeping the peak."""
-    while True:
-        count = await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database)
-        peak[0] = max(peak[0], int(count or 0))
-        await asyncio.sleep(0.25)
-
-
-async def measure(
-    servers: Sequence[ServerProcess],
-    system: str,
-    users: int,
-    turns: int,
-    deadline: float,
-    admin_url: str | None,
-    database: str | None,
-) -> Measured:
-    """Warm every server up with one turn, then run the load over all of them."""
-    warm = [
-        await run_load(server.base_url, Load(users=1, turns=1, secret=SECRET, deadline=60))
-        for server in servers
-    ]
-    peak = [0]
-    sampler: asyncio.Task[None] | None = None
-    admin = await asyncpg.connect(asyncpg_dsn(admin_url)) if admin_url and database else None
-    if admin is not None and database is not None:
-        sampler = asyncio.create_task(_connections(database, admin, peak))
-    marks: dict[str, float] = {}
-    ticks: dict[str, tuple[int, int]] = {}
-
-    def started() -> None:
-        marks["server"] = sum(server.cpu_seconds() for server in servers)
-        marks["client"] = time.process_time()
-        ticks["start"] = machine_busy_ticks()
-
-    try:
-        result = await run_load(
-            [server.base_url for server in servers],
-            Load(users=users, turns=turns, secret=SECRET, deadline=deadline),
-            on_start=started,
-        )
-        server_cpu = sum(server.cpu_seconds() for server in servers) - marks.get("server", 0.0)
-        client_cpu = time.process_time() - marks.get("client", 0.0)
-        busy, total = machine_busy_ticks()
-        start_busy, start_total = ticks.get("start", (busy, total))
-    finally:
-        if sampler is not None:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-        if admin is not None:
-            await admin.close()
-    for one in warm:
-        for kind, count in one.errors.items():
-            result.errors[f"warm-up: {kind}"] += count
-            result.error_samples.setdefault(f"warm-up: {kind}", one.error_samples[kind])
-    machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
-    return Measured(system, len(servers), result, server_cpu, client_cpu, machine, peak[0])
+async def _count_connections(server: str, database: str, peak: list[int]) -> None:
+    """Sample how many connections the database has (every worker's pools), keeping the peak."""
+    async with connected(server) as admin:
+        while True:
+            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name")
+            peak[0] = max(peak[0], int(await admin.scalar(query, {"name": database}) or 0))
+            await asyncio.sleep(0.25)
 
 
 async def run_one(
@@ -156,130 +92,266 @@ async def run_one(
     workers: int,
     users: int,
     turns: int,
-    arguments: argparse.Namespace,
-    env: dict[str, str],
+    postgres: str,
     logs: Path,
     source: Path,
     deadline: float,
-) -> Measured:
+) -> Row:
     tag = f"{system}-{workers}w-{users}u"
-    if system == BASELINE:
-        servers = [await start_server(tag, baseline_argv(), env, logs, cwd=source)]
+    peak = [0]
+    async with AsyncExitStack() as stack:
+        url = "" if system == BASELINE else await stack.enter_async_context(postgres_database(postgres))
+        argv = bare_sse_argv() if system == BASELINE else ours_argv(url)
+        env = server_env({"DURABLE_CHAT_POOL_SIZE": str(max(2, CONNECTIONS // workers // 2))})
+        # The first alone, so that only one process creates the schema.
+        servers = [await stack.enter_async_context(serving(f"{tag}-0", argv, env, logs, cwd=source))]
+        servers += await asyncio.gather(
+            *(
+                stack.enter_async_context(serving(f"{tag}-{n}", argv, env, logs, cwd=source))
+                for n in range(1, workers)
+            )
+        )
+        warm = [await run_load(server.base_url, Load(users=1, turns=1, deadline=60)) for server in servers]
+        sampler = (
+            asyncio.create_task(_count_connections(postgres, str(make_url(url).database), peak))
+            if url
+            else None
+        )
         try:
-            measured = await measure(servers, system, users, turns, deadline, None, None)
+            measured = await measure(servers, Load(users=users, turns=turns, deadline=deadline))
         finally:
-            codes = [await server.stop() for server in servers]
-    else:
-        async with postgres_database(arguments.postgres) as url:
-            database = make_url(url).database
-            servers = await _start_workers(workers, url, env, logs, source, tag)
-            try:
-                measured = await measure(
-                    servers, system, users, turns, deadline, arguments.postgres, database
-                )
-            finally:
-                codes = list(await asyncio.gather(*(server.stop() for server in servers)))
-    for server in servers:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+    row = Row(system, workers, measured, peak[0])
+    for server, one in zip(servers, warm, strict=True):
+        measured.result.add_errors(one, "warm-up: ")
         trouble, statuses = server.trouble()
-        measured.trouble += trouble
+        row.trouble += trouble
         for status, count in statuses.items():
-            measured.statuses[status] = measured.statuses.get(status, 0) + count
-    measured.exit_codes = codes
-    print(f"  {measured.line()}", flush=True)
-    return measured
+            row.statuses[status] = row.statuses.get(status, 0) + count
+    load = row.load
+    print(
+        f"  {system} x{workers}, {users} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
+        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} p95 "
+        f"{ms_short(percentile(load.first_delta, 0.95))} ms, {load.error_count} errors, server CPU "
+        f"{row.server_cores:.2f} cores, machine {measured.machine_busy:.0%}",
+        flush=True,
+    )
+    return row
 
 
-async def run(arguments: argparse.Namespace, report: Report) -> None:
-    levels: tuple[int, ...] = tuple(arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS))
-    counts: tuple[int, ...] = tuple(arguments.workers or (QUICK_WORKERS if arguments.quick else WORKERS))
-    directory = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    source = snapshot(directory / "src")
-    env = server_env()
+def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequence[str]) -> str:
+    ordered = sorted(rows, key=lambda r: (r.load.users, r.system != BASELINE, r.workers))
+    results = [
+        [
+            r.system,
+            r.workers,
+            r.load.users,
+            f"{r.load.streams_open}/{r.load.users}",
+            f"{r.load.completed_turns}/{r.load.users * r.load.turns_per_user}",
+            r.load.error_count,
+            f"{r.load.turns_per_second:.1f}",
+            ms_short(median(r.load.first_delta)),
+            ms_short(percentile(r.load.first_delta, 0.95)),
+            ms_short(median(r.load.turn_latency)),
+            f"{r.cpu_per_turn * 1000:.1f}",
+            f"{r.server_cores:.2f}",
+            f"{ratio(r.measured.client_cpu, r.load.elapsed):.2f}",
+            f"{r.measured.machine_busy:.0%}",
+            r.connections or "-",
+        ]
+        for r in ordered
+    ]
+    against: list[Sequence[object]] = []
+    for users in sorted({r.load.users for r in rows}):
+        base = _find(rows, BASELINE, 1, users)
+        one = _find(rows, "PostgreSQL", 1, users)
+        for r in (r for r in ordered if r.system != BASELINE and r.load.users == users):
+            mine, single = r.load, one.load if one else LoadResult(0, 0)
+            against.append(
+                [
+                    users,
+                    r.workers,
+                    times(ratio(mine.turns_per_second, single.turns_per_second)),
+                    *(
+                        times(ratio(percentile(mine.first_delta, q), percentile(single.first_delta, q)))
+                        for q in (0.5, 0.95)
+                    ),
+                    times(ratio(mine.turns_per_second, base.load.turns_per_second if base else 0.0)),
+                ]
+            )
+    lines = [
+        "## Workers (PostgreSQL): 1, 2 and 4 server processes on one database",
+        "",
+        "Real server processes (`python -m cli serve --model demo`) on one fresh PostgreSQL database per measurement "
+        "(created and dropped by the benchmark), and the simulated users of the web benchmark (`bench/harness/clients.py`) "
+        "spread over them round robin: each user creates its thread, opens its event stream and posts its turns "
+        '("Where is ORD-5678?", the demo\'s 3-node turn) on one worker, so each worker drives the runs posted to it. '
+        "Every turn's events are checked as in the web benchmark. The baseline is the bare Starlette SSE app "
+        "(`bench/harness/bare_sse.py`, one process, no database) under the same load. The workers' connection pools "
+        "are capped so that together they stay within a share of the server's connections (see Settings): uncapped, "
+        "a worker opens up to 60, and two workers under 200 users exhausted a default PostgreSQL's 100 (`too many "
+        "clients already`).",
+        "",
+        "### Environment",
+        "",
+        *environment_lines,
+        "",
+        "### Results",
+        "",
+        "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
+        "sending the POST to the turn's first `text_delta`. Server CPU: all the workers' processes together, per "
+        "turn and in cores while the turns ran; machine: the share of all cores busy meanwhile, whoever used them "
+        "(PostgreSQL, the load generator, other jobs). Connections: the most the database had at once.",
+        "",
+        *table(
+            "server | workers | users | streams open | turns ok | errors | turns/s | first delta p50 ms | p95 ms "
+            "| turn p50 ms | server CPU ms/turn | server CPU cores | client CPU cores | machine busy | connections",
+            results,
+        ),
+        "",
+        "Against 1 worker at the same level (turns/s: higher is better; latency: lower is better), and turns/s "
+        "against the baseline:",
+        "",
+        *table("users | workers | turns/s | first delta p50 | first delta p95 | turns/s / baseline", against),
+        *_reading(rows),
+        *_errors(rows, failures),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _find(rows: Iterable[Row], system: str, workers: int, users: int) -> Row | None:
+    return next((r for r in rows if (r.system, r.workers, r.load.users) == (system, workers, users)), None)
+
+
+def _span(values: Iterable[float], spec: str) -> str:
+    found = sorted(values)
+    low, high = format(found[0], spec), format(found[-1], spec)
+    return low if low == high else f"{low}-{high}"
+
+
+def _reading(rows: Sequence[Row]) -> list[str]:
+    """What the numbers say: how far more workers went, and what held them back."""
+    out: list[str] = []
+    ours = [r for r in rows if r.system != BASELINE]
+    for users in sorted({r.load.users for r in ours}):
+        level = [r for r in ours if r.load.users == users]
+        one = _find(rows, "PostgreSQL", 1, users)
+        if one is None or len(level) < 2 or not one.load.turns_per_second:
+            continue
+        best = max(level, key=lambda r: r.load.turns_per_second)
+        alone = (
+            f"One worker kept {one.server_cores:.2f} cores busy ({one.cpu_per_turn * 1000:.0f} ms of server CPU per turn) "
+            f"with the machine {one.measured.machine_busy:.0%} busy"
+        )
+        if best is one:
+            out.append(
+                f"- {users} users: no more workers gave more turns/s than one ({one.load.turns_per_second:.1f}/s). {alone}."
+            )
+        else:
+            out.append(
+                f"- {users} users: the most turns/s came with {best.workers} workers, "
+                f"{best.load.turns_per_second / one.load.turns_per_second:.2f}x the single worker's "
+                f"{one.load.turns_per_second:.1f}/s. {alone}; the {best.workers} workers used {best.server_cores:.2f} cores "
+                f"({best.cpu_per_turn * 1000:.0f} ms per turn) and the machine was {best.measured.machine_busy:.0%} busy."
+            )
+    if any(r.workers > 1 and r.measured.machine_busy >= 0.85 for r in ours):
+        out.append(
+            "- With more than one worker the machine's cores were saturated: the workers, PostgreSQL and the load "
+            "generator share them, so workers beyond the free cores add processes to schedule, not capacity."
+        )
+    one, more = [r for r in ours if r.workers == 1], [r for r in ours if r.workers > 1]
+    if one and more:
+        out.append(
+            f"- Server CPU per turn: {_span((r.cpu_per_turn * 1000 for r in one), '.0f')} ms with one worker, "
+            f"{_span((r.cpu_per_turn * 1000 for r in more), '.0f')} ms with more: each worker has its own pools, caches "
+            "and event loop, and more processes on the same cores mean more switching between them."
+        )
+    return ["", "### Reading", "", *out] if out else []
+
+
+def _errors(rows: Sequence[Row], failures: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for r in rows:
+        kinds = [
+            f"{kind} x{count} (e.g. {r.load.error_samples[kind][:200]!r})"
+            for kind, count in r.load.errors.items()
+        ]
+        kinds += [f"{status} x{count}" for status, count in sorted(r.statuses.items())]
+        if kinds or r.trouble:
+            out.append(f"- {r.system} x{r.workers}, {r.load.users} users: " + "; ".join(kinds))
+            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(r.trouble))[:6]]
+    out += [f"- could not run: `{failure}`" for failure in failures]
+    return ["", "Errors seen (client side, the access logs, the servers' logs):", "", *out] if out else []
+
+
+async def run(arguments: argparse.Namespace, rows: list[Row], failures: list[str], logs: Path) -> None:
+    source = snapshot(logs / "src")
+    levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
+    counts = arguments.workers or (QUICK_WORKERS if arguments.quick else WORKERS)
+    systems = [(BASELINE, 1)] if arguments.baseline else []
     plan = [
         (users, system, workers)
         for users in levels
-        for system, workers in ([(BASELINE, 1)] if arguments.baseline else [])
-        + [("PostgreSQL", w) for w in counts]
+        for system, workers in [*systems, *(("PostgreSQL", w) for w in counts)]
     ]
-    try:
-        for number, (users, system, workers) in enumerate(plan):
-            turns = arguments.turns or LEVEL_TURNS.get(users, 2)
-            if number == 0 or plan[number - 1][0] != users:
-                print(f"{users} concurrent users, {turns} turns each:", flush=True)
-            left = report.budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
-            deadline = max(20.0, min(users * turns * 0.5, left))
-            try:
-                report.measured.append(
-                    await run_one(system, workers, users, turns, arguments, env, directory, source, deadline)
-                )
-            except (RuntimeError, OSError, SQLAlchemyError, asyncpg.PostgresError) as error:
-                print(f"  {system} x{workers}, {users} users: FAILED: {error}", flush=True)
-                report.failures.append(f"{system} x{workers}, {users} users: {str(error)[-600:]}")
-    finally:
-        if arguments.keep_logs:
-            print(f"server logs kept in {directory}", flush=True)
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    budget_end = time.monotonic() + BUDGET_SECONDS
+    for number, (users, system, workers) in enumerate(plan):
+        turns = arguments.turns or LEVEL_TURNS.get(users, 2)
+        if number == 0 or plan[number - 1][0] != users:
+            print(f"{users} concurrent users, {turns} turns each:", flush=True)
+        deadline = max(
+            20.0, min(users * turns * 0.5, budget_end - time.monotonic() - 15 * (len(plan) - number - 1))
+        )
+        try:
+            rows.append(
+                await run_one(system, workers, users, turns, arguments.postgres, logs, source, deadline)
+            )
+        except (RuntimeError, OSError, SQLAlchemyError) as error:
+            print(f"  {system} x{workers}, {users} users: FAILED: {error}", flush=True)
+            failures.append(f"{system} x{workers}, {users} users: {str(error)[-600:]}")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="1 and 2 workers, 20 users; writes nothing unless --write"
+    options = parser(
+        "bench.workers",
+        __doc__,
+        quick="1 and 2 workers, 20 users; writes nothing unless --write",
+        postgres="required",
     )
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get(POSTGRES_ENV),
-        help=f"the PostgreSQL server to create the scratch databases on (default: ${POSTGRES_ENV})",
+    options.add_argument(
+        "--workers", type=int, nargs="+", help="numbers of worker processes (default: 1 2 4)"
     )
-    parser.add_argument("--workers", type=int, nargs="+", help="numbers of worker processes (default: 1 2 4)")
-    parser.add_argument("--users", type=int, nargs="+", help="levels of concurrent users (default: 50 200)")
-    parser.add_argument("--turns", type=int, help="turns per user (default: 3 at 50 users, 2 at 200)")
-    parser.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the bare SSE app")
-    parser.add_argument(
-        "--write", action="store_true", help="write the docs section even for --quick/--users/--workers"
-    )
-    parser.add_argument("--no-write", action="store_true", help="do not write the docs section")
-    parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs")
-    arguments = parser.parse_args()
+    options.add_argument("--users", type=int, nargs="+", help="levels of concurrent users (default: 50 200)")
+    options.add_argument("--turns", type=int, help="turns per user (default: 2 at 50 users, 1 at 200)")
+    options.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the bare SSE app")
+    arguments = options.parse_args()
     if not arguments.postgres:
-        parser.error(f"needs a PostgreSQL server: pass --postgres URL or set {POSTGRES_ENV}")
-
+        options.error("needs a PostgreSQL server: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL")
     limit = raise_open_files_limit()
-    started = time.monotonic()
-    report = Report(
-        command=shlex.join(["python", "-m", "bench.workers", *sys.argv[1:]]),
-        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=_machine(),
-        versions=_versions(),
-        settings="",
-        load_start=os.getloadavg()[0],
-    )
-    try:
-        report.versions.append(f"PostgreSQL: {asyncio.run(postgres_version(arguments.postgres))}")
-    except (OSError, SQLAlchemyError) as error:
-        where = make_url(arguments.postgres).render_as_string(hide_password=True)
-        print(f"PostgreSQL at {where!r} is unreachable: {error!r}", file=sys.stderr)
-        return 1
+    clock, rows, failures = Clock(), list[Row](), list[str]()
+    version = asyncio.run(postgres_version(arguments.postgres))
+    with folder("workers", keep=arguments.keep_logs) as logs:
+        asyncio.run(run(arguments, rows, failures, logs))
     turns = arguments.turns or ", ".join(f"{t} at {u} users" for u, t in LEVEL_TURNS.items())
-    report.settings = (
-        f"turns per user {turns}, sent when every user's stream is open, no think time; users spread over the "
-        f"workers round robin, each posting and following on its own worker; one warm-up turn per worker; per-user "
+    settings = (
+        f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; users spread over "
+        "the workers round robin, each posting and following on its own worker; one warm-up turn per worker; per-user "
         f"rate limit raised to 1000/s; open-files limit {limit}; a full run's turns stop after {BUDGET_SECONDS:.0f} s; "
-        f"PostgreSQL connections capped at {CONNECTIONS} for all the workers together, split evenly (one worker: "
-        "its default pools; see `bench/worker_serve.py`)"
+        f"PostgreSQL connections kept at {CONNECTIONS} for all the workers together, split evenly "
+        "(`DURABLE_CHAT_POOL_SIZE`, no overflow)"
     )
-    report.budget_end = started + BUDGET_SECONDS
-    asyncio.run(run(arguments, report))
-    report.run_seconds = time.monotonic() - started
-    report.load_end = os.getloadavg()[0]
-    section = render(report)
-    print()
-    print(section)
-    full = not (arguments.quick or arguments.users or arguments.workers)
-    if (full or arguments.write) and not arguments.no_write:
-        write_section(DOCS, "workers", section)
-        print(f"wrote the workers section of {DOCS}", flush=True)
+    command = command_line("bench.workers", sys.argv[1:])
+    section = render(
+        rows,
+        failures,
+        environment(command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, clock.line()]),
+    )
+    print(f"\n{section}")
+    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.workers)):
+        write_section(arguments.output, "workers", section)
+        print(f"wrote the workers section of {arguments.output}", flush=True)
     return 0
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from bench.profile import render, share
@@ -159,9 +157,14 @@ def test_samples_in_a_system_call_are_the_kernels_not_their_callers() -> None:
     ],
 )
 def test_the_section_names_the_api_it_profiled(protocol: str, title: str, api: str) -> None:
-    arguments = argparse.Namespace(
-        protocol=protocol, command="python -m bench.profile", postgres_version=None
-    )
-    lines = render("SQLite", arguments, {"other": 0.001}, 0.002, 10, [])
+    lines = render("SQLite", protocol, {"other": 0.001}, 0.002, 10, ["- Date: now"])
     assert lines[0] == f"## Profile: server CPU per turn by category {title}"
     assert api in lines[2]
+    assert lines[4:] == [
+        "- Date: now",
+        "- 10 samples; total server CPU 2.0 ms per turn",
+        "",
+        "| category | ms per turn | share |",
+        "|---|---:|---:|",
+        "| other | 1.0 | 50% |",
+    ]

@@ -10,14 +10,16 @@ def _row(lines: list[str], label: str) -> list[str]:
 
 
 def test_ours_is_judged_against_the_bare_turn_and_compared_with_the_harness() -> None:
-    report = Report(command="python -m bench.step", warmup=1, repeats=3)
+    report = Report(warmup=1, repeats=3)
     report.cases["SQLite"] = [
         Case("1st turn of a new thread", ours=0.012, bare=0.010, rounds=3, harness=0.030),
         Case("10th turn of a thread", ours=0.030, bare=0.020, rounds=3, harness=0.025),
     ]
-    lines = render(report)
+    lines = render(report, ["- Date: now"])
     assert LIMIT == 1.25
-    assert _row(lines, "1st turn of a new thread")[4:] == [
+    assert _row(lines, "1st turn of a new thread")[2:] == [
+        "12.00",
+        "10.00",
         "30.00",
         "1.20x",
         "3.00x",
@@ -33,12 +35,18 @@ def test_ours_is_judged_against_the_bare_turn_and_compared_with_the_harness() ->
         "FAIL",
         "no",
     ]
+    assert "**Verdict: PASS**: 1.20x on SQLite, at most 1.25x wanted." in lines
     assert "ours is ahead of it (12.00 ms against 30.00 ms)" in "\n".join(lines)
+    assert "- Date: now" in lines
 
 
 def test_without_the_harness_its_column_is_empty_and_the_report_says_how_to_install_it() -> None:
-    report = Report(command="python -m bench.step", warmup=1, repeats=3)
+    report = Report(warmup=1, repeats=3)
     report.cases["SQLite"] = [Case("1st turn of a new thread", ours=0.013, bare=0.010, rounds=3)]
-    lines = render(report)
+    lines = render(report, [])
     assert _row(lines, "1st turn of a new thread")[4:] == ["—", "1.30x", "—", "at most 1.25x", "FAIL", "—"]
     assert "`pip install --no-deps pydantic-ai-harness`" in "\n".join(lines)
+    assert (
+        "**Verdict: FAIL**: 1.30x on SQLite, 1.04 times the 1.25x target; ours takes 0.5 ms too long."
+        in lines
+    )

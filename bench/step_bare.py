@@ -1,4 +1,5 @@
-"""The step without durability: the same agent driven the same way, with nothing stored or logged.
+"""The step's other sides: the same agent driven the same way with nothing stored or logged, and
+that turn with pydantic-ai-harness's `StepPersistence` when it is installed.
 
 It mirrors `agent.step`'s loop node for node: `Agent.iter`, every node's events streamed with
 `node.stream`, and the same typed stream events built from them, then dropped. What it leaves
@@ -6,11 +7,20 @@ out is what the step adds for durability: loading and checkpointing the conversa
 bookkeeping, and appending events to the log. What the agent does besides is kept: the runtime's
 capabilities (model retries, tool failures, hiding blocked turns) and its input and output
 guardrails run on both sides.
+
+pydantic-ai-harness pins an older pydantic-ai than ours, so it is installed for the benchmark only
+and without its dependencies (`make bench-tools`: `pip install --no-deps pydantic-ai-harness`); its
+capability then runs on the pydantic-ai we use. Without it, its column is left out.
 """
 
 from __future__ import annotations
 
+import importlib
+import sqlite3
 from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -39,7 +49,9 @@ from stream import (
     UserMessage,
 )
 
-__all__ = ("run_bare",)
+__all__ = ("INSTALL", "Harness", "run_bare")
+
+INSTALL = "pip install --no-deps pydantic-ai-harness"
 
 
 async def run_bare(
@@ -130,10 +142,43 @@ def _tool_result(run_id: str, event: FunctionToolResultEvent) -> ToolResult:
         run_id=run_id,
         tool_call_id=part.tool_call_id,
         tool_name=part.tool_name,
-        outcome="success"
-        if part.outcome == "success"
-        else "denied"
-        if part.outcome == "denied"
-        else "failed",
+        outcome=part.outcome if part.outcome in ("success", "denied") else "failed",
         content=to_jsonable_python(part.content, fallback=str),
     )
+
+
+def _step_persistence() -> ModuleType:
+    return importlib.import_module("pydantic_ai_harness.step_persistence")
+
+
+class Harness:
+    """One `SqliteStepStore` on a long-lived connection, and a new `StepPersistence` on it for every turn.
+
+    The connection has ours' journal settings (WAL, `synchronous=NORMAL`), as a server would keep one
+    open: given a path instead, the store opens a connection per call, in WAL with SQLite's default
+    `synchronous=FULL` (an fsync per commit), which made it 3-5 times slower here.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        persistence = _step_persistence()  # ImportError when not installed: before anything is opened
+        # Its calls run on worker threads (anyio.to_thread): the connection must allow that.
+        self.connection = sqlite3.connect(folder / "harness.db", check_same_thread=False)
+        for pragma in ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=30000"):
+            self.connection.execute(pragma)
+        self.store = persistence.SqliteStepStore(connection=self.connection)
+        self.version = metadata.version("pydantic-ai-harness")
+
+    @classmethod
+    def open(cls, folder: Path) -> tuple[Harness | None, str | None]:
+        """The harness, or `None` and why not."""
+        try:
+            return cls(folder), None
+        except ImportError as error:
+            return None, f"pydantic-ai-harness is not installed ({error.name}): `{INSTALL}` adds its column"
+
+    def capability(self) -> AbstractCapability[Any]:
+        # Defaults, as its README's quick start: a run id per `Agent.run`, events, snapshots, tool effects.
+        return _step_persistence().StepPersistence(store=self.store)
+
+    def close(self) -> None:
+        self.connection.close()

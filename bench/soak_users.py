@@ -1,24 +1,25 @@
-"""The client side of `bench.soak`: users who chat, decide approvals and drop their streams, for minutes.
+"""`bench.soak`'s users: they chat, decide approvals and drop their streams, for minutes.
 
 Each user loops until the deadline: sometimes a new thread; a message (a refund, a double
-cancellation, an order or FAQ question, a greeting); the thread's event stream followed up to
-the run's end, with `Last-Event-ID` on every (re)connection, and about one time in three dropped
-mid-run and reopened; when the run pauses, each pending call approved or rejected at random and
-the resumed run followed likewise; then a think time. Every stream is checked for ids that go
+cancellation, an order or FAQ question, a greeting); the thread's event stream followed up to the
+run's end, with `Last-Event-ID` on every (re)connection, about one time in three dropped mid-run
+and reopened; when the run pauses, each pending call approved or rejected at random and the
+resumed run followed likewise; then a think time. Every stream is checked for ids that go
 backwards or repeat. What goes wrong is counted by kind, with a sample each.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
+
+from bench.harness.clients import sse_events
 
 __all__ = ("Soak", "Tally", "run_users")
 
@@ -70,9 +71,10 @@ async def run_users(base_url: str, tokens: list[str], soak: Soak, deadline: floa
     """Every user's loop, until `deadline` (`time.monotonic()`); each finishes the cycle it is in."""
     limits = httpx.Limits(max_connections=4 * len(tokens), max_keepalive_connections=2 * len(tokens))
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client:
-        await asyncio.gather(
-            *(_user(client, token, soak, deadline, tally, random.Random(n)) for n, token in enumerate(tokens))
+        users = (
+            _user(client, token, soak, deadline, tally, random.Random(n)) for n, token in enumerate(tokens)
         )
+        await asyncio.gather(*users)
 
 
 async def _user(
@@ -88,13 +90,13 @@ async def _user(
                 thread_id, last = created.json()["thread_id"], 0
                 tally.threads += 1
             cycle += 1
-            posted = await client.post(
-                f"/api/threads/{thread_id}/messages", json={"content": rng.choice(PROMPTS)}, headers=auth
-            )
+            content = {"content": rng.choice(PROMPTS)}
+            posted = await client.post(f"/api/threads/{thread_id}/messages", json=content, headers=auth)
             posted.raise_for_status()
             run_id: str | None = posted.json()["run_id"]
             while run_id is not None:
-                last, finished = await _follow(client, auth, thread_id, last, run_id, soak, tally, rng)
+                drop = rng.random() < soak.drop_probability
+                last, finished = await _follow(client, auth, thread_id, last, run_id, drop, tally)
                 tally.runs[str(finished.get("status"))] += 1
                 run_id = await _decide(client, auth, thread_id, finished, tally, rng)
         except (httpx.HTTPError, KeyError, ValueError, TimeoutError) as error:
@@ -109,27 +111,26 @@ async def _follow(
     thread_id: str,
     last: int,
     run_id: str,
-    soak: Soak,
+    drop: bool,
     tally: Tally,
-    rng: random.Random,
-) -> tuple[int, dict[str, object]]:
+) -> tuple[int, dict[str, Any]]:
     """Follow the thread's events after `last` until `run_id` finishes; the last id and its `run_finished`."""
-    drop = rng.random() < soak.drop_probability
     async with asyncio.timeout(_STALL_SECONDS):
         while True:
             tally.streams += 1
             headers = {**auth, "Last-Event-ID": str(last)}
             async with client.stream("GET", f"/api/threads/{thread_id}/events", headers=headers) as stream:
                 stream.raise_for_status()
-                async for event_id, event_type, data in _events(stream):
+                async for event in sse_events(stream.aiter_lines()):
+                    event_id = event.event_id or 0
                     if event_id <= last:
                         tally.error("event_id_repeated", f"{event_id} after {last} in {thread_id}")
                     last = max(last, event_id)
-                    if data.get("run_id") != run_id:
+                    if event.data.get("run_id") != run_id:
                         continue
-                    if event_type == "run_finished":
-                        return last, data
-                    if drop and event_type in {"text_delta", "tool_call"}:
+                    if event.type == "run_finished":
+                        return last, event.data
+                    if drop and event.type in {"text_delta", "tool_call"}:
                         drop = False
                         tally.reconnects += 1
                         break  # hang up mid-run; reconnect with Last-Event-ID
@@ -141,7 +142,7 @@ async def _decide(
     client: httpx.AsyncClient,
     auth: dict[str, str],
     thread_id: str,
-    finished: dict[str, object],
+    finished: dict[str, Any],
     tally: Tally,
     rng: random.Random,
 ) -> str | None:
@@ -161,22 +162,3 @@ async def _decide(
         answer.raise_for_status()
         resumed = answer.json()["run_id"] or resumed
     return resumed
-
-
-async def _events(stream: httpx.Response) -> AsyncIterator[tuple[int, str, dict[str, object]]]:
-    """The stream's events as (id, type, data), parsed from its lines."""
-    event_id, event_type, data = 0, "message", list[str]()
-    async for line in stream.aiter_lines():
-        if not line:
-            if data:
-                yield event_id, event_type, json.loads("\n".join(data))
-            event_id, event_type, data = 0, "message", []
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "id":
-                event_id = int(value)
-            elif name == "event":
-                event_type = value
-            elif name == "data":
-                data.append(value)

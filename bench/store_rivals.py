@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import aiosqlite
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -20,8 +21,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.systems import Backend, Location, Timing
+from bench.store_systems import Backend, Timing, sqlite_path
 
 __all__ = ["Unavailable", "open_langgraph", "open_openai_agents"]
 
@@ -107,30 +109,30 @@ class OpenAIAgentsBackend(Backend[list[Item]]):
         await self.engine.dispose()
 
 
-async def open_openai_agents(location: Location) -> OpenAIAgentsBackend:
+async def open_openai_agents(url: str) -> OpenAIAgentsBackend:
     try:
-        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
-        from sqlalchemy.ext.asyncio import create_async_engine
+        sessions = importlib.import_module("agents.extensions.memory.sqlalchemy_session")
     except ImportError as error:
         raise Unavailable(f"openai-agents[sqlalchemy] is not installed ({error})") from error
-    backend = OpenAIAgentsBackend(create_async_engine(location.url), SQLAlchemySession)
+    backend = OpenAIAgentsBackend(create_async_engine(url), sessions.SQLAlchemySession)
     await backend.session("setup").get_items()  # creates the tables outside the timed turns
     return backend
 
 
 def langchain_messages(messages: Sequence[ModelMessage]) -> list[Any]:
     """The LangChain messages equivalent to `messages`, as a LangGraph `messages` channel holds them."""
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-
-    converted: list[BaseMessage] = []
+    langchain = importlib.import_module("langchain_core.messages")
+    converted: list[Any] = []
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
                 if isinstance(part, UserPromptPart):
-                    converted.append(HumanMessage(content=str(part.content)))
+                    converted.append(langchain.HumanMessage(content=str(part.content)))
                 elif isinstance(part, ToolReturnPart):
                     converted.append(
-                        ToolMessage(content=part.model_response_str(), tool_call_id=part.tool_call_id)
+                        langchain.ToolMessage(
+                            content=part.model_response_str(), tool_call_id=part.tool_call_id
+                        )
                     )
             continue
         usage = {
@@ -150,7 +152,7 @@ def langchain_messages(messages: Sequence[ModelMessage]) -> list[Any]:
         ]
         text = "".join(part.content for part in message.parts if isinstance(part, TextPart))
         converted.append(
-            AIMessage(
+            langchain.AIMessage(
                 content=text,
                 tool_calls=calls,
                 usage_metadata=usage,
@@ -173,8 +175,6 @@ class LangGraphBackend(Backend[list[Any]]):
         return langchain_messages(messages)
 
     async def append(self, conversation_id: str, batch: list[Any]) -> Timing:
-        from langgraph.checkpoint.base import empty_checkpoint
-
         config: dict[str, Any] = {"configurable": {"thread_id": conversation_id, "checkpoint_ns": ""}}
         started = time.perf_counter()
         current = await self.saver.aget_tuple(config)
@@ -185,7 +185,7 @@ class LangGraphBackend(Backend[list[Any]]):
             config = current.config
             history = current.checkpoint["channel_values"]["messages"]
             step = current.metadata.get("step", 0) + 1
-        checkpoint = empty_checkpoint()
+        checkpoint = importlib.import_module("langgraph.checkpoint.base").empty_checkpoint()
         checkpoint["channel_values"] = {"messages": [*history, *batch]}
         checkpoint["channel_versions"] = {"messages": step + 1}
         await self.saver.aput(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})
@@ -195,17 +195,15 @@ class LangGraphBackend(Backend[list[Any]]):
         await self.connection.close()
 
 
-async def open_langgraph(location: Location) -> LangGraphBackend:
-    if location.path is None:
+async def open_langgraph(url: str) -> LangGraphBackend:
+    if (path := sqlite_path(url)) is None:
         raise Unavailable("LangGraph's saver is measured on SQLite only (its PostgreSQL saver needs psycopg)")
     try:
-        import aiosqlite
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
+        savers = importlib.import_module("langgraph.checkpoint.sqlite.aio")
         importlib.import_module("langchain_core.messages")  # the channel holds LangChain messages
     except ImportError as error:
         raise Unavailable(f"langgraph-checkpoint-sqlite is not installed ({error})") from error
-    connection = await aiosqlite.connect(location.path)
-    saver = AsyncSqliteSaver(connection)
+    connection = await aiosqlite.connect(path)
+    saver = savers.AsyncSqliteSaver(connection)
     await saver.setup()
     return LangGraphBackend(saver, connection)

@@ -1,30 +1,18 @@
-"""The results as markdown tables with verdicts, for the terminal and for `docs/benchmarks.md`."""
+"""The store benchmark's results as markdown tables with verdicts, for the terminal and the store section."""
 
 from __future__ import annotations
 
-import os
-import platform
-import sqlite3
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from importlib import metadata
-from pathlib import Path
 from typing import Literal
 
-from bench.results import Part, Results, Settings
+from bench.harness.reports import table
+from bench.harness.stats import times
+from bench.store_workloads import Part, Results, Settings
 
-__all__ = ["Check", "Section", "checks", "environment", "render"]
+__all__ = ("Check", "Section", "checks", "render")
 
-PACKAGES = (
-    "pydantic-ai-slim",
-    "pydantic",
-    "sqlalchemy",
-    "aiosqlite",
-    "asyncpg",
-    "openai-agents",
-    "langgraph-checkpoint-sqlite",
-    "langchain-core",
-)
 FAIR_FLOOR_LIMIT = 1.5
 FLAT_SAVE_LIMIT = 1.3
 OPENAI_LIMIT = 5.0
@@ -44,26 +32,20 @@ class Section:
 @dataclass(frozen=True)
 class Check:
     label: str
-    ratio: float | None
+    ratio: float
     limit: float
     rule: Rule
 
     @property
     def verdict(self) -> str:
-        if self.ratio is None:
+        if math.isnan(self.ratio):
             return "n/a"
-        match self.rule:
-            case "at most":
-                passed = self.ratio <= self.limit
-            case "at least":
-                passed = self.ratio >= self.limit
-            case "above":
-                passed = self.ratio > self.limit
-        return "PASS" if passed else "FAIL"
-
-    @property
-    def target(self) -> str:
-        return f"{self.rule} {self.limit:g}x"
+        passed = {
+            "at most": self.ratio <= self.limit,
+            "at least": self.ratio >= self.limit,
+            "above": self.ratio > self.limit,
+        }
+        return "PASS" if passed[self.rule] else "FAIL"
 
 
 def checks(section: Section) -> list[Check]:
@@ -80,10 +62,11 @@ def checks(section: Section) -> list[Check]:
         for size in sizes
     ]
     if len(sizes) > 1:
+        flat = results.ratio("ours", "ours", sizes[-1], "save", other_size=sizes[0])
         found.append(
             Check(
                 f"{title}: save at {sizes[-1]:,} / save at {sizes[0]:,} messages (flat)",
-                results.ratio("ours", "ours", sizes[-1], "save", other_size=sizes[0]),
+                flat,
                 FLAT_SAVE_LIMIT,
                 "at most",
             )
@@ -94,7 +77,7 @@ def checks(section: Section) -> list[Check]:
     )
     found += [
         Check(
-            f"{title}: turns/s at concurrency 50, ours / {results.names.get(key, key)}",
+            f"{title}: turns/s at concurrency 50, ours / {results.names[key]}",
             results.throughput_ratio("ours", key),
             limit,
             rule,
@@ -103,30 +86,14 @@ def checks(section: Section) -> list[Check]:
         if key in results.names
     ]
     if title == "SQLite":
-        stored = results.storage.get("ours")
-        found.append(
-            Check(
-                f"{title}: bytes on disk / raw JSON bytes",
-                stored / results.raw_json_bytes if stored is not None and results.raw_json_bytes else None,
-                STORAGE_LIMIT,
-                "at most",
-            )
-        )
+        stored = results.storage.get("ours", math.nan)
+        ratio = stored / results.raw_json_bytes if results.raw_json_bytes else math.nan
+        found.append(Check(f"{title}: bytes on disk / raw JSON bytes", ratio, STORAGE_LIMIT, "at most"))
     return found
 
 
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.3g}"
-
-
-def _x(ratio: float | None) -> str:
-    return "—" if ratio is None else f"{ratio:.2f}x"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return lines
+def _ms(seconds: float) -> str:
+    return "—" if math.isnan(seconds) else f"{seconds * 1000:.3g}"
 
 
 def _timing_table(results: Results, part: Part) -> list[str]:
@@ -141,15 +108,18 @@ def _timing_table(results: Results, part: Part) -> list[str]:
         if "warm" in keys and floors:
             ratios.append((f"history cached / {results.names[floors[-1]]}", "warm", floors[-1], None))
     else:
-        first = sizes[0] if sizes else 0
-        ratios = [(f"ours / ours at {first:,}", "ours", "ours", first)]
-    rows: list[list[str]] = []
-    for size in sizes:
-        cells = [f"{size:,}", *(_ms(results.median(key, size, part)) for key in keys)]
-        for _, mine, other, other_size in ratios:
-            cells.append(_x(results.ratio(mine, other, size, part, other_size=other_size)))
-        rows.append(cells)
-    return _table(["messages", *(results.names[key] for key in keys), *(title for title, *_ in ratios)], rows)
+        ratios = [
+            (f"ours / ours at {sizes[0] if sizes else 0:,}", "ours", "ours", sizes[0] if sizes else None)
+        ]
+    rows = [
+        [
+            f"{size:,}",
+            *(_ms(results.median(key, size, part)) for key in keys),
+            *(times(results.ratio(mine, other, size, part, other_size=at)) for _, mine, other, at in ratios),
+        ]
+        for size in sizes
+    ]
+    return table(["messages", *(results.names[key] for key in keys), *(title for title, *_ in ratios)], rows)
 
 
 def _section(section: Section, settings: Settings) -> list[str]:
@@ -158,7 +128,27 @@ def _section(section: Section, settings: Settings) -> list[str]:
     if section.pragmas:
         pragmas = ", ".join(f"{name}={value}" for name, value in section.pragmas.items())
         lines += [f"Journal settings (ours, and the sqlite3 floors likewise): {pragmas}.", ""]
-    lines += [
+    rates = [
+        [name, f"{rate:,.0f}", times(results.throughput_ratio("ours", key))]
+        for key, name in results.names.items()
+        if not math.isnan(rate := results.turns_per_second(key))
+    ]
+    order = list(results.names)
+    stored = [
+        [
+            results.names[key],
+            f"{size:,}",
+            times(size / results.raw_json_bytes if results.raw_json_bytes else math.nan),
+        ]
+        for key, size in sorted(results.storage.items(), key=lambda item: order.index(item[0]))
+    ]
+    what = (
+        "file + WAL after a checkpoint"
+        if section.title == "SQLite"
+        else "pg_total_relation_size of its tables"
+    )
+    return [
+        *lines,
         f"One turn (load the whole history, append, save), median ms of {settings.repeats} rounds:",
         "",
         *_timing_table(results, "total"),
@@ -167,43 +157,22 @@ def _section(section: Section, settings: Settings) -> list[str]:
         "",
         *_timing_table(results, "save"),
         "",
-        f"{settings.conversations} conversations x {settings.turns} turns, all at once; "
-        f"median of {settings.concurrent_runs} run(s):",
+        f"{settings.conversations} conversations x {settings.turns} turns, all at once; median of "
+        f"{settings.concurrent_runs} run(s):",
         "",
-    ]
-    rows = [
-        [results.names[key], f"{rate:,.0f}", _x(results.throughput_ratio("ours", key))]
-        for key in results.names
-        if (rate := results.turns_per_second(key)) is not None
-    ]
-    lines += [*_table(["system", "turns/s", "ours / system"], rows), ""]
-    what = (
-        "file + WAL after a checkpoint"
-        if section.title == "SQLite"
-        else "pg_total_relation_size of its tables"
-    )
-    rows = [
-        [
-            results.names[key],
-            f"{size:,}",
-            _x(size / results.raw_json_bytes if results.raw_json_bytes else None),
-        ]
-        for key, size in sorted(results.storage.items(), key=lambda item: list(results.names).index(item[0]))
-    ]
-    lines += [
+        *table("system | turns/s | ours / system", rates),
+        "",
         f"Storage after that workload ({what}); the raw JSON of its messages is {results.raw_json_bytes:,} bytes:",
         "",
-        *_table(["system", "bytes", "/ raw JSON"], rows),
+        *table("system | bytes | / raw JSON", stored),
         "",
+        *(f"- {results.names.get(key, key)}: {reason}" for key, reason in results.unavailable.items()),
+        *([""] if results.unavailable else []),
     ]
-    if results.unavailable:
-        lines += [f"- {results.names.get(key, key)}: {reason}" for key, reason in results.unavailable.items()]
-        lines.append("")
-    return lines
 
 
 METHOD = [
-    "- Messages: deterministic pydantic-ai turns (`bench/messages.py`): a ~200-character prompt and a "
+    "- Messages: deterministic pydantic-ai turns (`bench/store_messages.py`): a ~200-character prompt and a "
     "~600-character reply with usage; every third turn also a tool call (~150 B of args) and a ~1 KB return. "
     "The rivals get the same content as OpenAI Responses items or LangChain messages, converted untimed.",
     "- A turn: load the whole history, append the turn's messages, save. Every conversation is filled first; "
@@ -230,43 +199,20 @@ METHOD = [
 ]
 
 
-def render(sections: list[Section], settings: Settings, env: list[str]) -> list[str]:
-    lines = ["### Environment", "", *env, "", "### Method", "", *METHOD, ""]
+def render(sections: Sequence[Section], settings: Settings, environment_lines: Sequence[str]) -> list[str]:
+    lines = ["### Environment", "", *environment_lines, "", "### Method", "", *METHOD, ""]
     for section in sections:
         lines += _section(section, settings)
-    every = [check for section in sections for check in checks(section)]
-    lines += [
+    rows = [
+        [c.label, times(c.ratio), f"{c.rule} {c.limit:g}x", f"**{c.verdict}**"]
+        for s in sections
+        for c in checks(s)
+    ]
+    return [
+        *lines,
         "### Targets",
         "",
         "Ratios are medians of paired ratios: turns of the same round, runs of the same repetition.",
         "",
-        *_table(
-            ["measure", "ratio", "target", "verdict"],
-            [[check.label, _x(check.ratio), check.target, f"**{check.verdict}**"] for check in every],
-        ),
+        *table("measure | ratio | target | verdict", rows),
     ]
-    return lines
-
-
-def environment(command: str, postgres_version: str | None, notes: list[str]) -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line
-        ]
-        cpu = names[0] if names else cpu
-    versions: list[str] = []
-    for package in PACKAGES:
-        try:
-            versions.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{package} (not installed)")
-    lines = [
-        f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; command: `{command}`",
-        f"- Machine: {cpu}, {os.cpu_count()} cores (shared); {platform.platform()}",
-        f"- Python {platform.python_version()}; SQLite {sqlite3.sqlite_version}"
-        + (f"; PostgreSQL {postgres_version}" if postgres_version else ""),
-        f"- {', '.join(versions)}",
-    ]
-    return lines + [f"- {note}" for note in notes]

@@ -1,14 +1,13 @@
-"""What a user would deploy instead: pydantic-ai's own `VercelAIAdapter` serving the demo shop's agent.
+"""What a user would deploy instead of ours: pydantic-ai's own `VercelAIAdapter` serving the shop's agent.
 
-    python -m bench.cpu_baseline --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
+    python -m bench.harness.adapter --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
 
-The same agent (`agent.demo.build_agent` on the demo model, no delay) with the same deps (the
-shop's business data on the database at `--db`, which `lookup_order` reads), served on
-`POST /api/ai-sdk/chat` by `VercelAIAdapter.dispatch_request`, the way pydantic-ai documents it,
-on uvicorn and Starlette with uvicorn's defaults. No persistence: the client sends the whole
-conversation with every turn (the AI SDK's `useChat` does), nothing is stored. The bearer token is
-checked as the server checks it, so both sides pay for authentication. The database is migrated
-and seeded by `bench.cpu` before this starts.
+The same agent (the demo shop's, on its demo model, no delay) with the same deps (the shop's
+business data on the database at `--db`, already migrated and seeded, which `lookup_order` reads),
+served on `POST /api/ai-sdk/chat` by `VercelAIAdapter.dispatch_request` as pydantic-ai documents
+it, on uvicorn and Starlette with uvicorn's defaults (its access log included, as ours). Nothing
+stored: the client sends the whole conversation each turn, as the AI SDK's `useChat` does. The
+bearer token is checked as our server checks it, so both sides pay for authentication.
 """
 
 from __future__ import annotations
@@ -26,16 +25,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent import RunRecords, RunScope, ToolLedger
-from agent.demo import build_agent
-from agent.demo.business import BusinessData
-from agent.demo.model import demo_model
-from agent.demo.tools import ShopDeps
-from bench.web_tokens import InvalidToken, verify_token
+from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
 from store import Ledger
+from web import InvalidToken, verify_token
 
 __all__ = ("create_app",)
-
-SECRET_ENV = "DURABLE_CHAT_SECRET"
 
 
 def create_app(secret: str, database_url: str) -> Starlette:
@@ -66,16 +60,11 @@ def create_app(secret: str, database_url: str) -> Starlette:
             ledger=ToolLedger(ledger, thread_id, run_id),
             engine=engine,
         )
-        return await VercelAIAdapter[ShopDeps, str].dispatch_request(
-            request, agent=agent, deps=ShopDeps(business=business, scope=scope)
-        )
+        deps = ShopDeps(business=business, scope=scope)
+        return await VercelAIAdapter[ShopDeps, str].dispatch_request(request, agent=agent, deps=deps)
 
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/api/ai-sdk/chat", chat, methods=["POST"]),
-        ]
-    )
+    routes = [Route("/healthz", healthz, methods=["GET"]), Route("/api/ai-sdk/chat", chat, methods=["POST"])]
+    return Starlette(routes=routes)
 
 
 def main() -> None:
@@ -84,8 +73,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--db", required=True, help="the database with the shop's business tables")
     arguments = parser.parse_args()
-    app = create_app(os.environ[SECRET_ENV], arguments.db)
-    # uvicorn's defaults, access log included, as `durable-chat serve` runs it.
+    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
     uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 

@@ -1,13 +1,12 @@
-"""A bare Starlette SSE app with no persistence: the floor `bench.web` measures the server against.
+"""The floor `bench.web` and `bench.workers` measure our server against: our routes, no persistence.
 
-    python -m bench.web_baseline --port N      (the secret from $DURABLE_CHAT_SECRET)
+    python -m bench.harness.bare_sse --port N      (the secret from $DURABLE_CHAT_SECRET)
 
 The same routes, bearer tokens and stream events as the server's demo turn "Where is ORD-5678?"
 (`run_started`, `user_message`, `tool_call`, `tool_result`, a `text_delta` per word, `text_done`,
-`run_finished`), with the demo model's pacing (none: the event loop is yielded between events),
-served by uvicorn and sse-starlette exactly as the server is. Nothing else: threads live in a dict,
-a run is a task that publishes its events straight to the thread's followers; no database, no
-agent, no event log, no replay.
+`run_finished`), the event loop yielded between events, served by uvicorn and sse-starlette as
+the server is. Nothing else: threads live in a dict, a run is a task publishing its events straight
+to the thread's followers; no database, agent, event log or replay.
 """
 
 from __future__ import annotations
@@ -28,14 +27,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bench.web_tokens import InvalidToken, verify_token
+from web import InvalidToken, verify_token
 
-__all__ = ("SECRET_ENV", "create_app")
+__all__ = ("create_app",)
 
-SECRET_ENV = "DURABLE_CHAT_SECRET"
-_ORDER_ID = "ORD-5678"
 _ORDER: dict[str, object] = {
-    "order_id": _ORDER_ID,
+    "order_id": "ORD-5678",
     "item": "Widget Pro",
     "quantity": 2,
     "total": 99.98,
@@ -57,11 +54,10 @@ _WORDS = (
 _Frames = asyncio.Queue[bytes]
 
 
-class _Error(Exception):
+class _Refused(Exception):
     def __init__(self, status: int, code: str) -> None:
         super().__init__(code)
-        self.status = status
-        self.code = code
+        self.status, self.code = status, code
 
 
 @dataclass
@@ -80,15 +76,6 @@ class _Thread:
         for follower in self.followers:
             follower.put_nowait(frame)
 
-    def json(self) -> dict[str, object]:
-        return {
-            "thread_id": self.thread_id,
-            "title": None,
-            "status": "running" if self.running else "idle",
-            "created_at": self.created_at,
-            "updated_at": self.created_at,
-        }
-
 
 def create_app(secret: str) -> Starlette:
     threads: dict[str, _Thread] = {}
@@ -96,18 +83,18 @@ def create_app(secret: str) -> Starlette:
 
     def user_of(request: Request) -> str:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
-            raise _Error(401, "unauthorized")
         try:
+            if scheme.lower() != "bearer":
+                raise InvalidToken("unauthorized", "a bearer token is needed")
             return verify_token(secret, token.strip()).user_id
         except InvalidToken as error:
-            raise _Error(401, str(getattr(error, "code", "invalid_token"))) from error
+            raise _Refused(401, error.code) from error
 
     def owned(request: Request) -> _Thread:
         user_id = user_of(request)
         thread = threads.get(request.path_params["thread_id"])
         if thread is None or thread.user_id != user_id:
-            raise _Error(404, "not_found")
+            raise _Refused(404, "not_found")
         return thread
 
     async def healthz(request: Request) -> Response:
@@ -117,18 +104,25 @@ def create_app(secret: str) -> Starlette:
         user_id = user_of(request)
         await request.body()
         now = datetime.now(UTC).isoformat()
-        thread = _Thread(thread_id=str(uuid.uuid4()), user_id=user_id, created_at=now)
+        thread = _Thread(str(uuid.uuid4()), user_id, now)
         threads[thread.thread_id] = thread
-        return JSONResponse(thread.json(), status_code=201)
+        body = {
+            "thread_id": thread.thread_id,
+            "title": None,
+            "status": "idle",
+            "created_at": now,
+            "updated_at": now,
+        }
+        return JSONResponse(body, status_code=201)
 
     async def post_message(request: Request) -> Response:
         thread = owned(request)
-        body = await request.json()
-        content = body.get("content") if isinstance(body, dict) else None
+        body: object = await request.json()
+        content = body.get("content") if isinstance(body, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         if not isinstance(content, str) or not content:
-            raise _Error(422, "validation_error")
+            raise _Refused(422, "validation_error")
         if thread.running:
-            raise _Error(409, "run_active")
+            raise _Refused(409, "run_active")
         thread.running = True
         run_id = str(uuid.uuid4())
         task = asyncio.create_task(_run(thread, run_id, content))
@@ -148,12 +142,11 @@ def create_app(secret: str) -> Starlette:
             finally:
                 thread.followers.discard(follower)
 
-        return EventSourceResponse(
-            frames(), sep="\n", ping=15, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return EventSourceResponse(frames(), sep="\n", ping=15, headers=headers)
 
-    async def error_response(request: Request, error: Exception) -> Response:
-        assert isinstance(error, _Error)
+    async def refused(request: Request, error: Exception) -> Response:
+        assert isinstance(error, _Refused)
         return JSONResponse({"error": {"code": error.code, "message": error.code}}, status_code=error.status)
 
     return Starlette(
@@ -163,28 +156,21 @@ def create_app(secret: str) -> Starlette:
             Route("/api/threads/{thread_id}/messages", post_message, methods=["POST"]),
             Route("/api/threads/{thread_id}/events", follow, methods=["GET"]),
         ],
-        exception_handlers={_Error: error_response},
+        exception_handlers={_Refused: refused},
     )
 
 
 async def _run(thread: _Thread, run_id: str, content: str) -> None:
     """The demo turn's events, published with the event loop yielded between them."""
-    call_id = "call_0_lookup_order"
+    call = {"tool_call_id": "call_0_lookup_order", "tool_name": "lookup_order"}
     part_id = f"{run_id[:8]}.1.2.0"
-    text = "".join(_WORDS)
     steps: list[tuple[str, dict[str, object]]] = [
         ("run_started", {"kind": "message"}),
         ("user_message", {"content": content}),
-        (
-            "tool_call",
-            {"tool_call_id": call_id, "tool_name": "lookup_order", "args": {"order_id": _ORDER_ID}},
-        ),
-        (
-            "tool_result",
-            {"tool_call_id": call_id, "tool_name": "lookup_order", "outcome": "success", "content": _ORDER},
-        ),
+        ("tool_call", {**call, "args": {"order_id": "ORD-5678"}}),
+        ("tool_result", {**call, "outcome": "success", "content": _ORDER}),
         *(("text_delta", {"part_id": part_id, "delta": word}) for word in _WORDS),
-        ("text_done", {"part_id": part_id, "text": text}),
+        ("text_done", {"part_id": part_id, "text": "".join(_WORDS)}),
     ]
     try:
         for event_type, data in steps:
@@ -192,15 +178,15 @@ async def _run(thread: _Thread, run_id: str, content: str) -> None:
             await asyncio.sleep(0)
     finally:
         thread.running = False
-    thread.publish("run_finished", {"run_id": run_id, "status": "completed", "output": text})
+    thread.publish("run_finished", {"run_id": run_id, "status": "completed", "output": "".join(_WORDS)})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     arguments = parser.parse_args()
-    app = create_app(os.environ[SECRET_ENV])
+    app = create_app(os.environ["DURABLE_CHAT_SECRET"])
     uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 

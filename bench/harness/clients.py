@@ -1,0 +1,437 @@
+"""Simulated users over HTTP and SSE, in this process, and what they saw; a round's CPU.
+
+Each user has its own `httpx.AsyncClient` (httpcore's pool scans every connection it holds on
+each request, which at hundreds of connections made one shared pool the clients' main cost).
+`native`: the user creates a thread and opens its event stream before the start (not counted),
+then posts "Where is ORD-5678?" and reads the stream to `run_finished`, turn after turn; a turn
+counts when its events are all there (increasing ids, the demo turn's shape, its `run_id`,
+`text_done` equal to its deltas, status `completed`). `ai-sdk`: a `useChat` client, one `POST
+/api/ai-sdk/chat` a turn resending the whole conversation (assistant messages rebuilt from the
+chunks), read to `finish`; a turn counts when its text names the order. Anything else is an
+error, by kind, with a sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import ssl
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from web import issue_token
+
+from .pinning import core_wait, machine_ticks
+from .servers import SECRET, ServerProcess
+
+__all__ = (
+    "PROMPT",
+    "Event",
+    "Load",
+    "LoadResult",
+    "Measured",
+    "Protocol",
+    "assistant_message",
+    "measure",
+    "run_load",
+    "sse_events",
+)
+
+PROMPT = "Where is ORD-5678?"
+Protocol = Literal["native", "ai-sdk"]
+_HEAD = ("run_started", "user_message", "tool_call", "tool_result")
+_EXPECTED = "ORD-5678"
+
+
+@dataclass(frozen=True)
+class Load:
+    users: int
+    turns: int | None = 1
+    """Turns per user; `None`: turns until `seconds` have passed (no turn starts after)."""
+    seconds: float = 0.0
+    protocol: Protocol = "native"
+    secret: str = SECRET
+    setup_timeout: float = 90.0
+    """How long the users have to create their threads and open their streams."""
+    deadline: float = 150.0
+    """How long the turns may take in all; users not done by then are cut, as errors."""
+    stall_timeout: float = 120.0
+    """How long a stream may go without an event while its turn runs."""
+
+
+@dataclass
+class LoadResult:
+    users: int
+    turns_per_user: int
+    streams_open: int = 0
+    elapsed: float = 0.0
+    """From the start (every user ready) to the last user's end."""
+    completed_turns: int = 0
+    first_delta: list[float] = field(default_factory=list[float])
+    """Seconds from sending the POST to receiving the turn's first text delta."""
+    post_latency: list[float] = field(default_factory=list[float])
+    turn_latency: list[float] = field(default_factory=list[float])
+    """Seconds from sending the POST to the turn's end."""
+    errors: Counter[str] = field(default_factory=Counter[str])
+    error_samples: dict[str, str] = field(default_factory=dict[str, str])
+
+    @property
+    def turns_per_second(self) -> float:
+        return self.completed_turns / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def error(self, kind: str, detail: str = "") -> None:
+        self.errors[kind] += 1
+        self.error_samples.setdefault(kind, detail[:300] or kind)
+
+    def add_errors(self, other: LoadResult, prefix: str) -> None:
+        """`other`'s errors (a warm-up's), their kinds prefixed."""
+        for kind, count in other.errors.items():
+            self.errors[prefix + kind] += count
+            self.error_samples.setdefault(prefix + kind, other.error_samples[kind])
+
+
+@dataclass(frozen=True)
+class Event:
+    received: float
+    """`time.perf_counter()` when its last line arrived."""
+    event_id: int | None
+    type: str
+    data: dict[str, Any]
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:
+    """The events of an SSE stream's lines (comments skipped; the AI SDK's `[DONE]` ends nothing)."""
+    event_id: int | None = None
+    event_type, data = "message", list[str]()
+    async for line in lines:
+        if not line:
+            if data and data != ["[DONE]"]:
+                yield Event(time.perf_counter(), event_id, event_type, json.loads("\n".join(data)))
+            event_id, event_type, data = None, "message", []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "id":
+                event_id = int(value)
+            elif name == "event":
+                event_type = value
+            elif name == "data":
+                data.append(value)
+
+
+class _Gate:
+    """Holds the users until every one is ready (or failed), then lets them go until `stop_at`."""
+
+    def __init__(self, users: int) -> None:
+        self.users, self.arrived, self.ready = users, 0, 0
+        self.all_arrived, self.go = asyncio.Event(), asyncio.Event()
+        self.stop_at = math.inf
+
+    def arrive(self, *, ready: bool) -> None:
+        self.arrived += 1
+        self.ready += ready
+        if self.arrived >= self.users:
+            self.all_arrived.set()
+
+    def running(self) -> bool:
+        return time.perf_counter() < self.stop_at
+
+
+async def run_load(
+    base_url: str | Sequence[str], load: Load, *, on_start: Callable[[], None] | None = None
+) -> LoadResult:
+    """Run `load`; `on_start` is called once every user is ready, right before the first turn.
+
+    Given several servers' URLs, user n works on the n-th (round robin): its thread, stream and turns.
+    """
+    urls = [base_url] if isinstance(base_url, str) else list(base_url)
+    result = LoadResult(users=load.users, turns_per_user=load.turns or 0)
+    gate = _Gate(load.users)
+    timeout = httpx.Timeout(connect=60.0, read=load.stall_timeout, write=60.0, pool=None)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    tls = ssl.create_default_context()  # never used (plain HTTP), built once rather than per client
+    user = _native if load.protocol == "native" else _ai_sdk
+    async with contextlib.AsyncExitStack() as stack:
+        tasks = [
+            asyncio.create_task(
+                user(
+                    await stack.enter_async_context(
+                        httpx.AsyncClient(
+                            base_url=urls[n % len(urls)], timeout=timeout, limits=limits, verify=tls
+                        )
+                    ),
+                    f"user{n}",
+                    load,
+                    gate,
+                    result,
+                )
+            )
+            for n in range(load.users)
+        ]
+        try:
+            await asyncio.wait_for(gate.all_arrived.wait(), timeout=load.setup_timeout)
+        except TimeoutError:
+            result.error(
+                "setup timeout",
+                f"{load.users - gate.arrived} users not ready after {load.setup_timeout:.0f}s",
+            )
+        result.streams_open = gate.ready
+        if on_start is not None:
+            on_start()
+        started = time.perf_counter()
+        gate.stop_at = started + load.seconds if load.turns is None else math.inf
+        gate.go.set()
+        _, pending = await asyncio.wait(tasks, timeout=load.deadline)
+        result.elapsed = time.perf_counter() - started
+        for task in pending:
+            task.cancel()
+        if pending:
+            result.error("deadline", f"{len(pending)} users still running after {load.deadline:.0f}s")
+            await asyncio.wait(pending)
+        for task in tasks:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                result.error(f"client bug {type(error).__name__}", repr(error))
+    return result
+
+
+async def _read(stream: httpx.Response, queue: asyncio.Queue[Event | BaseException | None]) -> None:
+    """The stream's events into `queue`, then `None` (it ended) or the error it ended with."""
+    try:
+        async for event in sse_events(stream.aiter_lines()):
+            queue.put_nowait(event)
+        queue.put_nowait(None)
+    except (httpx.HTTPError, ValueError) as error:
+        queue.put_nowait(error)
+
+
+async def _native(
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult
+) -> None:
+    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+    ready = False
+    try:
+        made = await client.post("/api/threads", json={"title": f"bench {user_id}"}, headers=headers)
+        if made.status_code != 201:
+            return result.error(f"POST /api/threads {made.status_code}", made.text)
+        thread_id = str(made.json()["thread_id"])
+        async with client.stream("GET", f"/api/threads/{thread_id}/events", headers=headers) as stream:
+            if stream.status_code != 200:
+                await stream.aread()
+                return result.error(f"GET events {stream.status_code}", stream.text)
+            queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+            reader = asyncio.create_task(_read(stream, queue))
+            try:
+                ready = True
+                gate.arrive(ready=True)
+                await gate.go.wait()
+                last_id, done = 0, 0
+                while gate.running() and (load.turns is None or done < load.turns):
+                    found = await _native_turn(client, load, thread_id, headers, queue, last_id, result)
+                    if found is None:
+                        return
+                    last_id, done = found, done + 1
+            finally:
+                reader.cancel()
+    except httpx.HTTPError as error:
+        result.error(f"transport {type(error).__name__}", repr(error))
+    finally:
+        if not ready:  # failed before the start: the others must not wait for it
+            gate.arrive(ready=False)
+
+
+async def _native_turn(
+    client: httpx.AsyncClient,
+    load: Load,
+    thread_id: str,
+    headers: dict[str, str],
+    queue: asyncio.Queue[Event | BaseException | None],
+    last_id: int,
+    result: LoadResult,
+) -> int | None:
+    """One turn; the id of its last event, or `None` (an error was recorded) to stop the user."""
+    sent = time.perf_counter()
+    try:
+        response = await client.post(
+            f"/api/threads/{thread_id}/messages", json={"content": PROMPT}, headers=headers
+        )
+    except httpx.HTTPError as error:
+        result.error(f"transport {type(error).__name__} on POST messages", repr(error))
+        return None
+    posted = time.perf_counter() - sent
+    if response.status_code != 202:
+        result.error(f"POST messages {response.status_code}", response.text)
+        return None
+    run_id = response.json()["run_id"]
+    events: list[Event] = []
+    while not events or events[-1].type != "run_finished":
+        try:
+            item = await asyncio.wait_for(queue.get(), timeout=load.stall_timeout)
+        except TimeoutError:
+            result.error("stalled stream", f"no event for {load.stall_timeout:.0f}s during a turn")
+            return None
+        if not isinstance(item, Event):
+            result.error("dropped stream", repr(item) if item else "the server ended the stream")
+            return None
+        events.append(item)
+    if (problem := check_turn(events, run_id, last_id)) is not None:
+        result.error("missing or wrong event", problem)
+        return None
+    result.first_delta.append(next(e.received for e in events if e.type == "text_delta") - sent)
+    result.post_latency.append(posted)
+    result.turn_latency.append(events[-1].received - sent)
+    result.completed_turns += 1
+    return events[-1].event_id or last_id
+
+
+def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None:
+    """What is wrong with one demo turn's events after event `last_id`, if anything."""
+    types = [event.type for event in events]
+    ids = [event.event_id for event in events]
+    # Ids increase per thread; they need not be consecutive (a run may reserve a block of them).
+    previous = last_id
+    for event_id in ids:
+        if event_id is None or event_id <= previous:
+            return f"ids {ids} after {last_id}"
+        previous = event_id
+    deltas = types[len(_HEAD) : -2]
+    if tuple(types[: len(_HEAD)]) != _HEAD or types[-2:] != ["text_done", "run_finished"] or not deltas:
+        return f"event types {types}"
+    if any(delta != "text_delta" for delta in deltas):
+        return f"event types {types}"
+    if any(event.data.get("run_id") != run_id for event in events):
+        return f"an event of another run than {run_id}"
+    if (status := events[-1].data.get("status")) != "completed":
+        return f"run_finished status {status!r}: {events[-1].data.get('error')!r}"
+    if events[-2].data.get("text") != "".join(str(e.data.get("delta")) for e in events[len(_HEAD) : -2]):
+        return "text_done differs from its deltas"
+    return None
+
+
+async def _ai_sdk(
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult
+) -> None:
+    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+    chat_id = str(uuid.uuid4())
+    history: list[dict[str, Any]] = []
+    gate.arrive(ready=True)
+    await gate.go.wait()
+    try:
+        done = 0
+        while gate.running() and (load.turns is None or done < load.turns):
+            message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
+            body = {"id": chat_id, "messages": [*history, message], "trigger": "submit-message"}
+            sent = time.perf_counter()
+            chunks: list[dict[str, Any]] = []
+            first = math.nan
+            async with client.stream("POST", "/api/ai-sdk/chat", json=body, headers=headers) as stream:
+                if stream.status_code != 200:
+                    await stream.aread()
+                    return result.error(f"POST chat {stream.status_code}", stream.text)
+                async for event in sse_events(stream.aiter_lines()):
+                    if event.data.get("type") == "text-delta" and math.isnan(first):
+                        first = event.received - sent
+                    chunks.append(event.data)
+            reply = assistant_message(chunks)
+            text = "".join(str(part.get("text", "")) for part in reply["parts"] if part["type"] == "text")
+            if not chunks or chunks[-1].get("type") != "finish" or _EXPECTED not in text:
+                return result.error("wrong turn", json.dumps(chunks[-3:]))
+            history += [message, reply]
+            if not math.isnan(first):
+                result.first_delta.append(first)
+            result.turn_latency.append(time.perf_counter() - sent)
+            result.completed_turns += 1
+            done += 1
+    except (httpx.HTTPError, ValueError) as error:
+        result.error(f"transport {type(error).__name__}", repr(error))
+
+
+def assistant_message(chunks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The `UIMessage` `useChat` builds from one turn's chunks: steps, tool calls with results, text."""
+    parts: list[dict[str, Any]] = []
+    tools: dict[str, dict[str, Any]] = {}
+    texts: dict[str, dict[str, Any]] = {}
+    message_id = str(uuid.uuid4())
+    for chunk in chunks:
+        match chunk.get("type"):
+            case "start" if chunk.get("messageId"):
+                message_id = str(chunk["messageId"])
+            case "start-step":
+                parts.append({"type": "step-start"})
+            case "tool-input-available":
+                part = {
+                    "type": f"tool-{chunk['toolName']}",
+                    "toolCallId": chunk["toolCallId"],
+                    "state": "input-available",
+                    "input": chunk.get("input"),
+                }
+                tools[str(chunk["toolCallId"])] = part
+                parts.append(part)
+            case "tool-output-available" if str(chunk.get("toolCallId")) in tools:
+                tools[str(chunk["toolCallId"])].update(state="output-available", output=chunk.get("output"))
+            case "text-start":
+                texts[str(chunk["id"])] = part = {"type": "text", "text": "", "state": "done"}
+                parts.append(part)
+            case "text-delta" if str(chunk.get("id")) in texts:
+                texts[str(chunk["id"])]["text"] += str(chunk.get("delta", ""))
+            case _:
+                pass
+    return {"id": message_id, "role": "assistant", "parts": parts}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A load run against some servers, and the CPU spent while its turns ran."""
+
+    result: LoadResult
+    server_cpu: float
+    """CPU seconds the servers used from the start to `settle` after the last turn."""
+    client_cpu: float
+    """CPU seconds this process (the clients) used meanwhile."""
+    server_wait: float = 0.0
+    """Seconds the (first) server's main thread waited for its core during the turns."""
+    client_wait: float = 0.0
+    machine_busy: float = 0.0
+    """The share of all the machine's cores busy during the turns, whoever used them."""
+
+
+async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float = 0.0) -> Measured:
+    """`load` over `servers` (round robin), with their CPU and this process's read around the turns.
+
+    `settle`: seconds after the last turn before the servers' CPU is read (a trace exporter's batch).
+    """
+    marks: dict[str, float] = {}
+    ticks: list[tuple[int, int]] = []
+
+    def start() -> None:
+        marks.update(
+            server=sum(server.cpu_seconds() for server in servers),
+            client=time.process_time(),
+            server_wait=core_wait(servers[0].pid),
+            client_wait=core_wait("self"),
+        )
+        ticks.append(machine_ticks())
+
+    result = await run_load([server.base_url for server in servers], load, on_start=start)
+    client_cpu = time.process_time() - marks.get("client", 0.0)
+    waits = (
+        core_wait(servers[0].pid) - marks.get("server_wait", 0.0),
+        core_wait("self") - marks.get("client_wait", 0.0),
+    )
+    busy, total = machine_ticks()
+    start_busy, start_total = ticks[0] if ticks else (busy, total)
+    await asyncio.sleep(settle)
+    server_cpu = sum(server.cpu_seconds() for server in servers) - marks.get("server", 0.0)
+    machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
+    return Measured(result, server_cpu, client_cpu, *waits, machine_busy=machine)

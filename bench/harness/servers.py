@@ -1,0 +1,236 @@
+"""Servers as processes: ours (`python -m cli serve`) and the baselines, started on a free port and
+watched (CPU and memory from /proc, trouble in their logs), each from a copy of the source tree."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from .reports import ROOT
+
+__all__ = (
+    "SECRET",
+    "UNLIMITED",
+    "ServerProcess",
+    "adapter_argv",
+    "bare_sse_argv",
+    "folder",
+    "ours_argv",
+    "raise_open_files_limit",
+    "server_env",
+    "serving",
+    "snapshot",
+    "start_server",
+)
+
+SECRET = "bench-secret"
+UNLIMITED = {"DURABLE_CHAT_MESSAGES_PER_MINUTE": "1000000"}
+"""For a benchmark whose users send turn after turn: the per-user message rate would refuse them."""
+_PACKAGES = ("agent", "bench", "cli", "store", "stream", "web")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_ACCESS = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" (\d{3})')
+_TROUBLE = re.compile(r"ERROR|CRITICAL|WARNING|Traceback|(Error|Exception)\b")
+
+
+def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without `DURABLE_CHAT_*`, with the benchmarks' secret and rate limits."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DURABLE_CHAT_")}
+    env.update(
+        DURABLE_CHAT_SECRET=SECRET,
+        DURABLE_CHAT_RATE_LIMIT_BURST="1000",
+        DURABLE_CHAT_RATE_LIMIT_PER_SECOND="1000",
+        PYTHONUNBUFFERED="1",
+    )
+    return env | dict(extra or {})
+
+
+def ours_argv(database_url: str, module: str = "cli") -> list[str]:
+    """`durable-chat serve` on the demo model (`module`: a wrapper that runs the CLI)."""
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "serve",
+        "--port",
+        "{port}",
+        "--db",
+        database_url,
+        "--model",
+        "demo",
+    ]
+
+
+def bare_sse_argv() -> list[str]:
+    """The store-nothing SSE app with our routes (`bench.harness.bare_sse`)."""
+    return [sys.executable, "-m", "bench.harness.bare_sse", "--port", "{port}"]
+
+
+def adapter_argv(database_url: str) -> list[str]:
+    """pydantic-ai's own adapter serving the shop's agent (`bench.harness.adapter`)."""
+    return [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
+
+
+def snapshot(target: Path) -> Path:
+    """Copy the packages the servers import, so every server of a run runs the code as it was at its start."""
+    for package in _PACKAGES:
+        shutil.copytree(ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+@contextmanager
+def folder(prefix: str, *, keep: bool = False) -> Generator[Path]:
+    """A new temporary folder (the servers' logs, SQLite files), removed afterwards unless `keep`."""
+    path = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"logs and databases kept in {path}", flush=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to the hard one; the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (1 << 20 if hard == resource.RLIM_INFINITY else hard, hard)
+        )
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _times(path: Path) -> tuple[float, float]:
+    fields = path.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    stdout: Path
+    stderr: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def status(self, key: str) -> int | None:
+        """A `/proc/PID/status` field (`VmRSS`, `VmHWM` in kB, `Threads`), or `None` once it is gone."""
+        try:
+            text = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        return next((int(line.split()[1]) for line in text.splitlines() if line.startswith(key + ":")), None)
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the process has used so far, every thread."""
+        return sum(_times(Path(f"/proc/{self.pid}/stat")))
+
+    def loop_thread_times(self) -> tuple[float, float]:
+        """The main thread's (the event loop's) user and system CPU time so far."""
+        return _times(Path(f"/proc/{self.pid}/task/{self.pid}/stat"))
+
+    async def stop(self) -> int | None:
+        """SIGTERM (uvicorn's graceful shutdown), then SIGKILL after 20 s; the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.process.wait, 20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                await asyncio.to_thread(self.process.wait)
+        return self.process.returncode
+
+    def trouble(self) -> tuple[list[str], dict[str, int]]:
+        """Log lines that look like errors or warnings, and the access log's non-2xx answers by status."""
+        lines: list[str] = []
+        statuses: dict[str, int] = {}
+        for path in (self.stderr, self.stdout):
+            for line in path.read_text(errors="replace").splitlines():
+                if match := _ACCESS.search(line):
+                    if not match.group(1).startswith("2"):
+                        statuses[match.group(1)] = statuses.get(match.group(1), 0) + 1
+                elif _TROUBLE.search(line):
+                    lines.append(line.rstrip())
+        return lines, statuses
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def start_server(
+    name: str, argv: Sequence[str], env: Mapping[str, str], logs: Path, *, cwd: Path | None = None
+) -> ServerProcess:
+    """Start `argv` (`{port}` in it replaced by a free port) and wait until `GET /healthz` answers 200."""
+    port = _free_port()
+    stdout, stderr = logs / f"{name}.out", logs / f"{name}.err"
+    process = _spawn([part.replace("{port}", str(port)) for part in argv], env, stdout, stderr, cwd)
+    server = ServerProcess(name, process, port, stdout, stderr)
+    deadline = time.monotonic() + 90
+    async with httpx.AsyncClient(timeout=5) as client:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}: {stderr.read_text()[-2000:]}")
+            try:
+                if (await client.get(f"{server.base_url}/healthz")).status_code == 200:
+                    return server
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                await server.stop()
+                raise RuntimeError(
+                    f"{name} did not answer /healthz within 90 s: {stderr.read_text()[-2000:]}"
+                )
+            await asyncio.sleep(0.2)
+
+
+def _spawn(
+    argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path, cwd: Path | None
+) -> subprocess.Popen[bytes]:
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        return subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            preexec_fn=raise_open_files_limit,
+        )
+
+
+@asynccontextmanager
+async def serving(
+    name: str, argv: Sequence[str], env: Mapping[str, str], logs: Path, *, cwd: Path | None = None
+) -> AsyncGenerator[ServerProcess]:
+    """`start_server`, stopped on leaving."""
+    server = await start_server(name, argv, env, logs, cwd=cwd)
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -1,0 +1,262 @@
+"""The store benchmark's two workloads, run over every system in the same process and interleaved,
+and what they measured.
+
+The machine is shared and noisy, so no system (and no history size) is measured in one block.
+Per-size workload: every conversation is filled first, then each round takes one turn of every
+system at every size, in an order that rotates from round to round. Concurrent workload: each
+repetition runs every system once, again in rotating order. Ratios are medians of paired ratios:
+two systems' turns of the same round (or their runs of the same repetition) ran back to back.
+
+What is alive before the timing starts (the in-memory store's conversations, every system's
+prepared messages) is frozen out of the garbage collector: otherwise each full collection walks
+all of it, some 150 ms here, inside whichever system's turn happens to trigger it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import sqlalchemy as sa
+from pydantic_ai.messages import ModelMessage
+
+from bench.harness.databases import Dialect, connected, scratch_database
+from bench.harness.stats import NAN, median, paired_ratio
+from bench.store_messages import history, message_json, realistic_turn
+from bench.store_systems import System, Timing, sqlite_path
+
+__all__ = ("Contender", "Part", "Places", "Results", "Settings", "run_concurrent", "run_per_size")
+
+T = TypeVar("T")
+Part = Literal["load", "save", "total"]
+MEASURED_TURN_BASE = 100_000
+"""Turn numbers of the measured turns, away from those that built the histories."""
+CONVERSATION_STRIDE = 999
+"""Turn numbers between two conversations of the concurrent workload: a multiple of 3, so all have the
+same tool turns."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    sizes: tuple[int, ...] = (10, 100, 1_000)
+    warmup: int = 2
+    repeats: int = 20
+    conversations: int = 50
+    turns: int = 20
+    concurrent_runs: int = 3
+
+
+@dataclass(frozen=True)
+class Contender:
+    key: str
+    """A short, stable name: `ours`, `warm`, `floor`, `fair`, `async`, `memory`, `openai`, `langgraph`."""
+    open: Callable[[str], Awaitable[System]]
+    """Opens the system on a fresh database's URL."""
+    on_disk: bool = True
+
+
+@dataclass
+class Places:
+    """Fresh databases of one dialect, one per system and workload, dropped with `stack`."""
+
+    dialect: Dialect
+    folder: Path
+    postgres: str | None
+    stack: AsyncExitStack
+    count: int = 0
+
+    async def new(self, label: str) -> str:
+        self.count += 1
+        name = f"{self.count:02d}-{label}"
+        return await self.stack.enter_async_context(
+            scratch_database(self.dialect, self.folder, name, self.postgres)
+        )
+
+    async def storage_bytes(self, url: str) -> int:
+        """What the data at `url` takes on disk, once the system using it is closed."""
+        if (path := sqlite_path(url)) is not None:
+            return _sqlite_bytes(path)
+        query = (  # tables with their indexes and TOAST, in every schema the system may have used
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = "
+            "c.relnamespace WHERE c.relkind IN ('r', 'p', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND n.nspname NOT LIKE 'pg_toast%'"
+        )
+        async with connected(url) as connection:
+            return int(await connection.scalar(sa.text(query)) or 0)
+
+
+def _sqlite_bytes(path: str) -> int:
+    # Fold the write-ahead log back into the file first, so no page is counted twice or missed.
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+    wal = Path(f"{path}-wal")
+    return Path(path).stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def _part(timing: Timing, part: Part) -> float:
+    return timing.total if part == "total" else timing.load if part == "load" else timing.save
+
+
+@dataclass
+class Results:
+    names: dict[str, str] = field(default_factory=dict[str, str])
+    """Each measured system's display name by its key."""
+    unavailable: dict[str, str] = field(default_factory=dict[str, str])
+    """Why a system wasn't measured, or stopped being measured, by its key."""
+    timings: dict[str, dict[int, dict[int, Timing]]] = field(
+        default_factory=dict[str, dict[int, dict[int, Timing]]]
+    )
+    """Per system, per history size, per round: one turn's timing."""
+    throughput: dict[str, dict[int, float]] = field(default_factory=dict[str, dict[int, float]])
+    """Per system, per repetition: turns per second of the concurrent workload."""
+    storage: dict[str, int] = field(default_factory=dict[str, int])
+    """Per system: bytes its data took after the concurrent workload."""
+    raw_json_bytes: int = 0
+    """The compact JSON of every message that workload stored, added up."""
+
+    def sizes(self) -> list[int]:
+        return sorted({size for by_size in self.timings.values() for size in by_size})
+
+    def _parts(self, key: str, size: int, part: Part) -> dict[int, float]:
+        return {round_: _part(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
+
+    def median(self, key: str, size: int, part: Part) -> float:
+        return median(self._parts(key, size, part).values())
+
+    def ratio(self, key: str, other: str, size: int, part: Part, *, other_size: int | None = None) -> float:
+        """`key`'s time over `other`'s, paired by round: at `size`, or against `other_size` for `other`."""
+        return paired_ratio(self._parts(key, size, part), self._parts(other, other_size or size, part))
+
+    def turns_per_second(self, key: str) -> float:
+        return median(self.throughput[key].values()) if key in self.throughput else NAN
+
+    def throughput_ratio(self, key: str, other: str) -> float:
+        """`key`'s turns per second over `other`'s, paired by repetition."""
+        return paired_ratio(self.throughput.get(key, {}), self.throughput.get(other, {}))
+
+
+@cache
+def _turn(number: int) -> tuple[ModelMessage, ...]:
+    return tuple(realistic_turn(number))
+
+
+def _rotated(items: Sequence[T], by: int) -> list[T]:
+    by %= max(len(items), 1)
+    return [*items[by:], *items[:by]]
+
+
+def _skip(results: Results, key: str, reason: str) -> None:
+    results.unavailable[key] = reason
+    print(f"  {results.names.get(key, key)}: {reason}", flush=True)
+
+
+async def _open(contender: Contender, url: str, results: Results) -> System | None:
+    try:
+        system = await contender.open(url)
+    except Exception as error:  # a rival missing or broken here is reported, not fatal
+        _skip(results, contender.key, f"not measured: {error}")
+        return None
+    results.names[contender.key] = system.name
+    return system
+
+
+async def run_per_size(
+    contenders: Sequence[Contender], places: Places, settings: Settings, results: Results
+) -> None:
+    """One turn (load + save) on conversations that already hold each size of history."""
+    systems: dict[str, System] = {}
+    for contender in (c for c in contenders if c.key not in results.unavailable):
+        if (
+            system := await _open(contender, await places.new(f"{contender.key}-sizes"), results)
+        ) is not None:
+            systems[contender.key] = system
+    rounds = settings.warmup + settings.repeats
+    try:
+        started = time.perf_counter()
+        for size in settings.sizes:
+            for system in systems.values():
+                system.prepare(f"history-{size}", history(size))
+                for round_ in range(rounds):
+                    await system.turn(f"size{size}-round{round_}", f"history-{size}")
+        for system in systems.values():
+            for round_ in range(rounds):
+                system.prepare(f"turn-{round_}", _turn(MEASURED_TURN_BASE + round_))
+        print(
+            f"  filled {len(settings.sizes) * rounds} conversations each in {time.perf_counter() - started:.0f}s"
+        )
+        gc.collect()
+        gc.freeze()
+        started = time.perf_counter()
+        for round_ in range(rounds):
+            for step, size in enumerate(_rotated(settings.sizes, round_)):
+                for key, system in _rotated(list(systems.items()), round_ + step):
+                    if key in results.unavailable:
+                        continue
+                    try:
+                        timing = await system.turn(f"size{size}-round{round_}", f"turn-{round_}")
+                    except Exception as error:  # one system failing must not lose the others' results
+                        _skip(results, key, f"failed at {size:,} messages: {error!r}")
+                        continue
+                    if round_ >= settings.warmup:
+                        results.timings.setdefault(key, {}).setdefault(size, {})[round_] = timing
+        print(f"  {rounds} rounds in {time.perf_counter() - started:.0f}s", flush=True)
+    finally:
+        gc.unfreeze()
+        for system in systems.values():
+            await system.aclose()
+
+
+async def run_concurrent(
+    contenders: Sequence[Contender], places: Places, settings: Settings, results: Results
+) -> None:
+    """`conversations` tasks at once, each doing `turns` turns; then what the data takes on disk."""
+    turns = {
+        (conversation, turn): _turn(conversation * CONVERSATION_STRIDE + turn)
+        for conversation in range(settings.conversations)
+        for turn in range(settings.turns)
+    }
+    results.raw_json_bytes = sum(len(message_json(m)) for batch in turns.values() for m in batch)
+    for run in range(settings.concurrent_runs):
+        for contender in _rotated(contenders, run):
+            if contender.key in results.unavailable:
+                continue
+            url = await places.new(f"{contender.key}-concurrent{run}")
+            if (system := await _open(contender, url, results)) is None:
+                continue
+            for (conversation, turn), batch in turns.items():
+                system.prepare(f"c{conversation}-t{turn}", batch)
+
+            async def converse(conversation: int, system: System = system) -> None:
+                for turn in range(settings.turns):
+                    await system.turn(f"conversation-{conversation}", f"c{conversation}-t{turn}")
+
+            gc.collect()
+            gc.freeze()
+            started = time.perf_counter()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for conversation in range(settings.conversations):
+                        group.create_task(converse(conversation))
+            except Exception as error:  # one system failing must not lose the others' results
+                _skip(results, contender.key, f"failed under concurrency: {error!r}")
+                continue
+            finally:
+                elapsed = time.perf_counter() - started
+                gc.unfreeze()
+                await system.aclose()
+            rate = settings.conversations * settings.turns / elapsed
+            results.throughput.setdefault(contender.key, {})[run] = rate
+            print(f"  run {run + 1}, {results.names[contender.key]}: {rate:,.0f} turns/s", flush=True)
+            if contender.on_disk and run == settings.concurrent_runs - 1:
+                results.storage[contender.key] = await places.storage_bytes(url)

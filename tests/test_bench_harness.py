@@ -1,0 +1,195 @@
+"""The benchmarks' harness: percentiles, paired ratios, tables and sections, options, SSE parsing."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bench.harness.clients import Event, assistant_message, check_turn, sse_events
+from bench.harness.options import POSTGRES_ENV, parser, writes
+from bench.harness.reports import command_line, table, write_section
+from bench.harness.stats import median, ms, ms_short, paired_ratio, percentile, ratio, times
+
+
+def test_percentiles_interpolate_between_ranks_as_the_inclusive_quantiles_do() -> None:
+    values = [7.0, 1.0, 3.0, 10.0, 4.0, 2.5, 8.0]
+    assert percentile(values, 0.0) == 1.0
+    assert percentile(values, 1.0) == 10.0
+    assert percentile(values, 0.5) == 4.0 == statistics.median(values)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5 == median([4.0, 3.0, 2.0, 1.0])
+    assert percentile([10.0, 20.0], 0.9) == pytest.approx(19.0)
+    quantiles = statistics.quantiles(values, n=100, method="inclusive")
+    assert [percentile(values, n / 100) for n in range(1, 100)] == pytest.approx(quantiles)
+    assert math.isnan(percentile([], 0.5))
+
+
+def test_a_paired_ratio_is_the_median_of_ratios_of_the_same_key() -> None:
+    # Round 1 ran on a slow core for both sides: 4 against 2. The ratio of totals would say 2.0x.
+    ours = {0: 1.5, 1: 4.0, 2: 3.0, 3: 9.0}
+    theirs = {0: 1.0, 1: 2.0, 2: 1.0, 4: 1.0}
+    assert paired_ratio(ours, theirs) == 2.0
+    # A key only one side has, a zero or a missing figure on either side, is left out.
+    assert paired_ratio({0: 1.2, 1: 5.0, 2: math.nan}, {0: 1.0, 1: 0.0, 2: 1.0}) == 1.2
+    assert math.isnan(paired_ratio({}, theirs))
+    assert ratio(3.0, 2.0) == 1.5
+    assert math.isnan(ratio(3.0, 0.0))
+
+
+def test_figures_are_written_with_their_units_and_a_missing_one_as_a_dash() -> None:
+    assert ms(0.0123) == "12.3"
+    assert ms(0.0123, 2) == "12.30"
+    assert ms_short(0.0456) == "45.6"
+    assert ms_short(1.2345) == "1,234"
+    assert times(1.234) == "1.23x"
+    assert ms(math.nan) == ms_short(math.nan) == times(math.nan) == "—"
+
+
+def test_tables_align_the_columns_they_are_told_to() -> None:
+    assert table("name | ms", [["a", 1.5], ["b", 2]], align="lr") == [
+        "| name | ms |",
+        "|---|---:|",
+        "| a | 1.5 |",
+        "| b | 2 |",
+    ]
+    assert table(["x"], []) == ["| x |", "|---|"]
+
+
+def test_a_section_replaces_its_own_block_and_leaves_the_rest(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    write_section(docs, "web", "## Web\n\nold")
+    write_section(docs, "store", "## Store\n")
+    docs.write_text(docs.read_text().replace("## Store", "Prose between.\n\n## Store"))
+    write_section(docs, "web", "## Web\n\nnew\n\n")
+    assert docs.read_text() == (
+        "# Benchmarks\n\nEach section is written by its benchmark; see `bench/README.md`.\n\n"
+        "<!-- bench:web -->\n## Web\n\nnew\n<!-- /bench:web -->\n\n"
+        "<!-- bench:store -->\nProse between.\n\n## Store\n<!-- /bench:store -->\n"
+    )
+
+
+def test_the_command_is_written_without_the_urls_it_was_given() -> None:
+    argv = ["--postgres", "postgresql+asyncpg://user:secret@host/db", "--minutes", "2"]
+    assert command_line("bench.soak", argv) == "python -m bench.soak --postgres URL --minutes 2"
+
+
+def test_postgresql_comes_from_the_environment_unless_refused_or_explicit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(POSTGRES_ENV, "postgresql+asyncpg://env/db")
+    optional = parser("bench.x", "What it does.\n\nMore.")
+    assert optional.description == "What it does."
+    assert optional.parse_args([]).postgres == "postgresql+asyncpg://env/db"
+    assert optional.parse_args(["--no-postgres"]).postgres is None
+    assert (
+        optional.parse_args(["--postgres", "postgresql+asyncpg://other/db"]).postgres
+        == "postgresql+asyncpg://other/db"
+    )
+    explicit = parser("bench.x", None, postgres="explicit", quick=None)
+    assert explicit.parse_args([]).postgres is None
+    with pytest.raises(SystemExit):
+        explicit.parse_args(["--quick"])
+
+
+def test_a_full_run_writes_its_sections_unless_told_otherwise() -> None:
+    options = parser("bench.x", None, strict=True)
+    assert writes(options.parse_args([]), full=True)
+    assert not writes(options.parse_args(["--quick"]), full=False)
+    assert writes(options.parse_args(["--quick", "--write"]), full=False)
+    assert not writes(options.parse_args(["--no-write"]), full=True)
+    assert options.parse_args(["--strict"]).strict
+    assert options.parse_args([]).output.name == "benchmarks.md"
+
+
+async def _lines(*lines: str) -> AsyncIterator[str]:
+    for line in lines:
+        yield line
+
+
+@pytest.mark.anyio
+async def test_an_sse_stream_becomes_events_with_their_ids_and_types() -> None:
+    lines = _lines(
+        ": ping",
+        "",
+        "id: 7",
+        "event: text_delta",
+        'data: {"delta":',
+        'data: "hi"}',
+        "",
+        'data: {"type": "finish"}',
+        "",
+        "data: [DONE]",
+        "",
+        'data: {"unterminated": true}',
+    )
+    found = [(e.event_id, e.type, e.data) async for e in sse_events(lines)]
+    assert found == [(7, "text_delta", {"delta": "hi"}), (None, "message", {"type": "finish"})]
+
+
+def _turn(run_id: str, first_id: int, *, text: str = "Order shipped.") -> list[Event]:
+    shape: list[tuple[str, dict[str, str]]] = [
+        ("run_started", {}),
+        ("user_message", {}),
+        ("tool_call", {}),
+        ("tool_result", {}),
+        ("text_delta", {"delta": "Order "}),
+        ("text_delta", {"delta": "shipped."}),
+        ("text_done", {"text": text}),
+        ("run_finished", {"status": "completed"}),
+    ]
+    return [
+        Event(0.0, first_id + n, kind, {"run_id": run_id, **data}) for n, (kind, data) in enumerate(shape)
+    ]
+
+
+def test_a_turn_counts_only_when_all_its_events_are_there_in_order() -> None:
+    assert check_turn(_turn("r1", 10), "r1", 9) is None
+    assert check_turn(_turn("r1", 10), "r1", 10) == "ids [10, 11, 12, 13, 14, 15, 16, 17] after 10"
+    assert check_turn(_turn("r1", 10), "r2", 0) == "an event of another run than r2"
+    assert check_turn(_turn("r1", 10, text="Order"), "r1", 0) == "text_done differs from its deltas"
+    missing = [event for event in _turn("r1", 10) if event.type != "tool_result"]
+    assert (check_turn(missing, "r1", 0) or "").startswith(
+        "event types ['run_started', 'user_message', 'tool_call', 'text_delta'"
+    )
+
+
+def test_the_assistant_message_holds_the_steps_the_tool_call_with_its_result_and_the_text() -> None:
+    chunks = [
+        {"type": "start", "messageId": "m1"},
+        {"type": "start-step"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "lookup_order"},
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c1",
+            "toolName": "lookup_order",
+            "input": {"order_id": "X"},
+        },
+        {"type": "tool-output-available", "toolCallId": "c1", "output": {"status": "shipped"}},
+        {"type": "finish-step"},
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t1"},
+        {"type": "text-delta", "id": "t1", "delta": "Order "},
+        {"type": "text-delta", "id": "t1", "delta": "X shipped."},
+        {"type": "text-end", "id": "t1"},
+        {"type": "finish-step"},
+        {"type": "finish"},
+    ]
+    assert assistant_message(chunks) == {
+        "id": "m1",
+        "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {
+                "type": "tool-lookup_order",
+                "toolCallId": "c1",
+                "state": "output-available",
+                "input": {"order_id": "X"},
+                "output": {"status": "shipped"},
+            },
+            {"type": "step-start"},
+            {"type": "text", "text": "Order X shipped.", "state": "done"},
+        ],
+    }
