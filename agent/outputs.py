@@ -61,9 +61,9 @@ def check_servable(agent: AbstractAgent[Any, Any]) -> None:
     name = agent.name or "the agent"
     raise UnservableAgent(
         f"{name!r} has output validators, so pydantic-ai runs it only with its own output type, "
-        f"{_describe(agent.output_type)}, which lacks DeferredToolRequests: its tools that need "
+        f"{_named(agent.output_type)}, which lacks DeferredToolRequests: its tools that need "
         f"approval ({', '.join(needing)}) could never pause a run. Add DeferredToolRequests to its "
-        f"output types: Agent(..., output_type=[{_describe(agent.output_type)}, DeferredToolRequests])"
+        f"output types: Agent(..., output_type=[{_members(agent.output_type)}, DeferredToolRequests])"
     )
 
 
@@ -114,6 +114,18 @@ def _names_deferred(spec: object) -> bool:
     return any(_names_deferred(item) for item in items)
 
 
-def _describe(spec: object) -> str:
+def _named(spec: object) -> str:
+    """`spec` as a user wrote it: `Flight`, `Flight | NoFlight`, `[Flight, NoFlight]`."""
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        return f"[{_members(spec)}]"  # pyright: ignore[reportUnknownArgumentType]
+    args: object = getattr(spec, "__args__", None)
+    if isinstance(args, tuple):
+        return " | ".join(_named(item) for item in args)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
     name: object = getattr(spec, "__name__", None)
     return name if isinstance(name, str) else repr(spec)
+
+
+def _members(spec: object) -> str:
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        return ", ".join(_named(item) for item in spec)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    return _named(spec)

@@ -2,7 +2,7 @@
 
 Their behaviour is tested through runs elsewhere (retries and tool failures in `test_errors`,
 hidden blocked turns in `test_guardrails`, the recorded schemas in `test_approvals`, the results
-checkpoint `sending` calls in `test_published_results`); this pins that a hook one of them gains
+checkpoint `sending` calls in `test_conformance`); this pins that a hook one of them gains
 is not silently dropped by the bundle.
 """
 
