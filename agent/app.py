@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from pydantic_ai import DeferredToolRequests
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputSpec
@@ -26,15 +26,20 @@ from store import upgrade
 
 from .guardrails import Guardrails
 from .ledger import ToolLedger
+from .output_types import can_pause, check_servable, run_output_type
 from .records import RunRecords
 from .retries import ModelRetries
 from .texts import Texts
 
 logger = logging.getLogger(__name__)
 
-__all__ = ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits")
+__all__ = ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunKind", "RunScope", "default_limits")
 
 DepsT = TypeVar("DepsT")
+
+RunKind = Literal["message", "resume", "regenerate", "recover"]
+"""Why a run runs: a user's message, decisions on its paused calls, a reply asked again, or the
+continuation of a run an earlier attempt left (a crash, a restart, a cancelled task)."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,20 @@ class RunScope:
     engine: AsyncEngine
     """The database durable-chat runs on, for an app's own tables (effects that share a transaction
     with their ledger row go through `ledger.once` instead)."""
+    kind: RunKind = "message"
+    """Why the run runs; `recover` for any run's attempt after the first."""
+    message: str | None = None
+    """The user message the run answers: a `message` run's, the one a `regenerate` run asks again
+    (and theirs again when they `recover`); `None` for a `resume` run, which decisions started."""
 
 
-DepsFactory = Callable[[RunScope], "DepsT | Awaitable[DepsT]"]
-"""Builds an agent's deps for one run, sync or async."""
+DepsFactory = Callable[
+    [RunScope],
+    "DepsT | Awaitable[DepsT] | AbstractAsyncContextManager[DepsT] | AsyncGenerator[DepsT, None]",
+]
+"""Builds an agent's deps for one run: sync or async, or with a lifetime, as an async context
+manager (or an async generator with one `yield`) entered before the run and exited after it,
+however it ends."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +121,12 @@ class ChatApp(Generic[DepsT]):
     """
 
     agent: AbstractAgent[DepsT, Any]
-    """Any pydantic-ai agent. `DeferredToolRequests` is added to its output types for each run."""
+    """Any pydantic-ai agent. `DeferredToolRequests` is added to its output types for each run, but
+    for an agent with output validators, which pydantic-ai runs only with its own output type (one
+    that needs approvals must name `DeferredToolRequests` itself; see `agent/output_types.py`)."""
     deps: DepsFactory[DepsT] | None = None
-    """Builds the agent's deps once per run; without it the agent gets `None`."""
+    """Builds the agent's deps once per run (an async context manager or generator: entered before
+    it, exited after it); without it the agent gets `None`."""
     name: str | None = None
     """Shown to users (the page's title); the agent's name, or "Assistant", by default."""
     guardrails: Guardrails | None = None
@@ -151,35 +169,58 @@ class ChatApp(Generic[DepsT]):
                 f"read_only_tools takes tool names, like {{{self.read_only_tools!r}}}, not one string"
             )
         self.read_only_tools = frozenset(self.read_only_tools)
+        check_servable(self.agent)
+        if not can_pause(self.agent):
+            logger.info(
+                "agent %r has output validators and no DeferredToolRequests among its output types: "
+                "its runs cannot pause for approval",
+                self.title,
+            )
 
     @property
     def title(self) -> str:
         return self.name or self.agent.name or "Assistant"
 
     @property
-    def output_type(self) -> OutputSpec[Any]:
-        """The agent's output types with `DeferredToolRequests`, so a run can pause."""
-        spec: Any = getattr(self.agent, "output_type", str)
-        if spec is DeferredToolRequests:
-            return spec
-        if isinstance(spec, Sequence) and not isinstance(spec, str):
-            items: list[Any] = list(spec)  # pyright: ignore[reportUnknownArgumentType]
-            return items if DeferredToolRequests in items else [*items, DeferredToolRequests]
-        return [spec, DeferredToolRequests]
+    def output_type(self) -> OutputSpec[Any] | None:
+        """What a run passes as `output_type`: the agent's output types with `DeferredToolRequests`,
+        so a run can pause, or `None` (the agent's own) where pydantic-ai allows no other."""
+        return run_output_type(self.agent)
 
     def timeout_of(self, tool_name: str, *, approved: bool) -> float | None:
         if tool_name in self.tool_timeouts:
             return self.tool_timeouts[tool_name]
         return self.approved_tool_timeout if approved else self.tool_timeout
 
-    async def build_deps(self, scope: RunScope) -> DepsT | None:
-        """The deps of one run, from the factory (sync or async)."""
+    @asynccontextmanager
+    async def deps_for(self, scope: RunScope) -> AsyncGenerator[DepsT | None]:
+        """The deps of one run, for as long as it runs: from the factory, sync or async, entered and
+        exited when the factory gives an async context manager or an async generator.
+
+        The exit sees why the run ended (a failure, a cancellation, the worker stopping) and cannot
+        swallow it; after a run that ended well, its end stored already, a failing exit is logged.
+        """
         if self.deps is None:
-            return None
+            yield None
+            return
         made = self.deps(scope)
-        if inspect.isawaitable(made):
-            return await made
-        return made
+        if inspect.isasyncgen(made):
+            # `isasyncgen` narrows to a generator that takes `Never`: it takes `None` here.
+            made = asynccontextmanager(_given)(made)  # pyright: ignore[reportUnknownArgumentType, reportArgumentType]
+        if not isinstance(made, AbstractAsyncContextManager):
+            yield (await made) if inspect.isawaitable(made) else made  # pyright: ignore[reportReturnType]
+            return
+        lifetime: AbstractAsyncContextManager[DepsT] = made  # pyright: ignore[reportUnknownVariableType]
+        entered = await lifetime.__aenter__()
+        try:
+            yield entered
+        except BaseException as error:
+            await lifetime.__aexit__(type(error), error, error.__traceback__)
+            raise
+        try:
+            await lifetime.__aexit__(None, None, None)
+        except Exception:
+            logger.exception("the deps of run %s failed to close", scope.run_id)
 
     async def start(self, engine: AsyncEngine) -> None:
         """Run the setup hook, once, before the app serves."""
@@ -204,3 +245,7 @@ class ChatApp(Generic[DepsT]):
             )
             return None
         return None if described is None else dict(described)
+
+
+def _given(generator: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+    return generator

@@ -1,13 +1,32 @@
-"""When a run checkpoints: after every node, but for two that can wait for the run's next one."""
+"""A run's checkpoints: what it stores of its conversation, when, and with which events and records.
+
+A run checkpoints after each node, before the next model call or tool execution, with three
+exceptions: a final response waits for the end's checkpoint (`answers_last_response`); a response
+calling only the app's read-only tools waits for the checkpoint of their results (`calls_only`); and
+a tool step's results are stored when the request carrying them goes out (`RunCheckpoints.sending`),
+as pydantic-ai finished that request, in the transaction that publishes their `tool_result` events.
+The design note is "A run, node by node" in `docs/agent.md`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import asyncio
+from collections.abc import Callable, Collection, Sequence
 
-from pydantic_ai import CallToolsNode
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ("answers_last_response", "calls_only")
+from store import Checkpoint, Database, PendingCall, Run, RunStatus, insert_pending
+from stream import Sink
+
+from .eventlog import EventLogSink, new_events
+from .merge import unsaved
+from .records import RunRecords
+from .withdrawals import OutputGuard
+
+__all__ = ("RunCheckpoints", "answers_last_response", "calls_only")
 
 
 def answers_last_response(node: object) -> bool:
@@ -21,11 +40,9 @@ def answers_last_response(node: object) -> bool:
 def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str]) -> bool:
     """Whether `unsaved` holds one response, calling tools, and every call and result in it is of `tools`.
 
-    With `tools` the app's read-only ones (`ChatApp.read_only_tools`), such a checkpoint can wait
-    for the next: after a crash, the model call that asked for them and the tools run again,
-    changing nothing. The result of any other tool (a resumed refund's) is stored at once, as
-    before. One response at most: a run calling lookups in a loop still checkpoints every other
-    step, so a crash repeats one model call, never a run's worth.
+    With `tools` the app's read-only ones (`ChatApp.read_only_tools`), its checkpoint can wait for
+    the one that stores the tools' results: after a crash in between, the model call that asked for
+    them and the tools run again, changing nothing.
     """
     responses = [message for message in unsaved if isinstance(message, ModelResponse)]
     if len(responses) != 1 or not responses[0].tool_calls:
@@ -36,3 +53,113 @@ def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str]) -> bool:
         for part in message.parts
         if isinstance(part, ToolCallPart | ToolReturnPart)
     )
+
+
+class RunCheckpoints:
+    """The checkpoints of one run's attempt: its conversation as stored, and what it adds to it."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        run: Run,
+        log: EventLogSink,
+        out: Sink,
+        guard: OutputGuard,
+        records: RunRecords,
+        read_only: Collection[str],
+        stopping: asyncio.Event,
+        trace_id: str | None,
+    ) -> None:
+        self.db, self.run, self.log, self.out, self.guard = db, run, log, out, guard
+        self.records, self.read_only, self.stopping, self.trace_id = records, read_only, stopping, trace_id
+        self.conversation = Conversation(conversation_id=run.thread_id)
+        self.base = 0
+        """How many messages of `conversation` the run started from; its checkpoints stored the rest."""
+        self.new: Callable[[], list[ModelMessage]] = list
+        """The run's new messages, as pydantic-ai counts them (`AgentRun.new_messages`)."""
+        self.answering = False
+        """A tool step ran whose results no checkpoint stored yet: the next request's checkpoint does."""
+
+    def started(self, new: Callable[[], list[ModelMessage]]) -> None:
+        """The agent run begins from `conversation` as it is; `new` gives its new messages."""
+        self.base, self.new = len(self.conversation.messages), new
+
+    def messages(self) -> list[ModelMessage]:
+        """The conversation as the run left it so far: what is stored, then what the run added since."""
+        stored = self.conversation.messages
+        return [*stored, *unsaved(stored[self.base :], self.new())]
+
+    def can_wait(self) -> bool:
+        """Whether the checkpoint due now can wait for the run's next one: all it would add calls
+        only read-only tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
+        if not self.read_only or self.stopping.is_set() or self.guard.blanking:
+            return False
+        stored = self.conversation.messages
+        return calls_only(unsaved(stored[self.base :], self.new()), self.read_only)
+
+    async def sending(self) -> None:
+        """A request is about to go to the model, as pydantic-ai finished it (stamped with its time,
+        run and instructions): when it carries a tool step's results, they are stored now, with the
+        `tool_result` events that show them, before any client sees one."""
+        if self.answering:
+            self.answering = False
+            await self.save(self.messages())
+
+    async def park(self, node: object) -> None:
+        """Before the run goes back to the queue for a stopping runtime: a tool step's results are
+        stored as the request not sent yet, which the next process sends as it is (pydantic-ai
+        sends a history's trailing request)."""
+        if self.answering and isinstance(node, ModelRequestNode):
+            self.answering = False
+            request: ModelRequest = node.request  # pyright: ignore[reportUnknownMemberType]
+            await self.save([*self.messages(), request])
+
+    async def save(
+        self,
+        messages: list[ModelMessage],
+        *,
+        deferred: DeferredToolRequests | None = None,
+        finish: RunStatus | None = None,
+        approvals: Sequence[PendingCall] = (),
+        error: str | None = None,
+    ) -> None:
+        """Store `messages` (the stored conversation, then what the run added), the records tools
+        made and the events not stored yet, in one transaction, with the run's progress."""
+        stored = self.conversation.messages
+        self.guard.scrub(messages[len(stored) :])
+        records = self.records.drain()
+        changed = len(messages) != len(stored) or any(
+            a is not b for a, b in zip(messages, stored, strict=True)
+        )
+        if not changed and not records and finish is None:
+            return
+        run, conversation = self.run, self.conversation
+        # Events not stored yet go out in the checkpoint's own transaction.
+        events = await self.log.take_pending()
+        checkpoint = Checkpoint(
+            run=run,
+            event_id=self.log.last_id,
+            records=records,
+            events=new_events(events),
+            finish=finish,
+            error=error,
+            trace_id=self.trace_id,
+        )
+
+        async def also(connection: AsyncConnection) -> None:
+            # Rare (a pause, a withdrawn reply): through SQLAlchemy, in a transaction around the trip.
+            await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
+            await self.guard.blank(connection)
+
+        conversation.messages = messages
+        conversation.deferred_tool_requests = deferred
+        try:
+            await self.db.conversations.save_with(
+                conversation, checkpoint=checkpoint, also=also if approvals or self.guard.blanking else None
+            )
+        except BaseException:
+            self.log.put_back(events)
+            raise
+        self.log.stored(events)
+        await self.out.flush()

@@ -25,6 +25,10 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   is so quiet and a writer's transaction is in flight, each event emitted lets the event loop
   turn once: a model streaming without pause would otherwise keep the loop until its next wait,
   often the run's last checkpoint, and a committed first word would wait for it unread.
+- **A tool's result waits for its checkpoint.** Neither the writer nor `flush` stores a
+  `tool_result`, nor anything emitted after it: only a checkpoint does (`take_pending`), in the
+  transaction that stores the results in the conversation. A result a client saw is then always
+  the one the model continues from, whatever crashes. Until that checkpoint they are `held`.
 - **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
   lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
@@ -184,13 +188,14 @@ class EventLogSink:
             await asyncio.sleep(0)  # the transaction's answer is read, and published, once it is in
 
     async def flush(self) -> None:
-        """Store every event emitted so far, and publish it."""
+        """Store every event emitted so far but the `held` ones, and publish them."""
         pending = await self.take_pending()
+        ready = pending[: _ready(pending)]
         try:
-            if pending:
+            if ready:
                 await self._log.insert(
                     self._thread_id,
-                    new_events(pending),
+                    new_events(ready),
                     run_id=self._run_id,
                     worker_id=self._worker_id,
                     quiet=self._quiet(),
@@ -198,7 +203,20 @@ class EventLogSink:
         except BaseException:
             self.put_back(pending)
             raise
-        self.stored(pending)
+        self._unstored[:0] = pending[len(ready) :]
+        self.stored(ready)
+
+    @property
+    def held(self) -> int:
+        """How many events wait for a checkpoint: a tool's result not stored yet, and all after it."""
+        return len(self._unstored) - _ready(self._unstored)
+
+    def drop_held(self) -> int:
+        """Forget the `held` events (a run failing before the checkpoint that was to store them:
+        nobody saw them); their ids stay unused. Returns how many there were."""
+        dropped = self.held
+        del self._unstored[len(self._unstored) - dropped :]
+        return dropped
 
     async def take_pending(self) -> list[StoredEvent]:
         """Hand over the events not stored yet, for the caller to store in its own transaction.
@@ -254,7 +272,7 @@ class EventLogSink:
 
     def _start_writer(self) -> None:
         idle = self._writer is None or self._writer.done()
-        if idle and self._unstored and not self._taken and self._failure is None:
+        if idle and _ready(self._unstored) and not self._taken and self._failure is None:
             self._writer = asyncio.create_task(self._write(), name=f"event-log {self._thread_id}")
 
     async def _write(self) -> None:
@@ -264,9 +282,10 @@ class EventLogSink:
             wait = self._next_write - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-            if not self._unstored or self._taken:
+            ready = _ready(self._unstored)
+            if not ready or self._taken:
                 return
-            batch, self._unstored = self._unstored, []
+            batch, self._unstored = self._unstored[:ready], self._unstored[ready:]
             self._next_write = loop.time() + self._interval
             self._writing = True
             try:
@@ -300,6 +319,14 @@ class EventLogSink:
             # Kept as what it is: the run is to be retried, not failed.
             raise DatabaseUnavailable(f"storing the events of thread {self._thread_id!r} failed: {failure}")
         raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from failure
+
+
+def _ready(events: Sequence[StoredEvent]) -> int:
+    """How many of `events` come before the first tool result: what a store other than a checkpoint may take."""
+    for index, stored in enumerate(events):
+        if isinstance(stored.event, ToolResult):
+            return index
+    return len(events)
 
 
 def _never() -> bool:

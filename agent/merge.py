@@ -1,4 +1,4 @@
-"""Keeping the stored message objects in a run's new history, so a checkpoint appends only what is new."""
+"""What a checkpoint stores: the stored conversation, then what the run added since, never a rewrite."""
 
 from __future__ import annotations
 
@@ -6,27 +6,30 @@ from collections.abc import Sequence
 
 from pydantic_ai.messages import ModelMessage
 
-__all__ = ("merge_stored",)
+__all__ = ("unsaved",)
 
 
-def merge_stored(stored: Sequence[ModelMessage], current: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """`current`, with the stored objects kept wherever it holds an equal message.
+def unsaved(saved: Sequence[ModelMessage], new: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The messages of `new` that follow the last one of `saved`: what a checkpoint appends.
 
-    pydantic-ai re-creates some messages it carries over (a resumed request, a response it answers
-    deferred calls of) with the same content; keeping the stored objects lets the store append only
-    what is new instead of comparing the whole history.
+    `saved` holds what the run's checkpoints stored so far; `new` is what pydantic-ai counts as the
+    run's new messages (`AgentRun.new_messages()`). They usually extend `saved`, but a history
+    processor (`ProcessHistory`) may have dropped or copied some of them in the run's history since;
+    the conversation keeps what was stored (clients showed it) and gets what came after. A message
+    is found by identity, else by equality (a copy).
     """
-    merged: list[ModelMessage] = []
-    for index, message in enumerate(current):
-        old = stored[index] if index < len(stored) else None
-        if old is not None and (message is old or _same(message, old)):
-            merged.append(old)
-        else:
-            merged.append(message)
-    return merged
+    if not saved:
+        return list(new)
+    for match in (_is, _equal):
+        for index in range(len(new) - 1, -1, -1):
+            if any(match(new[index], old) for old in saved):
+                return list(new[index + 1 :])
+    return list(new)
 
 
-def _same(message: ModelMessage, old: ModelMessage) -> bool:
-    if type(message) is not type(old):
-        return False
-    return message.parts is old.parts or message == old
+def _is(message: ModelMessage, old: ModelMessage) -> bool:
+    return message is old
+
+
+def _equal(message: ModelMessage, old: ModelMessage) -> bool:
+    return type(message) is type(old) and (message.parts is old.parts or message == old)

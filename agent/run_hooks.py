@@ -1,17 +1,20 @@
 """The runtime's hooks on every run, given to pydantic-ai as one capability.
 
-A run needs four behaviours around the app's agent: blocked turns hidden from the model
+A run needs five behaviours around the app's agent: blocked turns hidden from the model
 (`HideBlockedTurns`), transient model errors retried (`ModelRetries`), tools that raise or hang
-turned into failed results (`ToolFailures`), and the argument schemas the model saw recorded
-(`ToolSchemas`). Each stays its own capability, usable alone. pydantic-ai calls every hook of
+turned into failed results (`ToolFailures`), the argument schemas the model saw recorded
+(`ToolSchemas`), and the step told when a request is about to go out (`sending`: the step stores a
+tool step's results then, as pydantic-ai finished the request that carries them). The first four
+stay their own capabilities, usable alone. pydantic-ai calls every hook of
 every capability of a run, each with its own copy of the run context, whether the capability
 overrides the hook or not: with the four given separately that cost 0.95 ms on a 4.8 ms
 three-node turn of the demo agent, against 0.56 ms as one (`RunHooks`), measured in one process.
-`RunHooks` overrides exactly the hooks the four do and hands each call to the one that owns it.
+`RunHooks` overrides exactly the hooks the five need and hands each call to the one that owns it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +35,15 @@ __all__ = ("RunHooks",)
 
 @dataclass
 class RunHooks(AbstractCapability[Any]):
-    """`HideBlockedTurns`, `ModelRetries`, `ToolFailures` and `ToolSchemas` as one capability."""
+    """`HideBlockedTurns`, `ModelRetries`, `ToolFailures`, `ToolSchemas` and `sending` as one capability."""
 
     retries: ModelRetries
     failures: ToolFailures
     schemas: ToolSchemas
+    sending: Callable[[], Awaitable[None]] | None = None
+    """Awaited before each attempt at a model request, once pydantic-ai has finished the request in
+    the run's history (its time, run, instructions): `prepare_model_request`, the last hook before
+    the model is called."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -51,6 +58,13 @@ class RunHooks(AbstractCapability[Any]):
         self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
     ) -> list[ToolDefinition]:
         return await self.schemas.prepare_tools(ctx, tool_defs)
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self.sending is not None:
+            await self.sending()
+        return request_context
 
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception

@@ -1,22 +1,11 @@
 """The step function: one run of a thread, driven node by node through `Agent.iter`.
 
-It knows no HTTP. Given a queued run, it loads the thread's stored conversation, drives the agent,
-streams every part to a sink as it happens, and checkpoints after every node: the messages the run
-completed so far (and any records tools made) are committed before the next model call or tool
-execution, but for a step of read-only tools (`agent/checkpointing.py`). A request is stored with
-its response, exactly as pydantic-ai finished it (it stamps a request's timestamp, run and
-instructions as it sends it), so a crash during a model call loses that request: its user message
-is still in the run's row, and its tool results are computed again on recovery, exactly-once by the
-ledger for side effects. At a deferred point it stores each pending call as an approval row and
-ends the run, keeping nothing in memory. A decision later queues a `resume` run, which starts again
-from what is stored.
-
-A run interrupted by a crash, a cancellation or a lost database (`DatabaseUnavailable`, raised
-to the caller to retry) is left `queued` or `running`; driving it again
-continues from its last checkpoint. Whether it made one decides how: with no checkpoint yet,
-it starts over (its user message, or its decisions, are applied again); with one, the stored
-conversation already holds them and the agent just continues it. Side-effecting tools are
-exactly-once by their ledger, so a call repeated by a continuation does not act twice.
+It knows no HTTP. It loads the thread's stored conversation, drives the agent, streams every part
+to a sink as it happens and checkpoints as it goes: a response before its tools run, a tool step's
+results (with the `tool_result` events that show them) before the next request goes out, the end
+with the pause or the output. A paused run ends, keeping nothing in memory; a run a crash, a
+cancellation or a lost database interrupted continues from its last checkpoint when driven again.
+The design note is "A run, node by node" and "Crashes, cancellations, recovery" in `docs/agent.md`.
 """
 
 from __future__ import annotations
@@ -24,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from opentelemetry import trace
@@ -47,17 +36,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import (
-    Checkpoint,
     Claimed,
     DatabaseUnavailable,
     LeaseLost,
     PendingCall,
     Run,
     RunStatus,
-    insert_pending,
 )
 from stream import (
     GuardrailTripped,
@@ -71,26 +57,24 @@ from stream import (
     ToolResult,
 )
 
-from .app import RunScope
+from .app import RunKind, RunScope
 from .approvals import approval_required, call_args, denial, held_calls
 from .arguments import ToolSchemas
-from .checkpointing import answers_last_response, calls_only
+from .checkpointing import RunCheckpoints, answers_last_response
 from .eventlog import (
     EventLogSink,
     SkipLogged,
     TraceStampSink,
     logged_tool_events,
-    new_events,
     opening_events,
     opening_stored,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import ToolLedger
 from .logs import current_trace_id
-from .merge import merge_stored
 from .outputs import OutputCalls
 from .records import RunRecords
-from .regenerate import without_last_turn
+from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
 from .run_hooks import RunHooks
 from .runtime import Runtime
@@ -212,6 +196,8 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
+        # Tool results no checkpoint stored stay unseen: the conversation does not hold them.
+        step.log.drop_held()
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
         try:
@@ -271,15 +257,34 @@ class _Step:
             engine=runtime.db.engine,
         )
         self.schemas = ToolSchemas()
-        self.conversation = Conversation(conversation_id=run.thread_id)
-        self.history: Callable[[], list[ModelMessage]] = lambda: self.conversation.messages
+        self.checkpoints = RunCheckpoints(
+            db=runtime.db,
+            run=run,
+            log=log,
+            out=out,
+            guard=self.guard,
+            records=self.records,
+            read_only=runtime.app.read_only_tools,
+            stopping=runtime.stopping,
+            trace_id=trace_id,
+        )
+        self._save = self.checkpoints.save
         self.response_count = 0
         self.outputs = OutputCalls()
+
+    @property
+    def conversation(self) -> Conversation:
+        """The thread's conversation as the run's last checkpoint stored it (or as loaded)."""
+        return self.checkpoints.conversation
+
+    @conversation.setter
+    def conversation(self, conversation: Conversation) -> None:
+        self.checkpoints.conversation = conversation
 
     async def drive(self) -> RunStatus:
         run = self.run
         continuing = run.checkpoints > 0
-        kind = run.kind if run.attempt == 1 else "recover"
+        kind: RunKind = run.kind if run.attempt == 1 else "recover"
         if not self.claimed.opening:  # else the queueing stored them
             for event in opening_events(run.run_id, kind, run.content if run.attempt == 1 else None):
                 await self.out.emit(event)
@@ -298,8 +303,12 @@ class _Step:
             tripped = await first_tripped(self.runtime.guardrails.input, prompt, self.guard_context)
             if tripped is not None:
                 return await self._block(prompt, tripped)
-        app = self.runtime.app
-        deps = await app.build_deps(self.scope)
+        self.scope = replace(self.scope, kind=kind, message=_answered(run, prompt, self.conversation))
+        async with self.runtime.app.deps_for(self.scope) as deps:
+            return await self._run(prompt, deferred, deps)
+
+    async def _run(self, prompt: str | None, deferred: DeferredToolResults | None, deps: object) -> RunStatus:
+        app, run = self.runtime.app, self.run
         try:
             async with app.agent.iter(
                 prompt,
@@ -311,20 +320,24 @@ class _Step:
                 usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
                 capabilities=[
-                    RunHooks(app.model_retries, self.runtime.tool_failures, self.schemas),
+                    RunHooks(
+                        app.model_retries, self.runtime.tool_failures, self.schemas, self.checkpoints.sending
+                    ),
                     *self.runtime.agent_tracing(),
                 ],
             ) as agent_run:
-                self.history = agent_run.all_messages
+                checkpoints = self.checkpoints
+                checkpoints.started(agent_run.new_messages)
                 async for node in agent_run:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
-                    if not isinstance(node, End) and not answers_last_response(node):
-                        # The end's checkpoint is the pause's or the completion's, one transaction.
-                        messages = list(agent_run.all_messages())
-                        if not self._can_wait(messages):
-                            await self._save(messages)
+                    # The end's checkpoint is the pause's or the completion's, one transaction; a
+                    # tool step's results are stored as the next request goes out (`sending`).
+                    due = not (isinstance(node, End) or answers_last_response(node) or checkpoints.answering)
+                    if due and not checkpoints.can_wait():
+                        await self._save(checkpoints.messages())
                     if self.runtime.stopping.is_set() and not isinstance(node, End):
+                        await checkpoints.park(node)
                         raise _Stopped
                     if app.agent.is_model_request_node(node):
                         self.response_count += 1
@@ -332,6 +345,7 @@ class _Step:
                             async for event in events:
                                 await self._on_model_event(event)
                     elif app.agent.is_call_tools_node(node):
+                        checkpoints.answering = True
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 if isinstance(event, ToolResultEvent):
@@ -341,7 +355,7 @@ class _Step:
                 result = agent_run.result
                 assert result is not None, "the run ended without a result"
                 output = result.output
-                messages = list(agent_run.all_messages())
+                messages = checkpoints.messages()
                 usage = agent_run.usage
         except UsageLimitExceeded as error:
             logger.info("run %s hit its usage limits: %s", run.run_id, error)
@@ -357,62 +371,6 @@ class _Step:
             return await self.db.conversations.load(self.run.thread_id)
         # Read as the run was queued and claimed: no trip when the store remembers that revision.
         return await self.db.conversations.load_at(self.run.thread_id, stored.revision)
-
-    # -- checkpoints ------------------------------------------------------------------------------
-
-    def _can_wait(self, messages: Sequence[ModelMessage]) -> bool:
-        """Whether the checkpoint due now can wait for the run's next one: all it would add calls
-        only read-only tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
-        read_only = self.runtime.app.read_only_tools
-        if not read_only or self.runtime.stopping.is_set() or self.guard.blanking:
-            return False
-        return calls_only(messages[len(self.conversation.messages) :], read_only)
-
-    async def _save(
-        self,
-        messages: list[ModelMessage],
-        *,
-        deferred: DeferredToolRequests | None = None,
-        finish: RunStatus | None = None,
-        approvals: Sequence[PendingCall] = (),
-        error: str | None = None,
-    ) -> None:
-        self.guard.scrub(messages)
-        stored = self.conversation.messages
-        merged = merge_stored(stored, messages)
-        records = self.records.drain()
-        changed = len(merged) != len(stored) or any(a is not b for a, b in zip(merged, stored, strict=True))
-        if not changed and not records and finish is None:
-            return
-        run, conversation = self.run, self.conversation
-        # Events not stored yet go out in the checkpoint's own transaction.
-        events = await self.log.take_pending()
-        checkpoint = Checkpoint(
-            run=run,
-            event_id=self.log.last_id,
-            records=records,
-            events=new_events(events),
-            finish=finish,
-            error=error,
-            trace_id=self.trace_id,
-        )
-
-        async def also(connection: AsyncConnection) -> None:
-            # Rare (a pause, a withdrawn reply): through SQLAlchemy, in a transaction around the trip.
-            await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
-            await self.guard.blank(connection)
-
-        conversation.messages = merged
-        conversation.deferred_tool_requests = deferred
-        try:
-            await self.db.conversations.save_with(
-                conversation, checkpoint=checkpoint, also=also if approvals or self.guard.blanking else None
-            )
-        except BaseException:
-            self.log.put_back(events)
-            raise
-        self.log.stored(events)
-        await self.out.flush()
 
     # -- the end of a run -------------------------------------------------------------------------
 
@@ -468,7 +426,7 @@ class _Step:
         reply = ModelResponse(parts=[TextPart(limit_reply)], model_name="durable-chat")
         # The run's own history, not the last checkpoint: results streamed since are kept as they
         # were, and only calls that truly got no result are closed.
-        messages = [*repair_messages(self.history()), reply]
+        messages = [*repair_messages(self.checkpoints.messages()), reply]
         part_id = self._part_id(0)
         await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=limit_reply))
         await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=limit_reply))
@@ -560,6 +518,18 @@ def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
         if limits.tool_calls_limit is None
         else limits.tool_calls_limit + spent.tool_calls,
     )
+
+
+def _answered(run: Run, prompt: str | None, conversation: Conversation) -> str | None:
+    """The user message a run answers (`RunScope.message`): none for decisions on paused calls."""
+    if run.kind == "resume":
+        return None
+    if prompt is not None:
+        return prompt
+    if run.kind == "message":
+        return run.content
+    found = last_prompt(conversation.messages)  # a regenerate run continuing after a crash
+    return None if found is None else found[1]
 
 
 def _has_open_calls(messages: Sequence[ModelMessage]) -> bool:

@@ -76,19 +76,22 @@ async def run_bare(
     if await first_tripped(guardrails.input, prompt, context) is not None:
         raise RuntimeError(f"an input guardrail blocked the baseline turn: {prompt!r}")
     responses = 0
-    async with agent.iter(
-        prompt,
-        output_type=app.output_type,
-        model=runtime.model,
-        conversation=conversation,
-        deps=await app.build_deps(scope),
-        usage_limits=app.usage_limits,
-        capabilities=[
-            RunHooks(app.model_retries, runtime.tool_failures, ToolSchemas()),
-            *runtime.agent_tracing(),
-            *extra,
-        ],
-    ) as agent_run:
+    async with (
+        app.deps_for(scope) as deps,
+        agent.iter(
+            prompt,
+            output_type=app.output_type,
+            model=runtime.model,
+            conversation=conversation,
+            deps=deps,
+            usage_limits=app.usage_limits,
+            capabilities=[
+                RunHooks(app.model_retries, runtime.tool_failures, ToolSchemas()),
+                *runtime.agent_tracing(),
+                *extra,
+            ],
+        ) as agent_run,
+    ):
         async for node in agent_run:
             if agent.is_model_request_node(node):
                 responses += 1

@@ -184,7 +184,9 @@ async def _echo_history(messages: list[ModelMessage], info: AgentInfo) -> AsyncI
     yield "I saw: " + " | ".join(seen)
 
 
-async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two: tuple[App, App]) -> None:
+async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two: tuple[App, App]) -> None:
+    # A step's results are published with the checkpoint that stores them, once all its tools
+    # answered: the lookup's, finished while the report hangs, was never shown, and is not kept.
     driver, canceller = two
     started, release = asyncio.Event(), asyncio.Event()
 
@@ -200,7 +202,6 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two:
     run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Look it up")
     task = asyncio.create_task(run_step(runtime, run.run_id))
     await asyncio.wait_for(started.wait(), DEADLINE)
-    await _eventually(lambda: _stored(driver, thread, lambda e: isinstance(e, ToolResult)))
 
     cancelled = await cancel(canceller.db, thread.thread_id)
 
@@ -218,15 +219,13 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_the_finished_results(two:
     assert isinstance(stopped, ModelResponse)
     assert (stopped.parts, stopped.state) == ([], "interrupted")
     assert isinstance(returns, ModelRequest)
-    assert returns.state == "interrupted"
     lookup, report = returns.parts
     assert isinstance(lookup, ToolReturnPart)
     assert isinstance(report, ToolReturnPart)
-    assert (lookup.outcome, report.outcome) == ("success", "interrupted")
-    assert isinstance(lookup.content, dict)
-    assert lookup.content["order_id"] == "ORD-5678"
+    assert (lookup.outcome, report.outcome) == ("interrupted", "interrupted")
 
     log = await canceller.db.events.read(thread.thread_id)
+    assert not any(event.type == "tool_result" for event in log)
     release.set()
     await asyncio.wait_for(task, DEADLINE)
     assert await canceller.db.events.read(thread.thread_id) == log

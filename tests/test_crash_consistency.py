@@ -32,7 +32,7 @@ ENV = {
 
 async def test_a_refund_result_is_shown_once_after_a_crash(database_url: str, tmp_path: Path) -> None:
     # The reproduction: the refund's result streams, the kill lands 0.6 s later, while the
-    # model thinks about its answer; the restarted server re-runs the call (the ledger answers).
+    # model thinks about its answer; the restarted server sends the model the stored result.
     with live_server(database_url, tmp_path, ENV) as server:
         token = server.token("alice")
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
@@ -113,8 +113,8 @@ async def test_a_client_connected_across_a_crash_ends_with_what_a_replay_shows(
 
     assert seen + rest == replay
     assert _ids_increase(replay)
-    # The lookup is read-only: no checkpoint held its step, so the recovery asked the model again,
-    # which looked the order up again, under a call id of its own.
+    # The lookup's result reached the client, so it was stored with it: the recovery sent it to
+    # the model as it was, and neither asked for the lookup nor showed it again.
     assert _kinds(replay, run_id) == snapshot(
         [
             "run_started message",
@@ -122,8 +122,6 @@ async def test_a_client_connected_across_a_crash_ends_with_what_a_replay_shows(
             "tool_call lookup_order",
             "tool_result lookup_order",
             "run_started recover",
-            "tool_call lookup_order",
-            "tool_result lookup_order",
             "text_delta",
             "text_done",
             "run_finished completed",

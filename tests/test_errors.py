@@ -81,9 +81,10 @@ async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpo
     assert run.error is not None
     assert run.error.startswith("ModelHTTPError: status_code: 503")
     assert (await app.db.threads.get(thread.thread_id)).status == "failed"
-    # The conversation is what the last checkpoint stored: whole steps, nothing of the failed request.
+    # The conversation is what the last checkpoint stored: whole steps (the lookup's result, which
+    # was shown, with them), nothing of the failed request.
     assert shapes(await app.messages(thread)) == snapshot(
-        ["request: user-prompt", "response: tool-call(lookup)"]
+        ["request: user-prompt", "response: tool-call(lookup)", "request: tool-return(lookup)"]
     )
     assert "10.0.0.5" not in str(await app.log(thread))
     # The thread stays usable: the next message closes the open call and is answered.

@@ -1,9 +1,10 @@
-"""Read-only tools (`ChatApp.read_only_tools`): a step calling only these waits for the next checkpoint.
+"""Read-only tools (`ChatApp.read_only_tools`): a step calling only these is not checkpointed before they run.
 
 On the core tests' own app, `lookup` declared read-only: the run stores the same conversation in
-fewer transactions; a side effect is still checkpointed before it runs, with the lookups before it;
-a crash in between asks the model again; a loop of lookups checkpoints every other step; a
-stopping runtime checkpoints at once, and so does a lookup step carrying a side effect's result.
+fewer transactions (the response calling it is stored with its result, by the checkpoint before
+the next request); a side effect is still checkpointed before it runs; a crash before the lookup's
+result was stored asks the model again; a stopping runtime checkpoints at once; a resumed side
+effect's result is stored before the model is asked again, whatever it calls next.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ async def test_a_step_calling_only_read_only_tools_is_stored_by_the_next_checkpo
         assert run.status == "completed"
         kinds = [event.type for event in await app.log(thread)]
         ran[name] = (run.checkpoints, shapes(await app.messages(thread)), kinds)
-    # The same conversation and events, in fewer checkpoints: one lookup step waits for the run's
-    # end; of three in a row, the second is checkpointed (with the first), the third waits.
+    # The same conversation and events, in fewer checkpoints: each step's call and result in one
+    # (before the next request), not its call first; then the run's end.
     assert ran["read-only"][1:] == ran["checkpointed"][1:]
     assert {name: checkpoints for name, (checkpoints, _, _) in ran.items()} == (
-        snapshot({"checkpointed": 2, "read-only": 1})
+        snapshot({"checkpointed": 3, "read-only": 2})
         if lookups == 1
-        else snapshot({"checkpointed": 4, "read-only": 2})
+        else snapshot({"checkpointed": 7, "read-only": 4})
     )
 
 
@@ -72,7 +73,8 @@ async def test_a_side_effect_is_checkpointed_before_it_runs_with_the_lookups_bef
     assert api.hang is not None
     api.hang.set()
     assert await asyncio.wait_for(task, 30) == "completed"
-    assert (await app.db.runs.get(run.run_id)).checkpoints == 2
+    # The lookup's call and result; the booking's call; its result; the end.
+    assert (await app.db.runs.get(run.run_id)).checkpoints == 4
 
 
 async def test_a_crash_after_a_read_only_step_asks_the_model_again(core_factory: CoreFactory) -> None:
@@ -135,7 +137,7 @@ async def test_a_stopping_runtime_checkpoints_a_read_only_step_before_it_parks(
     )
 
 
-async def test_a_side_effects_result_is_stored_at_the_next_step_even_a_read_only_one(
+async def test_a_resumed_side_effects_result_is_stored_before_the_model_is_asked_again(
     core_factory: CoreFactory,
 ) -> None:
     script = Script([Calls([("transfer", {"to": "bob", "amount": 25.5})]), LOOKUP, "Sent."])
@@ -146,9 +148,9 @@ async def test_a_side_effects_result_is_stored_at_the_next_step_even_a_read_only
     decision = await decide(app.db, thread.thread_id, call_id, decision="approved", decided_by="bob")
     assert decision.resume_run_id is not None
     assert await run_step(app.runtime, decision.resume_run_id) == "completed"
-    # The resume made the transfer, then the model called the lookup: that step's checkpoint is
-    # not held back, as it stores the transfer's result; the run's end is the other.
-    assert (await app.db.runs.get(decision.resume_run_id)).checkpoints == 2
+    # The transfer's result, stored as the model was asked again; the lookup's call and result,
+    # stored together; the run's end.
+    assert (await app.db.runs.get(decision.resume_run_id)).checkpoints == 3
     assert shapes(await app.messages(thread))[-4:] == snapshot(
         [
             "request: tool-return(transfer)",

@@ -1,8 +1,9 @@
 """`RunHooks` gives pydantic-ai the runtime's four capabilities as one: it must forward every hook they use.
 
 Their behaviour is tested through runs elsewhere (retries and tool failures in `test_errors`,
-hidden blocked turns in `test_guardrails`, the recorded schemas in `test_approvals`); this pins
-that a hook one of them gains is not silently dropped by the bundle.
+hidden blocked turns in `test_guardrails`, the recorded schemas in `test_approvals`, the results
+checkpoint `sending` calls in `test_conformance`); this pins that a hook one of them gains
+is not silently dropped by the bundle.
 """
 
 from __future__ import annotations
@@ -39,4 +40,5 @@ def test_the_bundle_overrides_exactly_the_hooks_of_its_parts() -> None:
         "prepare_tools",
         "wrap_tool_execute",
     }
-    assert _hooks(RunHooks) == parts
+    # And `prepare_model_request`, for the step's `sending`.
+    assert _hooks(RunHooks) == parts | {"prepare_model_request"}

@@ -161,7 +161,8 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
     core_factory: CoreFactory,
 ) -> None:
     # The event writer waits an hour between its transactions: a first word published before the
-    # run's end was stored at once, not taken by the run's last checkpoint.
+    # run's end was stored at once, not taken by the run's last checkpoint. (The tool's result is
+    # published by the checkpoint that stores it, before the model is asked again.)
     app = await core_factory(
         Script([LOOKUP, "You are on the plan for acme."]),
         tenant="acme",
@@ -186,7 +187,8 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
         [
             ["run_started", "user_message"],
             ["tool_call"],
-            ["tool_result", "text_delta"],
+            ["tool_result"],
+            ["text_delta"],
             [
                 "text_delta",
                 "text_delta",

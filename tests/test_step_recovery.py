@@ -125,8 +125,11 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_facto
 
     assert await run_step(app.runtime, run.run_id, sink=StopOnToolResult()) == "queued"
     parked = await app.db.runs.get(run.run_id)
-    assert (parked.status, parked.checkpoints) == ("queued", 1)
-    # The next process continues it from that checkpoint.
+    # The lookup's call, then its result, stored as the request the next process sends.
+    assert (parked.status, parked.checkpoints) == ("queued", 2)
+    assert shapes(await app.messages(thread))[-1] == "request: tool-return(lookup)"
+    # The next process continues it from that checkpoint: it sends that request, runs no lookup.
     restarted = await core_factory(script)
     assert await run_step(restarted.runtime, run.run_id) == "awaiting_approval"
     assert shapes(await restarted.messages(thread)) == shapes(await reference.messages(clean))
+    assert len(script.requests) == 2

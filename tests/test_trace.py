@@ -55,6 +55,7 @@ def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: P
             "      chat demo  N ms",
             "      execute_tool lookup_order  N ms",
             "      chat demo  N ms",
+            "        store.checkpoint  N ms",
             "      store.checkpoint  N ms",
             "    store.list_approvals  N ms",
             "    store.checkpoint  N ms",
@@ -72,6 +73,7 @@ def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: P
             "    invoke_agent support  N ms",
             "      execute_tool issue_refund  N ms",
             "      chat demo  N ms",
+            "        store.checkpoint  N ms",
             "    store.checkpoint  N ms",
         ]
     )

@@ -131,6 +131,7 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(
             "    store.checkpoint",
             "    execute_tool lookup",
             "    chat scripted",
+            "      store.checkpoint",
             "    store.checkpoint",
             "  store.list_approvals",
             "  store.checkpoint",

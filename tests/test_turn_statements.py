@@ -13,7 +13,9 @@ thread, as is the event log's write.
 Where the events go is timing: the queueing stores the run's first two (`run_started`,
 `user_message`), then the event log's background writer stores them in a group commit (no
 sooner than 50 ms after the previous one, the queueing's included), a checkpoint takes those
-still queued into its own transaction. So the writer's transactions are pinned by their shape,
+still queued into its own transaction. A tool's result is only ever stored by the checkpoint that
+stores it in the conversation, before the model is asked again: a turn's checkpoints are the
+call's, the result's and the end's. So the writer's transactions are pinned by their shape,
 not their number (usually none: the checkpoints take every event), and the statements storing
 events inside a checkpoint or the queueing are left out of it (on PostgreSQL the checkpoint's one
 statement always holds them, with no events to store or some).
@@ -216,7 +218,7 @@ async def _one_turn(
             await task
             tally.counting = False
             run = await services.db.runs.get(run_id)
-            assert (run.status, run.checkpoints) == ("completed", 1 if read_only else 2)
+            assert (run.status, run.checkpoints) == ("completed", 2 if read_only else 3)
             return tally
 
         yield play
@@ -275,6 +277,66 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
+                "statements (but events)": 14,
+                "write transactions (but the writer's)": 4,
+                "reads": [],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["UPDATE threads", "INSERT runs"],
+                    [
+                        "INSERT conversation_entries",
+                        "INSERT conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                    [
+                        "INSERT conversation_entries",
+                        "UPDATE conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                    [
+                        "INSERT conversation_entries",
+                        "UPDATE conversation_records",
+                        "UPDATE runs",
+                        "UPDATE threads",
+                    ],
+                ],
+            }
+        )
+    else:
+        assert counted == snapshot(
+            {
+                "statements (but events)": 4,
+                "write transactions (but the writer's)": 4,
+                "reads": [],
+                "rollbacks outside a transaction": 0,
+                "transactions": [
+                    ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
+                    [
+                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
+                    ],
+                    [
+                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
+                    ],
+                    [
+                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
+                    ],
+                ],
+            }
+        )
+
+
+async def test_a_turn_whose_tool_is_read_only_stores_its_call_with_its_result(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The step calling only a read-only tool is not checkpointed before it: the checkpoint storing
+    # its result (before the model is asked again) stores its call too, one transaction fewer.
+    async with _one_turn(database_url, tmp_path, read_only=("lookup",)) as play:
+        counted = _but_flushes(await play(), database_url)
+    if database_url.startswith("sqlite"):
+        assert counted == snapshot(
+            {
                 "statements (but events)": 10,
                 "write transactions (but the writer's)": 3,
                 "reads": [],
@@ -316,53 +378,13 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
         )
 
 
-async def test_a_turn_whose_tool_is_read_only_checkpoints_once(database_url: str, tmp_path: Path) -> None:
-    # The step calling only a read-only tool is not checkpointed before it: the run's end stores
-    # it, the same rows in one transaction fewer.
-    async with _one_turn(database_url, tmp_path, read_only=("lookup",)) as play:
-        counted = _but_flushes(await play(), database_url)
-    if database_url.startswith("sqlite"):
-        assert counted == snapshot(
-            {
-                "statements (but events)": 6,
-                "write transactions (but the writer's)": 2,
-                "reads": [],
-                "rollbacks outside a transaction": 0,
-                "transactions": [
-                    ["UPDATE threads", "INSERT runs"],
-                    [
-                        "INSERT conversation_entries",
-                        "INSERT conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
-                    ],
-                ],
-            }
-        )
-    else:
-        assert counted == snapshot(
-            {
-                "statements (but events)": 2,
-                "write transactions (but the writer's)": 2,
-                "reads": [],
-                "rollbacks outside a transaction": 0,
-                "transactions": [
-                    ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
-                    [
-                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
-                    ],
-                ],
-            }
-        )
-
-
 async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: ChatTurn, database_url: str) -> None:
     # The run queued straight on the chat's derived thread (no read of it first); its stream started
     # from the run's reserved ids, subscribed before the run could publish (no replay read); and no
     # load of the history: queueing read the conversation's revision, which this worker saved last.
     counted = (await ai_sdk_turn()).summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["write transactions (but the writer's)"] == 4
     assert counted["rollbacks outside a transaction"] == 0
 
 
@@ -370,7 +392,7 @@ async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn
     # Its queueing makes the chat's thread in the same trip (`Runs.queue(create_unless=)`).
     counted = (await ai_sdk_turn(first=True)).summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["write transactions (but the writer's)"] == 4
     assert counted["rollbacks outside a transaction"] == 0
 
 
@@ -391,4 +413,4 @@ async def test_an_ag_ui_chats_first_turn_reads_nothing(database_url: str, tmp_pa
     assert '"type":"RUN_FINISHED"' in streamed
     counted = tally.summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["write transactions (but the writer's)"] == 4

@@ -118,9 +118,9 @@ async def test_a_worker_killed_between_model_calls_and_during_a_resumed_refund(
     assert order.refunded_cents == 9998
     assert await _ledger_rows(db, thread_id) == [("issue_refund", call_id)]
 
-    # The event log: ids increasing without repeats; each attempt's events as it stored them. The
-    # refund re-run by a recovery (the ledger answers) is shown once; the lookup is read-only, so
-    # its step was not checkpointed: the recovery asked the model again, which looked it up again.
+    # The event log: ids increasing without repeats; each attempt's events as it stored them. A
+    # result shown was stored with the conversation: each recovery sent it to the model as it was,
+    # running neither the lookup nor the refund again.
     async with httpx.AsyncClient(base_url=last.base_url, timeout=30) as client:
         streamed = await read_events(client, thread_id, token, until=finished(resume_id))
         detail = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
@@ -135,8 +135,6 @@ async def test_a_worker_killed_between_model_calls_and_during_a_resumed_refund(
             "message: tool_call lookup_order",
             "message: tool_result lookup_order success",
             "message: run_started recover",
-            "message: tool_call lookup_order",
-            "message: tool_result lookup_order success",
             "message: tool_call issue_refund",
             "message: approval_required",
             "message: run_finished awaiting_approval",

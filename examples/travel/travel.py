@@ -109,6 +109,6 @@ app = ChatApp(
     agent=travel_agent,
     deps=travel_deps,
     name="Travel desk",
-    read_only_tools={"search_flights"},  # a search changes nothing: its step needs no checkpoint of its own
+    read_only_tools={"search_flights"},  # a search changes nothing: its call is stored with its results
     starter_prompts=["Flights to Lisbon?", "Book TP-101 for Ada Lovelace", "A $150 voucher for the delay"],
 )
