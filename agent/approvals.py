@@ -140,6 +140,7 @@ async def _decide(
             decided_by=decided_by,
             override_args=approval.override_args,
             reason=approval.reason,
+            decided_at=None if approval.decided_at is None else approval.decided_at.isoformat(),
         )
         return NewEvent(decided.run_id, decided.type, event_data(decided))
 

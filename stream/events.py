@@ -169,6 +169,8 @@ class ApprovalDecided(_Event):
     """The arguments that replace the model's, as a whole, when the approver edited them."""
     reason: str | None = None
     """Why the call was rejected, as the approver wrote it."""
+    decided_at: str | None = None
+    """When, as stored (ISO 8601): what a client shows live is what it shows after a reload."""
 
 
 class GuardrailTripped(_Event):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from dirty_equals import IsDatetime
 
 from .live_server import LiveServer, SseEvent, auth, read_events
 
@@ -106,7 +107,12 @@ async def test_two_parallel_cancels_one_approved_one_rejected(
     rejected = await client.post(
         f"{base}/{cancel_3456}/reject", json={"reason": "customer changed their mind"}, headers=auth(token)
     )
-    assert rejected.json() == {"tool_call_id": cancel_3456, "decision": "rejected", "run_id": None}
+    assert rejected.json() == {
+        "tool_call_id": cancel_3456,
+        "decision": "rejected",
+        "run_id": None,
+        "decided_at": IsDatetime(iso_string=True),
+    }
     # The thread still waits for the other decision: no new message meanwhile.
     blocked = await client.post(
         f"/api/threads/{thread_id}/messages", json={"content": "hi"}, headers=auth(token)

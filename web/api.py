@@ -248,7 +248,15 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
         ) from error
     if result.resume_run_id is not None:
         s.runner.submit(result.resume_run_id)
-    return JSONResponse({"tool_call_id": tool_call_id, "decision": decision, "run_id": result.resume_run_id})
+    decided_at = result.approval.decided_at
+    return JSONResponse(
+        {
+            "tool_call_id": tool_call_id,
+            "decision": decision,
+            "run_id": result.resume_run_id,
+            "decided_at": None if decided_at is None else decided_at.isoformat(),
+        }
+    )
 
 
 # -- approvals and records ---------------------------------------------------------------------------

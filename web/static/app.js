@@ -341,7 +341,7 @@ function applyEvent(type, data) {
       addReviewContext(state.threadId, state.generation);
       break;
     case "approval_decided":
-      approvals.decided(data.tool_call_id, { ...data, decided_at: new Date().toISOString() });
+      approvals.decided(data.tool_call_id, { ...data, decided_at: data.decided_at ?? new Date().toISOString() });
       break;
     case "tool_outcome_unknown":
       transcript.notice("outcome-unknown", `The outcome of ${data.tool_name} is unknown: the process running it stopped. A person decides whether it runs again.`);

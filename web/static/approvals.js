@@ -146,7 +146,7 @@ export class Approvals {
         this.decided(toolCallId, {
           decision: answer.decision,
           decided_by: this.hooks.user(),
-          decided_at: new Date().toISOString(),
+          decided_at: answer.decided_at ?? new Date().toISOString(),
           override_args: body.override_args ?? null,
           reason: body.reason ?? null,
         });
