@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .ledger import ToolLedger
     from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
     from .logs import LOG_FORMAT, format_trace_id, install_log_filters
-    from .output_types import UnservableAgent
+    from .pauses import PauseAtDeferredCalls
     from .records import RunRecords
     from .redaction import secrets_from_environment
     from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
@@ -75,6 +75,7 @@ __all__ = (
     "ModelRetries",
     "NothingToRegenerate",
     "PatternGuardrail",
+    "PauseAtDeferredCalls",
     "Publisher",
     "RunHooks",
     "RunRecords",
@@ -91,7 +92,6 @@ __all__ = (
     "TracingConfig",
     "TracingUnavailable",
     "UnknownModel",
-    "UnservableAgent",
     "cancel",
     "decide",
     "default_guardrails",
@@ -151,7 +151,7 @@ _EXPORTS = {
     "ledger": ("ToolLedger",),
     "loader": ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app"),
     "logs": ("LOG_FORMAT", "format_trace_id", "install_log_filters"),
-    "output_types": ("UnservableAgent",),
+    "pauses": ("PauseAtDeferredCalls",),
     "records": ("RunRecords",),
     "redaction": ("secrets_from_environment",),
     "regenerate": ("NothingToRegenerate", "last_prompt", "without_last_turn"),

@@ -18,7 +18,6 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import Model
-from pydantic_ai.output import OutputSpec
 from pydantic_ai.usage import UsageLimits
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,7 +25,6 @@ from store import upgrade
 
 from .guardrails import Guardrails
 from .ledger import ToolLedger
-from .output_types import can_pause, check_servable, run_output_type
 from .records import RunRecords
 from .retries import ModelRetries
 from .texts import Texts
@@ -121,9 +119,8 @@ class ChatApp(Generic[DepsT]):
     """
 
     agent: AbstractAgent[DepsT, Any]
-    """Any pydantic-ai agent. `DeferredToolRequests` is added to its output types for each run, but
-    for an agent with output validators, which pydantic-ai runs only with its own output type (one
-    that needs approvals must name `DeferredToolRequests` itself; see `agent/output_types.py`)."""
+    """Any pydantic-ai agent, run with its output type as written: a run pauses at calls that need
+    approval whatever that type is (`agent/pauses.py`)."""
     deps: DepsFactory[DepsT] | None = None
     """Builds the agent's deps once per run (an async context manager or generator: entered before
     it, exited after it); without it the agent gets `None`."""
@@ -169,23 +166,10 @@ class ChatApp(Generic[DepsT]):
                 f"read_only_tools takes tool names, like {{{self.read_only_tools!r}}}, not one string"
             )
         self.read_only_tools = frozenset(self.read_only_tools)
-        check_servable(self.agent)
-        if not can_pause(self.agent):
-            logger.info(
-                "agent %r has output validators and no DeferredToolRequests among its output types: "
-                "its runs cannot pause for approval",
-                self.title,
-            )
 
     @property
     def title(self) -> str:
         return self.name or self.agent.name or "Assistant"
-
-    @property
-    def output_type(self) -> OutputSpec[Any] | None:
-        """What a run passes as `output_type`: the agent's output types with `DeferredToolRequests`,
-        so a run can pause, or `None` (the agent's own) where pydantic-ai allows no other."""
-        return run_output_type(self.agent)
 
     def timeout_of(self, tool_name: str, *, approved: bool) -> float | None:
         if tool_name in self.tool_timeouts:

@@ -73,6 +73,7 @@ from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .outputs import OutputCalls
+from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
 from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
@@ -312,7 +313,6 @@ class _Step:
         try:
             async with app.agent.iter(
                 prompt,
-                output_type=app.output_type,
                 model=self.runtime.model,
                 conversation=self.conversation,
                 deferred_tool_results=deferred,
@@ -324,6 +324,7 @@ class _Step:
                         app.model_retries, self.runtime.tool_failures, self.schemas, self.checkpoints.sending
                     ),
                     *self.runtime.agent_tracing(),
+                    PAUSE_AT_DEFERRED_CALLS,
                 ],
             ) as agent_run:
                 checkpoints = self.checkpoints
@@ -352,11 +353,12 @@ class _Step:
                                     await self._on_tool_result(event)
                     elif isinstance(node, End):
                         break
-                result = agent_run.result
-                assert result is not None, "the run ended without a result"
-                output = result.output
-                messages = checkpoints.messages()
-                usage = agent_run.usage
+            # Read after the block: a run that pauses leaves it from inside its tool step.
+            result = agent_run.result
+            assert result is not None, "the run ended without a result"
+            output = result.output
+            messages = self.checkpoints.messages()
+            usage = agent_run.usage
         except UsageLimitExceeded as error:
             logger.info("run %s hit its usage limits: %s", run.run_id, error)
             return await self._finish_over_limit()

@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import GuardrailContext, RunHooks, RunScope, Runtime, ToolSchemas, first_tripped
+from agent import GuardrailContext, PauseAtDeferredCalls, RunHooks, RunScope, Runtime, ToolSchemas, first_tripped
 from stream import (
     RunFinished,
     RunStarted,
@@ -80,7 +80,6 @@ async def run_bare(
         app.deps_for(scope) as deps,
         agent.iter(
             prompt,
-            output_type=app.output_type,
             model=runtime.model,
             conversation=conversation,
             deps=deps,
@@ -88,6 +87,7 @@ async def run_bare(
             capabilities=[
                 RunHooks(app.model_retries, runtime.tool_failures, ToolSchemas()),
                 *runtime.agent_tracing(),
+                PauseAtDeferredCalls(),
                 *extra,
             ],
         ) as agent_run,

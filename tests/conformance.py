@@ -133,6 +133,9 @@ class Row:
     """Whether a turn pauses for approval (the test approves every pending call)."""
     note: str = ""
     deps: Callable[[], object] = lambda: None
+    alone: Build | None = None
+    """The agent pydantic-ai alone runs for the reference, when it cannot pause `build`'s as written:
+    one with output validators pauses alone only with `DeferredToolRequests` in its own output type."""
 
     @property
     def steps(self) -> int:
@@ -295,7 +298,7 @@ def _hooked(model: FunctionModel, ran: Counter[str]) -> Agent[Any, Any]:
     return agent(model, ran, capabilities=[Hooks[Any](after_tool_execute=stamp)])
 
 
-def _asking(model: FunctionModel, ran: Counter[str]) -> Agent[Any, Any]:
+def _refund(ran: Counter[str]) -> Callable[..., str]:
     def refund(ctx: RunContext[Any], cents: int) -> str:
         """Refund `cents`; over 100 a person approves it."""
         if cents > 100 and not ctx.tool_call_approved:
@@ -303,7 +306,11 @@ def _asking(model: FunctionModel, ran: Counter[str]) -> Agent[Any, Any]:
         ran["refund"] += 1
         return f"refunded {cents}"
 
-    return agent(model, ran, tools=[refund], output_type=[str, DeferredToolRequests])
+    return refund
+
+
+def _asking(model: FunctionModel, ran: Counter[str]) -> Agent[Any, Any]:
+    return agent(model, ran, tools=[_refund(ran)], output_type=[str, DeferredToolRequests])
 
 
 ROWS: tuple[Row, ...] = (
@@ -343,9 +350,26 @@ ROWS: tuple[Row, ...] = (
         "an output validator (`@agent.output_validator`, `ModelRetry`)",
         lambda m, r: _validated(m, r, [City, NoCity]),
         _plain([[("final_result_City", {"name": "Atlantis"})], [("final_result_City", {"name": "Paris"})]]),
-        note="run with the agent's own output type, which pydantic-ai requires; it cannot pause unless that "
-        "type names `DeferredToolRequests` (an agent whose tools need approval and whose type does not is "
-        "refused at start)",
+    ),
+    Row(
+        "an output validator with approvals, its union output type as written (`City` or `NoCity`)",
+        lambda m, r: _validated(m, r, City | NoCity, tools=[wire_tool(r, requires_approval=True)]),
+        [
+            [("wire", {"to": "bob", "cents": 500})],
+            [("final_result_City", {"name": "Atlantis"})],
+            [("final_result_City", {"name": "Paris"})],
+        ],
+        approvals=True,
+        alone=lambda m, r: _validated(
+            m, r, City | NoCity | DeferredToolRequests, tools=[wire_tool(r, requires_approval=True)]
+        ),
+    ),
+    Row(
+        "an output validator with `ApprovalRequired` raised in a tool (`str` output)",
+        lambda m, r: _validated(m, r, str, tools=[_refund(r)]),
+        [[("refund", {"cents": 500})], "Refunded."],
+        approvals=True,
+        alone=lambda m, r: _validated(m, r, [str, DeferredToolRequests], tools=[_refund(r)]),
     ),
     Row(
         "an output validator with approvals (`DeferredToolRequests` in the output type)",

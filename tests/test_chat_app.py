@@ -132,7 +132,7 @@ async def test_requires_approval_pauses_an_agent_whose_output_types_lack_deferre
 ) -> None:
     script = Script([Calls([("transfer", {"to": "bob", "amount": 25.5})]), "Sent."])
     app = core_app(script)
-    assert app.agent.output_type is str  # the seam adds DeferredToolRequests per run
+    assert app.agent.output_type is str  # a run pauses with the output type as written
     runtime = await opened(app)
     thread = await runtime.db.threads.create(user_id="ada", title="t")
 

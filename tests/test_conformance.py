@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from pydantic_core import to_jsonable_python
 
 from agent import ChatApp, Runtime, decide, open_runtime, run_step
-from agent.output_types import run_output_type
+from agent.pauses import names_deferred_requests
 from store import RunStatus
 from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
 
@@ -149,7 +149,11 @@ async def _nothing() -> None:
 
 async def alone(row: Row, ran: Counter[str]) -> list[ModelMessage]:
     """The row's turns on pydantic-ai alone, saved in its own store; every pending call approved."""
-    agent = row.build(Scripted(row.replies).model(), ran)
+    agent = (row.alone or row.build)(Scripted(row.replies).model(), ran)
+    # What a user of pydantic-ai alone passes to pause an agent whose output type lacks the requests.
+    output_type: Any = None
+    if row.approvals and not names_deferred_requests(spec := agent.output_type):
+        output_type = [*spec, DeferredToolRequests] if isinstance(spec, list) else [spec, DeferredToolRequests]
     store = InMemoryConversationStore()
     await store.save(Conversation(conversation_id="alone"))
     for prompt in row.prompts:
@@ -163,7 +167,7 @@ async def alone(row: Row, ran: Counter[str]) -> list[ModelMessage]:
                 conversation=conversation,
                 deferred_tool_results=deferred,
                 deps=row.deps(),
-                output_type=run_output_type(agent),
+                output_type=output_type,
             ) as run:
                 async for node in run:
                     if Agent.is_model_request_node(node) or Agent.is_call_tools_node(node):
