@@ -37,7 +37,15 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from agent import GuardrailContext, PauseAtDeferredCalls, RunHooks, RunScope, Runtime, ToolSchemas, first_tripped
+from agent import (
+    GuardrailContext,
+    PauseAtDeferredCalls,
+    RunHooks,
+    RunScope,
+    Runtime,
+    ToolSchemas,
+    first_tripped,
+)
 from stream import (
     RunFinished,
     RunStarted,

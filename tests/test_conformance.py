@@ -153,7 +153,9 @@ async def alone(row: Row, ran: Counter[str]) -> list[ModelMessage]:
     # What a user of pydantic-ai alone passes to pause an agent whose output type lacks the requests.
     output_type: Any = None
     if row.approvals and not names_deferred_requests(spec := agent.output_type):
-        output_type = [*spec, DeferredToolRequests] if isinstance(spec, list) else [spec, DeferredToolRequests]
+        output_type = (
+            [*spec, DeferredToolRequests] if isinstance(spec, list) else [spec, DeferredToolRequests]
+        )
     store = InMemoryConversationStore()
     await store.save(Conversation(conversation_id="alone"))
     for prompt in row.prompts:
