@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
-from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.run import AgentRunResult
 
 __all__ = ("PAUSE_AT_DEFERRED_CALLS", "PauseAtDeferredCalls", "names_deferred_requests")
@@ -61,6 +62,13 @@ class PauseAtDeferredCalls(AbstractCapability[Any]):
         if not isinstance(error, _Paused):
             raise error
         _close_step(error.messages)
+        if answered := _answered_inline(error.messages, error.requests):
+            # Their answers went with the step: a resume would lack them, so the run fails instead.
+            raise UserError(
+                f"a HandleDeferredToolCalls capability answered only some of a step's deferred calls "
+                f"({', '.join(answered)}): durable-chat pauses a step's calls all together, so it cannot "
+                "keep those answers; answer all of a step's calls, or none"
+            ) from error
         return AgentRunResult(error.requests)
 
 
@@ -81,6 +89,23 @@ def _close_step(messages: list[ModelMessage]) -> None:
         messages[-1] = replace(last, state="complete")
     else:
         messages.pop()
+
+
+def _answered_inline(messages: Sequence[ModelMessage], requests: DeferredToolRequests) -> list[str]:
+    """The calls of the step's response that have no result and are not pending: a handler answered them."""
+    responses = [m for m in messages if isinstance(m, ModelResponse)]
+    if not responses:
+        return []
+    last = messages[-1]
+    results = {
+        getattr(part, "tool_call_id", None) for part in (last.parts if isinstance(last, ModelRequest) else ())
+    }
+    pending = {call.tool_call_id for call in [*requests.calls, *requests.approvals]}
+    return [
+        call.tool_name
+        for call in responses[-1].tool_calls
+        if call.tool_call_id not in results and call.tool_call_id not in pending
+    ]
 
 
 def names_deferred_requests(spec: object) -> bool:

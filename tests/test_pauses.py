@@ -229,6 +229,36 @@ async def test_a_users_deferred_call_handler_answers_before_the_run_would_pause(
     assert ran == Counter(wire=1, validated=1)
 
 
+async def test_a_handler_answering_only_part_of_a_step_fails_the_run_saying_why(database_url: str) -> None:
+    ran: Counter[str] = Counter()
+
+    async def approve_wire(ctx: RunContext[Any], requests: DeferredToolRequests) -> DeferredToolResults:
+        return DeferredToolResults(
+            approvals={c.tool_call_id: True for c in requests.approvals if c.tool_name == "wire"}
+        )
+
+    def build(model: FunctionModel) -> Agent[Any, Any]:
+        built = validated(model, ran, str, capabilities=[HandleDeferredToolCalls(handler=approve_wire)])
+        built.tool_plain(requires_approval=True)(shout)
+        return built
+
+    both: Reply = [("wire", {"to": "bob", "cents": 500}), ("shout", {"text": "hi"})]
+    async with served(build, [both, "Done."], database_url) as runtime:
+        thread = await runtime.db.threads.create(user_id="ada", title="t")
+        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        assert await run_step(runtime, run.run_id) == "failed"
+        stored = await runtime.db.runs.get(run.run_id)
+        pending = await runtime.db.approvals.list(thread_id=thread.thread_id)
+
+    assert stored.error == (
+        "UserError: a HandleDeferredToolCalls capability answered only some of a step's deferred calls "
+        "(wire): durable-chat pauses a step's calls all together, so it cannot keep those answers; "
+        "answer all of a step's calls, or none"
+    )
+    assert pending == []
+    assert ran["wire"] == 0  # the handler's approval never acted
+
+
 def test_deferred_requests_are_found_in_every_spelling_of_an_output_type() -> None:
     assert names_deferred_requests(DeferredToolRequests)
     assert names_deferred_requests([City, DeferredToolRequests])
