@@ -167,7 +167,13 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
 
     asyncio.run(_upgrade(settings.database_url))
     _configure_logging(settings.tracing.secrets)
-    config = server_config(create_app(settings, app), host=settings.host, port=settings.port)
+    config = server_config(
+        create_app(settings, app),
+        host=settings.host,
+        port=settings.port,
+        # A quarter of the shutdown's bound for open connections to end (`web.settings`).
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout_seconds / 4)),
+    )
     # Uvicorn has just configured its own loggers' handlers: they get the filters too.
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
@@ -181,7 +187,10 @@ def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Call
     from .server import Server
 
     server = Server(
-        config, ready_line=_ready_line(settings, interactive=sys.stdout.isatty()), on_shutdown=on_shutdown
+        config,
+        ready_line=_ready_line(settings, interactive=sys.stdout.isatty()),
+        on_shutdown=on_shutdown,
+        shutdown_seconds=settings.shutdown_timeout_seconds,
     )
     # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
     with contextlib.suppress(KeyboardInterrupt):
