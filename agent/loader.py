@@ -8,12 +8,17 @@ order, and fail in confusing ways. It is refused up front, with a message that s
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
+    from pydantic_ai import Agent
+
     from .app import ChatApp
 
 __all__ = ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app")
@@ -90,21 +95,56 @@ def _import(module_name: str) -> object:
         raise AppLoadError(f"importing {module_name!r} failed: {type(error).__name__}: {error}") from error
 
 
+_WHAT_AN_APP_IS = (
+    "an app is a ChatApp (`app = ChatApp(agent=my_agent)`, `from agent import ChatApp`), a "
+    "pydantic-ai Agent (served as `ChatApp(agent=...)`), or a function of no arguments returning either"
+)
+
+
 def _as_app(spec: str, found: object) -> ChatApp[Any]:
     # Imported here: reading `DEFAULT_APP` or `OWN_PACKAGES` (the settings, every CLI command's
     # logging) must not import pydantic-ai's agent.
+    from pydantic_ai import Agent
+
     from .app import ChatApp
 
     if isinstance(found, ChatApp):
         return found  # pyright: ignore[reportUnknownVariableType]
-    if not callable(found):
-        raise AppLoadError(f"{spec!r} is a {type(found).__name__}, not a ChatApp or a function returning one")
+    if isinstance(found, Agent):
+        return _wrapped(spec, found)  # pyright: ignore[reportUnknownArgumentType]
+    if not _is_function(found):
+        # A class, or an instance of anything else (a Starlette or FastAPI app is callable too, with
+        # `(scope, receive, send)`): calling it would only say it wants arguments.
+        raise AppLoadError(
+            f"{spec!r} is {_described(found)}, not a ChatApp or a function returning one; {_WHAT_AN_APP_IS}"
+        )
     try:
         made = found()
     except TypeError as error:
         raise AppLoadError(f"calling {spec!r} failed (it must take no arguments): {error}") from error
     except Exception as error:  # the user's factory raised: say what, in one line
         raise AppLoadError(f"calling {spec!r} failed: {type(error).__name__}: {error}") from error
-    if not isinstance(made, ChatApp):
-        raise AppLoadError(f"{spec!r} returned a {type(made).__name__}, not a ChatApp")
-    return made  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(made, ChatApp):
+        return made  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(made, Agent):
+        return _wrapped(spec, made)  # pyright: ignore[reportUnknownArgumentType]
+    raise AppLoadError(f"{spec!r} returned {_described(made)}, not a ChatApp; {_WHAT_AN_APP_IS}")
+
+
+def _wrapped(spec: str, agent: Agent[Any, Any]) -> ChatApp[Any]:
+    from .app import ChatApp
+
+    try:
+        return ChatApp(agent=agent)
+    except Exception as error:  # ChatApp refuses an agent it cannot serve: say why, in one line
+        raise AppLoadError(f"{spec!r} is an Agent that cannot be served: {error}") from error
+
+
+def _is_function(found: object) -> TypeGuard[Callable[[], object]]:
+    return inspect.isfunction(found) or inspect.ismethod(found) or isinstance(found, functools.partial)
+
+
+def _described(found: object) -> str:
+    if isinstance(found, type):
+        return f"the class {found.__qualname__}"
+    return f"a {type(found).__name__}"

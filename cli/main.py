@@ -21,6 +21,7 @@ from agent import LOG_FORMAT, OWN_PACKAGES, install_log_filters
 from store import StoreError
 from web import Settings, SettingsError, issue_token
 
+from .chat_logs import log_to
 from .output import detach_stdout, say
 from .purge import parse_age, purge
 from .users import DEFAULT_USER
@@ -59,12 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(chat)
     _add_model(chat)
     _add_app(chat)
+    chat.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="write the logs (yours, pydantic-ai's, ours) to PATH, or to stderr with '-'; "
+        "by default nothing is logged into the conversation",
+    )
 
     token = commands.add_parser("token", help="print a bearer token for USER")
     token.add_argument("user", metavar="USER")
 
     threads = commands.add_parser("threads", help="list the threads")
     threads.add_argument("--user", metavar="NAME", help="only this user's threads")
+    _add_db(threads)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _add_db(migrate)
@@ -101,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             case "token":
                 return _token(Settings.resolve_secret(), args.user)
             case "threads":
-                return _threads(Settings.resolve_database_url(), args.user or DEFAULT_USER)
+                return _threads(Settings.resolve_database_url(args.db), args.user or DEFAULT_USER)
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
             case "purge":
@@ -132,8 +140,10 @@ def _run_app(args: argparse.Namespace) -> int:
                 host=args.host, port=args.port, database_url=args.db, model=args.model, app=args.app
             )
             return _serve(settings, _app(settings))
+        # Before the app is loaded: its module's import may log (pydantic-ai's, the user's own).
+        log_to(args.log_file)
         settings = Settings.load(database_url=args.db, model=args.model, app=args.app)
-        return _chat(settings, _app(settings), args.user, args.thread)
+        return _chat(settings, _app(settings), args.user, args.thread, log_file=args.log_file)
     except (AppLoadError, TracingUnavailable, UnknownModel) as error:
         return _failed(error)
 
@@ -157,7 +167,13 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
 
     asyncio.run(_upgrade(settings.database_url))
     _configure_logging(settings.tracing.secrets)
-    config = server_config(create_app(settings, app), host=settings.host, port=settings.port)
+    config = server_config(
+        create_app(settings, app),
+        host=settings.host,
+        port=settings.port,
+        # A quarter of the shutdown's bound for open connections to end (`web.settings`).
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout_seconds / 4)),
+    )
     # Uvicorn has just configured its own loggers' handlers: they get the filters too.
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
@@ -171,7 +187,10 @@ def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Call
     from .server import Server
 
     server = Server(
-        config, ready_line=_ready_line(settings, interactive=sys.stdout.isatty()), on_shutdown=on_shutdown
+        config,
+        ready_line=_ready_line(settings, interactive=sys.stdout.isatty()),
+        on_shutdown=on_shutdown,
+        shutdown_seconds=settings.shutdown_timeout_seconds,
     )
     # uvicorn re-raises the Ctrl-C it handled, after a clean shutdown: nothing to report.
     with contextlib.suppress(KeyboardInterrupt):
@@ -201,16 +220,20 @@ def _migrate(database_url: str) -> int:
     return 0
 
 
-def _chat(settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id: str | None) -> int:
-    # Run logs (a refund, a failed run's traceback) would tear through the conversation; a schema
-    # upgrade is still worth a line, and warnings stay.
+def _chat(
+    settings: Settings, app: ChatApp[Any], user_id: str | None, thread_id: str | None, *, log_file: str | None
+) -> int:
+    # Logs go where `--log-file` says, never into the conversation (`cli.chat_logs`).
     from agent import setup_tracing
 
     from .chat import INTERRUPTED, chat
 
-    for name in ("agent", "store.business"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    _configure_logging(settings.tracing.secrets)
+    if log_file == "-":
+        # On the terminal, run logs (a refund, a failed run's traceback) would tear through the
+        # conversation; a schema upgrade is still worth a line, and warnings stay.
+        for name in ("agent", "store.business"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    install_log_filters(settings.tracing.secrets)
     tracing = setup_tracing(settings.tracing)
     try:
         return asyncio.run(

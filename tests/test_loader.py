@@ -40,7 +40,30 @@ def broken():
     raise RuntimeError("no API key")
 
 number = 7
+
+from starlette.applications import Starlette
+
+asgi = Starlette()
+bare = Agent(TestModel(), name="bare")
+
+def make_bare():
+    return Agent(TestModel(), name="made bare")
+
+unservable = Agent(TestModel(), name="strict")
+
+@unservable.output_validator
+def _checked(output: str) -> str:
+    return output
+
+@unservable.tool_plain(requires_approval=True)
+def refund(amount: int) -> str:
+    return "done"
 """
+
+WHAT = (
+    "an app is a ChatApp (`app = ChatApp(agent=my_agent)`, `from agent import ChatApp`), a "
+    "pydantic-ai Agent (served as `ChatApp(agent=...)`), or a function of no arguments returning either"
+)
 
 
 @pytest.fixture
@@ -79,8 +102,20 @@ def test_the_default_is_the_demo_shop(project: Path) -> None:
         (":app", "--app must be MODULE:ATTR (such as 'travel:app'), not ':app'"),
         ("nowhere:app", "no module named 'nowhere' (looked in the working directory and on the Python path)"),
         ("travel_desk:missing", "module 'travel_desk' has no attribute 'missing'"),
-        ("travel_desk:number", "'travel_desk:number' is a int, not a ChatApp or a function returning one"),
-        ("travel_desk:not_an_app", "'travel_desk:not_an_app' returned a int, not a ChatApp"),
+        (
+            "travel_desk:number",
+            f"'travel_desk:number' is a int, not a ChatApp or a function returning one; {WHAT}",
+        ),
+        ("travel_desk:not_an_app", f"'travel_desk:not_an_app' returned a int, not a ChatApp; {WHAT}"),
+        (
+            "travel_desk:asgi",
+            f"'travel_desk:asgi' is a Starlette, not a ChatApp or a function returning one; {WHAT}",
+        ),
+        (
+            "travel_desk:Starlette",
+            f"'travel_desk:Starlette' is the class Starlette, not a ChatApp or a function returning one; {WHAT}",
+        ),
+        ("travel_desk:unservable", "'travel_desk:unservable' is an Agent that cannot be served: "),
         (
             "travel_desk:needs_arguments",
             "calling 'travel_desk:needs_arguments' failed (it must take no arguments): "
@@ -100,7 +135,21 @@ def test_a_bad_app_is_one_clear_line(project: Path, spec: str, message: str) -> 
     with pytest.raises(AppLoadError) as raised:
         load_app(spec)
 
-    assert str(raised.value) == message
+    if message.endswith(": "):  # the refusal's own words follow
+        assert str(raised.value).startswith(message)
+    else:
+        assert str(raised.value) == message
+
+
+def test_a_bare_agent_is_served_as_a_chat_app(project: Path) -> None:
+    (project / "travel_desk.py").write_text(APP_MODULE.format(name="travel"))
+
+    bare = load_app("travel_desk:bare")
+    made = load_app("travel_desk:make_bare")
+
+    assert isinstance(bare, ChatApp)
+    assert bare.agent is sys.modules["travel_desk"].bare
+    assert (bare.title, made.title) == ("bare", "made bare")
 
 
 @pytest.mark.parametrize("clash", ["agent.py", "store.py", "web/__init__.py", "cli.py", "stream/__init__.py"])

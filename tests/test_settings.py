@@ -304,3 +304,13 @@ def test_the_sse_keep_alive_interval_comes_from_the_environment() -> None:
     with pytest.raises(SettingsError) as raised:
         Settings.load(secret="s", environ={"DURABLE_CHAT_SSE_PING_SECONDS": "0"})
     assert str(raised.value) == "DURABLE_CHAT_SSE_PING_SECONDS must be a positive number, not '0'"
+
+
+def test_the_shutdown_bound_is_read_from_the_environment() -> None:
+    assert Settings.load(secret="s", environ={}).shutdown_timeout_seconds == 10.0
+    environ = {"DURABLE_CHAT_SHUTDOWN_SECONDS": "4"}
+    assert Settings.load(secret="s", environ=environ).shutdown_timeout_seconds == 4.0
+    for text in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(SettingsError) as raised:
+            Settings.load(secret="s", environ={"DURABLE_CHAT_SHUTDOWN_SECONDS": text})
+        assert str(raised.value) == f"DURABLE_CHAT_SHUTDOWN_SECONDS must be a positive number, not {text!r}"

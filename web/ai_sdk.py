@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from pydantic_ai.ui.vercel_ai.response_types import BaseChunk
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent import stored_events
@@ -33,6 +33,7 @@ from .bodies import read_body
 from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
 from .errors import ApiError
 from .regenerate import queue_regenerate
+from .responses import JsonResponse
 from .services import Services, services
 from .sse import stream_response
 
@@ -178,11 +179,11 @@ async def get_chat(request: Request) -> Response:
     chat_id = str(request.path_params["chat_id"])
     thread = await chat_thread(s, user_id, chat_id, create=False)
     if thread is None:  # a chat not started yet (or another user's): nothing in it
-        return JSONResponse({"id": chat_id, "messages": []})
+        return JsonResponse({"id": chat_id, "messages": []})
     runs = await s.db.runs.of_thread(thread.thread_id)
     events = await _all_events(s, thread.thread_id)
     messages = [dump_ui_message(m) for m in ui_messages(runs, events)]
-    return JSONResponse({"id": chat_id, "messages": messages})
+    return JsonResponse({"id": chat_id, "messages": messages})
 
 
 # -- streaming ----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent import ApprovalReview, InvalidArguments, cancel, decide, stored_events
@@ -46,6 +46,7 @@ from .bodies import (
     validation_details,
 )
 from .errors import ApiError
+from .responses import JsonResponse
 from .services import Services, services
 from .text import unstorable
 
@@ -83,7 +84,7 @@ async def create_thread(request: Request) -> Response:
     user_id = user_of(request, s, write=True)
     body = await read_body(request, NewThreadBody, max_bytes=s.settings.max_body_bytes)
     thread = await s.db.threads.create(user_id=user_id, title=body.title)
-    return JSONResponse(thread_json(thread), status_code=201)
+    return JsonResponse(thread_json(thread), status_code=201)
 
 
 async def list_threads(request: Request) -> Response:
@@ -95,7 +96,7 @@ async def list_threads(request: Request) -> Response:
     page = await s.db.threads.list(user_id=user_id, limit=limit + 1, after=cursor)
     more, page = len(page) > limit, page[:limit]
     next_cursor = encode_cursor(ThreadCursor(page[-1].updated_at, page[-1].thread_id)) if more else None
-    return JSONResponse({"threads": [thread_json(t) for t in page], "next_cursor": next_cursor})
+    return JsonResponse({"threads": [thread_json(t) for t in page], "next_cursor": next_cursor})
 
 
 async def get_thread(request: Request) -> Response:
@@ -116,7 +117,7 @@ async def get_thread(request: Request) -> Response:
     trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
     last_event_id = await s.db.events.newest(thread.thread_id)
     outputs = await outputs_json(s, thread.thread_id)
-    return JSONResponse(
+    return JsonResponse(
         {
             **thread_json(thread),
             "messages": messages,
@@ -140,7 +141,7 @@ async def rename_thread(request: Request) -> Response:
         renamed = await s.db.threads.rename(thread.thread_id, body.title, user_id=user_id)
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
-    return JSONResponse(thread_json(renamed))
+    return JsonResponse(thread_json(renamed))
 
 
 async def delete_thread(request: Request) -> Response:
@@ -173,7 +174,7 @@ async def post_message(request: Request) -> Response:
         raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # missing, another user's, or deleted meanwhile
         raise ApiError.not_found(f"no thread {thread_id!r}") from error
-    return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread_id}, status_code=202)
+    return JsonResponse({"run_id": queued.run.run_id, "thread_id": thread_id}, status_code=202)
 
 
 def _message(body: MessageBody, s: Services) -> MessageBody:
@@ -203,7 +204,7 @@ async def cancel_run(request: Request) -> Response:
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
     # Driven here: stop it now rather than at its next (fenced) write.
     s.runner.stop(cancelled.run_id)
-    return JSONResponse({"run_id": cancelled.run_id, "status": "cancelled"})
+    return JsonResponse({"run_id": cancelled.run_id, "status": "cancelled"})
 
 
 async def approve(request: Request) -> Response:
@@ -249,7 +250,7 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
     if result.resume_run_id is not None:
         s.runner.submit(result.resume_run_id)
     decided_at = result.approval.decided_at
-    return JSONResponse(
+    return JsonResponse(
         {
             "tool_call_id": tool_call_id,
             "decision": decision,
@@ -269,21 +270,21 @@ async def list_approvals(request: Request) -> Response:
     if status not in (None, "pending"):
         raise ApiError(422, "validation_error", f"status must be 'pending' or absent, not {status!r}")
     approvals = await s.db.approvals.list(user_id=user_id, status="pending" if status else None)
-    return JSONResponse({"approvals": await approvals_json(s, user_id, approvals)})
+    return JsonResponse({"approvals": await approvals_json(s, user_id, approvals)})
 
 
 async def app_info(request: Request) -> Response:
     """`GET /api/app`: what a client shows of the app served: its name and starter prompts."""
     s = services(request)
     user_of(request, s)
-    return JSONResponse({"name": s.app.title, "starter_prompts": list(s.app.starter_prompts)})
+    return JsonResponse({"name": s.app.title, "starter_prompts": list(s.app.starter_prompts)})
 
 
 async def list_records(request: Request) -> Response:
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s))
     records = await s.db.records.list(thread.thread_id)
-    return JSONResponse({"records": [record_json(r) for r in records]})
+    return JsonResponse({"records": [record_json(r) for r in records]})
 
 
 # -- shared by the handlers --------------------------------------------------------------------------
@@ -317,7 +318,8 @@ def _path_id(request: Request, name: str, what: str) -> str:
 def _limit(text: str | None) -> int:
     if text is None or text == "":
         return DEFAULT_PAGE
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+    # ASCII digits only: `isdigit` also takes "٣" (read as 3) and "²" (which `int` refuses).
+    if not (text.isascii() and text.isdigit() and len(text) <= 4) or not 1 <= int(text) <= MAX_PAGE:
         raise ApiError(
             422, "validation_error", f"limit must be an integer from 1 to {MAX_PAGE}, not {text!r}"
         )

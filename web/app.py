@@ -76,7 +76,8 @@ def create_app(
             relay, listener = _relay(settings, db, broker)
             runner = Runner(
                 runtime,
-                shutdown_timeout=settings.shutdown_timeout_seconds,
+                # A quarter of the bound each to reach a checkpoint and to stop once cancelled.
+                shutdown_timeout=settings.shutdown_timeout_seconds / 4,
                 max_concurrent=settings.max_runs,
                 heartbeat_seconds=settings.heartbeat_seconds,
                 sweep_seconds=settings.sweep_seconds,

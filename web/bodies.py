@@ -3,7 +3,8 @@
 Every way a body can be wrong has its own answer, and none is a 500: too large (`413
 payload_too_large`, counted while reading, so a body without `Content-Length` cannot get
 around it), not JSON by its content type (`415 unsupported_media_type`), not UTF-8 or not JSON
-(`400 invalid_json`), the wrong shape (`422 validation_error`, with pydantic's error list as
+(`400 invalid_json`; so is `NaN`, `Infinity` or `-Infinity`, which Python's `json` and pydantic's parser
+would read but no JSON encoder writes back), the wrong shape (`422 validation_error`, with pydantic's error list as
 `details`), a string holding a NUL or a lone surrogate anywhere (`422 validation_error`, see
 `web.text`). A client that hangs up half-way through its body gets nothing and leaves an INFO line
 at most (`web.app`). An empty body stands for `{}`: every body field of the API is optional or named in
@@ -13,6 +14,8 @@ the 422.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -28,11 +31,14 @@ __all__ = (
     "NewThreadBody",
     "RejectBody",
     "RenameBody",
+    "parse_json",
     "read_body",
     "validation_details",
 )
 
 Body = TypeVar("Body", bound=BaseModel)
+
+_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|\d[eE]|\d{300}")
 
 
 class _Strict(BaseModel):
@@ -90,13 +96,15 @@ async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> B
         # of 10 turns (6.7 KB). Only a body that passes is taken from here (`tests/test_bodies.py`:
         # the way below reads it alike); anything refused goes the way below, which says what is
         # wrong as it always has. A `\u` escape may spell unstorable text, which only it looks for.
-        if b"\\u" not in raw:
+        # Nor one that may hold a non-finite number: that parser reads `NaN`, `Infinity`, and `1e400`
+        # as infinity (a body naming them in a string merely goes the way below).
+        if b"\\u" not in raw and _MAYBE_NOT_FINITE.search(raw) is None:
             try:
                 return model.model_validate_json(raw)
             except ValidationError:
                 pass
         try:
-            data = json.loads(raw.decode("utf-8"))
+            data = parse_json(raw.decode("utf-8"))
         except UnicodeDecodeError as error:
             raise ApiError(400, "invalid_json", f"the body is not UTF-8: {error.reason}") from error
         except (ValueError, RecursionError) as error:
@@ -115,6 +123,27 @@ async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> B
         return model.model_validate(data)
     except ValidationError as error:
         raise validation_error(error) from error
+
+
+def parse_json(text: str) -> object:
+    """`text` decoded as JSON, refusing the non-finite numbers (`NaN`, `Infinity`, `-Infinity`).
+
+    Raises:
+        ValueError: Not JSON, or holding a non-finite number.
+        RecursionError: Nested too deep.
+    """
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:40]!r} is out of range")
+    return number
 
 
 def validation_error(error: ValidationError) -> ApiError:

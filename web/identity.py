@@ -8,6 +8,7 @@ is the configured claim (`sub` by default). Checking is PyJWT's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -112,7 +113,7 @@ async def _provider_key(keys: KeySet, kid: object) -> jwt.PyJWK:
             503,
             "identity_provider_unavailable",
             "the identity provider's keys cannot be fetched; try again",
-            headers={"Retry-After": "5"},
+            headers={"Retry-After": str(math.ceil(error.retry_after))},
         ) from error
     if key is None:
         raise unauthorized(

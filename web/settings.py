@@ -69,7 +69,10 @@ class Settings:
     sse_poll_seconds: float = 5.0
     """How often an idle event stream also reads the log, for events written by other processes."""
     shutdown_timeout_seconds: float = 10.0
-    """How long shutdown waits for cancelled runs to checkpoint and requeue."""
+    """The bound on a graceful shutdown, from SIGTERM to the process's exit
+    (`DURABLE_CHAT_SHUTDOWN_SECONDS`): a quarter for open connections to end, a quarter for running
+    steps to reach a checkpoint and another for late ones to stop, the rest to close; past it the
+    process exits anyway (`cli.server`)."""
     tracing: TracingConfig = field(default_factory=lambda: _no_tracing())
     """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), the share of runs traced in
     full (`DURABLE_CHAT_TRACE_SAMPLE`, 0.1), whether store operations get spans
@@ -222,6 +225,7 @@ class Settings:
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
+            shutdown_timeout_seconds=_number("SHUTDOWN_SECONDS", env, 10.0),
             jwt=jwt,
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
