@@ -1,12 +1,13 @@
 """A flight desk with structured output, for the tests of every client: `--app tests.outputs_app:app`.
 
 As pydantic-ai's flight booking example: the agent answers with a union of output types
-(`FlightFound`, `NoFlightFound`, `Booked`, or text), and `book` needs approval, raising
-`ApprovalRequired` with metadata for the reviewer. Its offline model reads the conversation:
+(`FlightFound`, `NoFlightFound`, `Booked`, or text), an output validator checks every flight
+against the timetable, and `book` needs approval, raising `ApprovalRequired` with metadata for the
+reviewer. Its offline model reads the conversation:
 
 - "flights to Lisbon": `FlightFound` (TP-101);
-- "flights to" anywhere else: a `FlightFound` missing its price, which pydantic-ai asks again for,
-  then `NoFlightFound` (an output that was retried);
+- "flights to" anywhere else: a made-up `FlightFound` that the output validator refuses
+  (`ModelRetry`), then `NoFlightFound` (an output that was retried);
 - "book" and a flight number: `book`, which waits for approval, then `Booked` from its result;
 - anything else: a short text.
 """
@@ -19,13 +20,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ApprovalRequired, RunContext
+from pydantic_ai import Agent, ApprovalRequired, ModelRetry, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp
 
 __all__ = ("Booked", "FlightFound", "NoFlightFound", "app")
+
+TIMETABLE = {"TP-101": "Lisbon"}
+"""The flights there are: the output validator refuses any other."""
 
 FARE_RULES = {"fare": "non-refundable", "checked_bags": 1, "price": 420.0}
 """What `book` tells the reviewer of every booking (`ApprovalRequired(metadata=...)`)."""
@@ -85,7 +89,11 @@ def _turn(messages: list[ModelMessage]) -> tuple[str, Any] | str:
         }
     if "flights to" in said:
         destination = said.split("flights to")[-1].strip(" ?")
-        return "final_result_FlightFound", {"flight_number": "XX-1", "destination": destination}
+        return "final_result_FlightFound", {
+            "flight_number": "XX-1",
+            "destination": destination,
+            "price": 99.0,
+        }
     return "I find and book flights: ask me for flights to a city, or to book one."
 
 
@@ -109,5 +117,16 @@ agent = Agent(
     instructions="You find and book flights.",
     name="flights",
 )
+
+
+@agent.output_validator
+def on_the_timetable(
+    output: FlightFound | NoFlightFound | Booked | str,
+) -> FlightFound | NoFlightFound | Booked | str:
+    """Refuse a flight that is not on the timetable, as pydantic-ai's flight booking example does."""
+    if isinstance(output, FlightFound) and TIMETABLE.get(output.flight_number) != output.destination:
+        raise ModelRetry(f"{output.flight_number} to {output.destination} is not on the timetable")
+    return output
+
 
 app = ChatApp(agent=agent, name="Flight desk")

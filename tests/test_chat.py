@@ -403,7 +403,7 @@ def test_a_calls_metadata_is_shown_before_the_question_and_structured_output_as_
     chat = start(terminals, tmp_path, "chat", "--db", url, "--app", "tests.outputs_app:app")
     chat.expect("you> ")
     chat.type("Flights to Atlantis?")
-    # The first output was refused (no price) and asked again: its call is closed with why.
+    # The first output was refused (not on the timetable) and asked again: its call is closed with why.
     chat.expect("← final_result_FlightFound failed: ")
     chat.expect("assistant> No flight found (no details)\n")
     chat.expect("you> ")
