@@ -24,7 +24,7 @@ from agent import (
 from agent.guardrails import RATE_REPLY, leak_guardrail
 from store import Queued, RunStatus, Thread
 from stream import CollectingSink, TextDelta, transcript
-from web import Runner
+from worker import Runner
 
 from .core_app import CoreFactory
 from .scripted import Calls, Script, lines

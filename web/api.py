@@ -165,7 +165,7 @@ async def post_message(request: Request) -> Response:
         raise
     try:
         # Queueing finds the thread only if it is the user's (no read of it first), and drives the
-        # run from the same transaction when this worker has room (see `web.runner`).
+        # run from the same transaction when this worker has room (see `worker.runner`).
         queued = await s.runner.queue(
             thread_id, "message", content=body.content, idempotency_key=body.idempotency_key, user_id=user_id
         )

@@ -20,19 +20,17 @@ from starlette.staticfiles import StaticFiles
 
 from agent import ChatApp, load_app, open_runtime
 from store import Database, DatabaseUnavailable, EventListener, Worker, normalize_url
+from worker import Broker, Relay, Runner
 
 from .ag_ui import ag_ui_routes
 from .ai_sdk import ai_sdk_routes
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
-from .broker import Broker
 from .errors import ApiError
 from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
 from .regenerate import regenerate_routes
-from .relay import Relay
-from .runner import Runner
 from .services import Services
 from .settings import Settings
 from .sse import sse_routes

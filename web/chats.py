@@ -20,9 +20,9 @@ from typing import Literal
 from agent import InvalidArguments, decide, opening_stored
 from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Queued, RunActive, Thread
 from stream import RunFinished, StoredEvent, StreamEvent
+from worker import Subscription
 
 from .bodies import validation_details
-from .broker import Subscription
 from .errors import ApiError
 from .services import Services
 from .sse import idle_poll_seconds, thread_batches

@@ -11,7 +11,7 @@ the live ones. How:
    skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
    falls back to reading the log, then subscribes again.
 4. Events another process stores (several servers on one PostgreSQL) reach the broker through
-   `web.relay` when that process notifies; the follower keeps its subscription's `position`
+   `worker.relay` when that process notifies; the follower keeps its subscription's `position`
    current so the relay knows what it has. When idle for the poll interval the stream reads the
    log itself too: the only way on SQLite shared by several processes, a safety net on
    PostgreSQL. A thread deleted meanwhile ends the stream.
@@ -37,9 +37,9 @@ from starlette.routing import BaseRoute, Route
 from agent import stored_events
 from store import Database, DatabaseUnavailable, NotFound
 from stream import StoredEvent, encode_events
+from worker import Broker, SubscriberDropped, Subscription
 
 from .api import owned_thread, user_of
-from .broker import Broker, SubscriberDropped, Subscription
 from .errors import ApiError
 from .services import Services, services
 from .sse_response import CountedEventStream

@@ -20,7 +20,7 @@ Deliberate choices:
   is dropped (a copy of one already published, e.g. relayed from the log after this process
   published it).
 - The broker knows only this process. Events another process stores (several servers on one
-  PostgreSQL) are read from the log and published here by `web.relay` when notified; `position`
+  PostgreSQL) are read from the log and published here by `worker.relay` when notified; `position`
   says from where to read.
 """
 
