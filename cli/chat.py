@@ -24,11 +24,13 @@ from agent import (
     ApprovalReview,
     ChatApp,
     InvalidArguments,
+    Opened,
     Runtime,
     RuntimeOptions,
     cancel,
     decide,
     open_runtime,
+    queue_run,
     run_step,
 )
 from store import Approval, Database, NoActiveRun, StoreError, Thread
@@ -146,26 +148,30 @@ class _Chat:
             if text == QUIT:
                 raise EndOfInput
             try:
-                run, _ = await self.db.runs.create_message_run(self.thread.thread_id, content=text)
+                # Queued and claimed here at once, as the server's endpoints queue theirs.
+                opened = await queue_run(
+                    self.runtime, self.thread.thread_id, "message", content=text, claim=True
+                )
             except StoreError as error:
                 self._say(f"(cannot send: {error})")
                 continue
-            await self.drive(run.run_id)
+            await self.drive(opened.run.run_id, opened)
 
-    async def drive(self, run_id: str) -> None:
+    async def drive(self, run_id: str, opened: Opened | None = None) -> None:
         """Drive a run, then every resume run the user's decisions start, until no call waits.
 
-        Ctrl-C stops the run (it ends `cancelled`, its partial reply kept); a second one leaves.
+        `opened`: the run `run_id` as `queue_run` opened it here. Ctrl-C stops the run (it ends
+        `cancelled`, its partial reply kept); a second one leaves.
         """
         next_run: str | None = run_id
         while next_run is not None:
-            if await self._stopped_by_user(next_run):
+            if await self._stopped_by_user(next_run, opened):
                 return
-            next_run = await self.decide_pending()
+            next_run, opened = await self.decide_pending(), None
 
-    async def _stopped_by_user(self, run_id: str) -> bool:
+    async def _stopped_by_user(self, run_id: str, opened: Opened | None) -> bool:
         """Drive one run; whether Ctrl-C stopped it."""
-        task = asyncio.create_task(self._step(run_id), name=f"run {run_id}")
+        task = asyncio.create_task(self._step(run_id, opened), name=f"run {run_id}")
         interrupted = False
 
         def interrupt() -> None:
@@ -185,9 +191,12 @@ class _Chat:
         await self.printer.drain()
         return True
 
-    async def _step(self, run_id: str) -> None:
+    async def _step(self, run_id: str, opened: Opened | None) -> None:
         async with _heartbeat(self.db):
-            await run_step(self.runtime, run_id)
+            if opened is None:
+                await run_step(self.runtime, run_id)
+            else:
+                await run_step(self.runtime, run_id, claimed=opened.claimed, span=opened.span)
         await self.printer.drain()
 
     async def decide_pending(self) -> str | None:

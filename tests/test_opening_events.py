@@ -2,7 +2,7 @@
 
 `run_started` and `user_message` go into the queueing's transaction (`store.Runs.queue(opening=)`)
 with the first ids the run reserves, stamped with the trace id of the run's span (started before
-the queueing: `agent.start_run_span`); the run goes on from the next id, and its event writer
+the queueing: `agent.queue_run`); the run goes on from the next id, and its event writer
 waits its interval after that transaction as after any other. A run not claimed at queueing
 (the worker at its limit) stores them itself when it starts, as before.
 """
@@ -10,13 +10,12 @@ waits its interval after that transaction as after any other. A run not claimed 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from agent import EVENT_BLOCK, new_event, opening_events, run_step
+from agent import queue_run, run_step
 from store import run_trace_id
 from stream import CollectingSink
 from web.services import Services
@@ -86,19 +85,17 @@ async def test_a_callers_sink_sees_the_opening_events_the_queueing_stored(core_f
     # `run_step(sink=)` sees every event of the run, the two stored before it started included.
     app = await core_factory(Script([LOOKUP, "The balance is 10."]))
     thread = await app.thread()
-    run_id = str(uuid.uuid4())
-    opening = opening_events(run_id, "message", "What is my balance?", trace_id=None)
-    queued = await app.db.runs.queue(
-        thread.thread_id,
-        "message",
-        content="What is my balance?",
-        claim_events=EVENT_BLOCK,
-        run_id=run_id,
-        opening=[new_event(event) for event in opening],
+    opened = await queue_run(
+        app.runtime, thread.thread_id, "message", content="What is my balance?", claim=True
     )
-    assert queued.claimed is not None
+    assert opened.claimed is not None
+    assert [stored.event.type for stored in opened.events] == ["run_started", "user_message"]
     sink = CollectingSink()
-    assert await run_step(app.runtime, run_id, sink=sink, claimed=queued.claimed) == "completed"
+    run_id = opened.run.run_id
+    assert (
+        await run_step(app.runtime, run_id, sink=sink, claimed=opened.claimed, span=opened.span)
+        == "completed"
+    )
     assert [event.type for event in sink.events[:3]] == ["run_started", "user_message", "tool_call"]
     logged = [event.type for event in await app.log(thread)]
     assert logged.count("run_started") == 1  # stored once, by the queueing

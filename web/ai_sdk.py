@@ -22,8 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent import stored_events
-from store import Queued
+from agent import Opened, stored_events
 from stream import RunFinished, StoredEvent, StreamEvent
 
 from .ai_sdk_messages import TURN_KINDS, dump_ui_message, ui_messages
@@ -109,7 +108,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            queued=queued,
+            opened=queued,
         )
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None
@@ -124,7 +123,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            queued=queued,
+            opened=queued,
         )
     answers = [
         Answer(
@@ -196,9 +195,9 @@ def _stream(
     until_run_id: str,
     encoder: UIMessageStream,
     *,
-    queued: Queued | None = None,
+    opened: Opened | None = None,
 ) -> Response:
-    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, queued=queued)
+    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, opened=opened)
     frames = _frames(encoder, events, until_run_id=until_run_id)
     return stream_response(s, frames, user_id=user_id, headers=HEADERS)
 

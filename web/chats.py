@@ -17,8 +17,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Literal
 
-from agent import InvalidArguments, decide, opening_stored
-from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, Queued, RunActive, Thread
+from agent import InvalidArguments, Opened, decide
+from store import AlreadyDecided, ApprovalPending, Conflict, NotFound, RunActive, Thread
 from stream import RunFinished, StoredEvent, StreamEvent
 from worker import Subscription
 
@@ -88,7 +88,7 @@ def check_length(s: Services, content: str) -> None:
         )
 
 
-async def _queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Queued:
+async def _queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Opened:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
     _check_message(s, content, idempotency_key)
     try:
@@ -104,7 +104,7 @@ async def _queue_message(s: Services, thread: Thread, content: str, *, idempoten
 
 async def queue_chat_message(
     s: Services, user_id: str, chat_id: str, content: str, *, idempotency_key: str | None
-) -> tuple[str, Queued]:
+) -> tuple[str, Opened]:
     """Queue a user message on the chat's thread; its thread id and the queued run.
 
     Straight on the chat's derived thread, with no read of it: queueing finds only a thread of
@@ -195,7 +195,7 @@ async def decide_all(s: Services, user_id: str, thread: Thread, answers: Sequenc
 
 
 def follow_run(
-    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, queued: Queued | None = None
+    s: Services, thread_id: str, *, start_run_id: str, until_run_id: str, opened: Opened | None = None
 ) -> AsyncGenerator[list[StreamEvent]]:
     """The thread's events from the start of `start_run_id` until `until_run_id` finished (or the thread is gone).
 
@@ -204,17 +204,17 @@ def follow_run(
     replay page), to be written at once. Ending the iteration (a client that went away) stops
     nothing but the reading.
 
-    `queued`: the run `start_run_id` as this request just queued it. When the queueing also
+    `opened`: the run `start_run_id` as this request just queued it. When the queueing also
     claimed it here, nothing is read: the events the queueing stored with the run come first, from
-    hand (`Claimed.opening`), and the thread is subscribed to now, before the run (a task not
+    hand (`Opened.events`), and the thread is subscribed to now, before the run (a task not
     started: the request has not let the event loop run since it queued) can store and publish any
     other, so every later one comes through the subscription. The subscription ends with the
     iteration, or with the iterator if it is never started.
     """
-    if queued is None or not queued.created or queued.claimed is None:
+    if opened is None or not opened.created or opened.claimed is None:
         return _follow(s, thread_id, until_run_id, start_run_id=start_run_id)
-    opening = opening_stored(queued.claimed)
-    after = opening[-1].event_id if opening else queued.claimed.first_event_id - 1
+    opening = opened.events
+    after = opening[-1].event_id if opening else opened.claimed.first_event_id - 1
     subscription = s.broker.open(thread_id, after=after)
     events = _follow(s, thread_id, until_run_id, after=after, subscribed=subscription, opening=opening)
     weakref.finalize(events, s.broker.close, subscription)

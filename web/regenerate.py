@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent import last_prompt
-from store import ApprovalPending, NotFound, Queued, RunActive, Thread
+from agent import Opened, last_prompt
+from store import ApprovalPending, NotFound, RunActive, Thread
 
 from .api import owned_thread, user_of
 from .errors import ApiError
@@ -32,7 +32,7 @@ async def regenerate(request: Request) -> Response:
     return JSONResponse({"run_id": queued.run.run_id, "thread_id": thread.thread_id}, status_code=202)
 
 
-async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str | None = None) -> Queued:
+async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str | None = None) -> Opened:
     """Queue the run that answers the thread's last user message again, dropping the last reply.
 
     Raises:
