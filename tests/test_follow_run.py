@@ -18,7 +18,7 @@ import pytest
 
 from agent import Opened
 from stream import RunFinished, StreamEvent, TextDelta
-from web.chats import follow_run
+from web.following import follow_run
 from web.services import Services
 
 from .scripted import Calls, Script

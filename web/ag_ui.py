@@ -24,13 +24,14 @@ from starlette.routing import BaseRoute, Route
 from agent import Opened
 from stream import PendingCall, StreamEvent
 
+from .access import user_of
 from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
-from .api import user_of
 from .bodies import read_body, validation_error
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
+from .chats import chat_thread, queue_chat_message
+from .decisions import Answer, decide_all
 from .errors import ApiError
+from .following import follow_run, stream_response
 from .services import Services, services
-from .sse import stream_response
 
 __all__ = ("ag_ui_routes",)
 
