@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from web.ai_sdk import ChatBody
+from web.ai_sdk.endpoints import ChatBody
 from web.bodies import ApproveBody, MessageBody, RenameBody
 
 TEXT = st.text(max_size=8) | st.sampled_from(["", "x", "\x00", "\u2028", "\ufeff", "user", "text"])

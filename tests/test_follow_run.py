@@ -1,4 +1,4 @@
-"""`web.chats.follow_run` on a run the request just queued: subscribed at once, nothing read, nothing missed.
+"""`web.following.follow_run` on a run the request just queued: subscribed at once, nothing read, nothing missed.
 
 The protocol endpoints (AI SDK, AG-UI) queue a run, then stream it. When the queueing claimed the
 run here, the stream is subscribed when `follow_run` is called, before the run can publish; it

@@ -22,8 +22,8 @@ from agent import ChatApp, load_app, open_runtime
 from store import Conflict, Database, DatabaseUnavailable, EventListener, Worker, normalize_url
 from worker import Broker, Relay, Runner
 
-from .ag_ui import ag_ui_routes
-from .ai_sdk import ai_sdk_routes
+from .ag_ui.endpoints import ag_ui_routes
+from .ai_sdk.endpoints import ai_sdk_routes
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
 from .errors import ApiError

@@ -1,4 +1,4 @@
-"""What the protocol endpoints (`web.ai_sdk`, `web.ag_ui`) share: client-named chats, runs, decisions.
+"""What the protocol endpoints (`web.ai_sdk`, `web.ag_ui`) share: client-named chats and their messages.
 
 The AI SDK's chat `id` and AG-UI's `threadId` are chosen by the client. A chat id names a thread
 of the token's user: the user's own thread of that id (one made with `POST /api/threads`), else

@@ -104,7 +104,7 @@ class Broker:
         """Follow `thread_id` from now, from a follower that has up to `after`, until `close`.
 
         `subscribe` is the usual way; this one is for a follower that must be subscribed before it
-        can start reading (see `web.chats.follow_run`).
+        can start reading (see `web.following.follow_run`).
         """
         subscription = Subscription(thread_id, self._capacity, after)
         self._subscriptions.setdefault(thread_id, set()).add(subscription)

@@ -25,16 +25,16 @@ from starlette.routing import BaseRoute, Route
 from agent import Opened, stored_events
 from stream import RunFinished, StoredEvent, StreamEvent
 
-from .access import user_of
-from .ai_sdk_messages import TURN_KINDS, dump_ui_message, ui_messages
-from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
-from .bodies import read_body
-from .chats import chat_thread, queue_chat_message
-from .decisions import Answer, decide_all
-from .errors import ApiError
-from .following import follow_run, stream_response
-from .runs import queue_regenerate
-from .services import Services, services
+from ..access import user_of
+from ..bodies import read_body
+from ..chats import chat_thread, queue_chat_message
+from ..decisions import Answer, decide_all
+from ..errors import ApiError
+from ..following import follow_run, stream_response
+from ..runs import queue_regenerate
+from ..services import Services, services
+from .encoder import HEADERS, UIMessageStream, encode_chunk
+from .history import TURN_KINDS, dump_ui_message, ui_messages
 
 __all__ = ("ai_sdk_routes",)
 

@@ -24,14 +24,14 @@ from starlette.routing import BaseRoute, Route
 from agent import Opened
 from stream import PendingCall, StreamEvent
 
-from .access import user_of
-from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
-from .bodies import read_body, validation_error
-from .chats import chat_thread, queue_chat_message
-from .decisions import Answer, decide_all
-from .errors import ApiError
-from .following import follow_run, stream_response
-from .services import Services, services
+from ..access import user_of
+from ..bodies import read_body, validation_error
+from ..chats import chat_thread, queue_chat_message
+from ..decisions import Answer, decide_all
+from ..errors import ApiError
+from ..following import follow_run, stream_response
+from ..services import Services, services
+from .encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
 __all__ = ("ag_ui_routes",)
 
