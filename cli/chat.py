@@ -16,7 +16,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -35,6 +35,7 @@ from agent import (
 )
 from store import Approval, Database, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
+from worker import holding_leases
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines, fields_line
 from .users import DEFAULT_USER
@@ -192,7 +193,7 @@ class _Chat:
         return True
 
     async def _step(self, run_id: str, opened: Opened | None) -> None:
-        async with _heartbeat(self.db):
+        async with holding_leases(self.db):
             if opened is None:
                 await run_step(self.runtime, run_id)
             else:
@@ -415,25 +416,6 @@ async def chat(
         return INTERRUPTED
     finally:
         ctrl_c.close()
-
-
-@contextlib.asynccontextmanager
-async def _heartbeat(db: Database) -> AsyncGenerator[None]:
-    """Renew this process's leases while a run goes on, as a server's runner does, so a server
-    sharing the database does not take a long turn over."""
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(db.leases.worker.lease.total_seconds() / 3)
-            with contextlib.suppress(StoreError):  # the next beat tries again; the lease has slack
-                await db.leases.heartbeat()
-
-    task = asyncio.create_task(beat(), name="heartbeat")
-    try:
-        yield
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
 
 
 async def _resume(session: _Chat) -> None:

@@ -2,7 +2,8 @@
 
 It knows no HTTP: `web/` serves on top of it, and any other shell (the command line, a test) can drive
 runs with it. `Runner` drives runs and keeps this worker's leases; `Broker` hands a thread's stored
-events to its live followers in this process; `Relay` reads the events other processes store into it.
+events to its live followers in this process; `Relay` reads the events other processes store into it;
+`holding_leases` keeps this process's leases while a shell drives runs itself (the terminal chat).
 
 Each name is imported on first use (PEP 562), as in `agent` and `web`.
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .broker import DEFAULT_BUFFER, Broker, SubscriberDropped, Subscription
+    from .leases import holding_leases
     from .relay import Relay
     from .runner import Runner
 
@@ -23,10 +25,12 @@ __all__ = (
     "Runner",
     "SubscriberDropped",
     "Subscription",
+    "holding_leases",
 )
 
 _EXPORTS = {
     "broker": ("DEFAULT_BUFFER", "Broker", "SubscriberDropped", "Subscription"),
+    "leases": ("holding_leases",),
     "relay": ("Relay",),
     "runner": ("Runner",),
 }
