@@ -101,3 +101,22 @@ async def test_a_callers_sink_sees_the_opening_events_the_queueing_stored(core_f
     assert logged.count("run_started") == 1  # stored once, by the queueing
     assert logged.count("user_message") == 1
     assert logged[-1] == "run_finished"
+
+
+async def test_a_run_queued_without_a_claim_or_again_by_its_key_opens_nothing(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([LOOKUP, "The balance is 10."]))
+    thread = await app.thread()
+    free = await queue_run(
+        app.runtime, thread.thread_id, "message", content="Hi", claim=False, idempotency_key="k"
+    )
+    assert (free.created, free.claimed, free.events, free.span) == (True, None, (), None)
+    assert free.run.status == "queued"
+    again = await queue_run(
+        app.runtime, thread.thread_id, "message", content="Hi", claim=True, idempotency_key="k"
+    )
+    # The key names the run queued first: returned as it is, neither claimed nor opened again.
+    assert (again.created, again.claimed, again.events, again.span) == (False, None, (), None)
+    assert again.run.run_id == free.run.run_id
+    assert await app.log(thread) == []  # its opening events come when it is driven
