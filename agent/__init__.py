@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .approvals import decide
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
-    from .eventlog import EventLogSink, Publisher, new_event, opening_events, opening_stored, stored_events
+    from .eventlog import EventLogSink, Publisher, stored_events
     from .guardrails import (
         HIDE_BLOCKED_TURNS,
         Guardrail,
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .ledger import ToolLedger
     from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
     from .logs import LOG_FORMAT, format_trace_id, install_log_filters
+    from .opening import Opened, queue_run
     from .pauses import PauseAtDeferredCalls
     from .records import RunRecords
     from .redaction import secrets_from_environment
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from .retries import ModelRetries
     from .run_hooks import RunHooks
     from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
-    from .step import EVENT_BLOCK, run_step, start_run_span
+    from .step import run_step
     from .texts import Texts
     from .tool_failures import ToolFailures
     from .tracing import (
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_APP",
     "DEFAULT_SAMPLE_RATIO",
-    "EVENT_BLOCK",
     "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
     "OWN_PACKAGES",
@@ -74,6 +74,7 @@ __all__ = (
     "MessageRate",
     "ModelRetries",
     "NothingToRegenerate",
+    "Opened",
     "PatternGuardrail",
     "PauseAtDeferredCalls",
     "Publisher",
@@ -106,15 +107,12 @@ __all__ = (
     "leak_guardrail",
     "load_app",
     "message_window",
-    "new_event",
     "open_runtime",
-    "opening_events",
-    "opening_stored",
+    "queue_run",
     "resolve_model",
     "run_step",
     "secrets_from_environment",
     "setup_tracing",
-    "start_run_span",
     "stored_events",
     "validate_args",
     "without_last_turn",
@@ -125,14 +123,7 @@ _EXPORTS = {
     "approvals": ("decide",),
     "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),
     "cancellation": ("Cancellation", "cancel", "interrupted_messages"),
-    "eventlog": (
-        "EventLogSink",
-        "Publisher",
-        "new_event",
-        "opening_events",
-        "opening_stored",
-        "stored_events",
-    ),
+    "eventlog": ("EventLogSink", "Publisher", "stored_events"),
     "guardrails": (
         "HIDE_BLOCKED_TURNS",
         "Guardrail",
@@ -151,6 +142,7 @@ _EXPORTS = {
     "ledger": ("ToolLedger",),
     "loader": ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app"),
     "logs": ("LOG_FORMAT", "format_trace_id", "install_log_filters"),
+    "opening": ("Opened", "queue_run"),
     "pauses": ("PauseAtDeferredCalls",),
     "records": ("RunRecords",),
     "redaction": ("secrets_from_environment",),
@@ -158,7 +150,7 @@ _EXPORTS = {
     "retries": ("ModelRetries",),
     "run_hooks": ("RunHooks",),
     "runtime": ("Runtime", "RuntimeOptions", "UnknownModel", "open_runtime", "resolve_model"),
-    "step": ("EVENT_BLOCK", "run_step", "start_run_span"),
+    "step": ("run_step",),
     "texts": ("Texts",),
     "tool_failures": ("ToolFailures",),
     "tracing": (

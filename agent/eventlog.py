@@ -39,18 +39,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Literal
 
-from store import Claimed, DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
+from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
 from stream import (
-    RunStarted,
     Sink,
     StoredEvent,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolResult,
-    UserMessage,
     event_data,
     event_from_data,
 )
@@ -64,8 +61,6 @@ __all__ = (
     "logged_tool_events",
     "new_event",
     "new_events",
-    "opening_events",
-    "opening_stored",
     "stored_events",
 )
 
@@ -84,27 +79,6 @@ def new_event(event: StreamEvent) -> NewEvent:
 
 def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
     return [StoredEvent(item.event_id, event_from_data(item.type, item.data)) for item in logged]
-
-
-StartKind = Literal["message", "resume", "recover", "regenerate"]
-
-
-def opening_events(
-    run_id: str, kind: StartKind, content: str | None, *, trace_id: str | None = None
-) -> list[StreamEvent]:
-    """The events a run starts with: `run_started`, and the user's message for a `message` run with `content`."""
-    events: list[StreamEvent] = [RunStarted(run_id=run_id, kind=kind, trace_id=trace_id)]
-    if kind == "message" and content is not None:
-        events.append(UserMessage(run_id=run_id, content=content, trace_id=trace_id))
-    return events
-
-
-def opening_stored(claimed: Claimed) -> list[StoredEvent]:
-    """The events the queueing stored with a run it claimed (`Claimed.opening`), with their ids."""
-    first = claimed.first_event_id
-    return [
-        StoredEvent(first + i, event_from_data(new.type, new.data)) for i, new in enumerate(claimed.opening)
-    ]
 
 
 class EventLogSink:

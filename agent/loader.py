@@ -26,7 +26,7 @@ __all__ = ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app")
 DEFAULT_APP = "agent.demo:shop_app"
 """The app served when none is named: the demo shop."""
 
-OWN_PACKAGES = ("agent", "cli", "store", "stream", "web")
+OWN_PACKAGES = ("agent", "cli", "store", "stream", "web", "worker")
 """durable-chat's top-level packages."""
 
 

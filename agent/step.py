@@ -66,12 +66,11 @@ from .eventlog import (
     SkipLogged,
     TraceStampSink,
     logged_tool_events,
-    opening_events,
-    opening_stored,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import ToolLedger
 from .logs import current_trace_id
+from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
 from .outputs import OutputCalls
 from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
@@ -86,11 +85,6 @@ from .withdrawals import OutputGuard
 __all__ = ("run_step",)
 
 logger = logging.getLogger(__name__)
-tracer = trace.get_tracer("durable_chat.agent")
-
-
-EVENT_BLOCK = 128
-"""Event ids a run reserves at once; a typical turn uses a few dozen."""
 
 
 class ReusedToolCallId(Exception):
@@ -99,12 +93,6 @@ class ReusedToolCallId(Exception):
 
 class _Stopped(Exception):
     """The runtime is stopping: the run reached a checkpoint and is put back in the queue."""
-
-
-def start_run_span(run_id: str) -> trace.Span:
-    """The span of a run's attempt, started (not current) for `run_step(span=)`: a run queued and
-    claimed at once starts it before the queueing, whose opening events carry its trace id."""
-    return tracer.start_span("run", attributes=run_attributes(run_id))
 
 
 async def run_step(
@@ -125,7 +113,7 @@ async def run_step(
     Each attempt is traced in a `run` span, the parent of the agent's, the tools' and the store's
     spans; its trace id is kept on the run's row and on every event and approval row of the run.
     `claimed`: the run as queueing it claimed it for this worker (`Runs.queue`): no claim here.
-    `span`: this attempt's span, started already (`start_run_span`), ended here.
+    `span`: this attempt's span, started already (`agent.queue_run`), ended here.
     """
     runtime.running += 1
     try:

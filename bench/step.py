@@ -29,15 +29,14 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage
 
 from agent import (
-    EVENT_BLOCK,
+    Opened,
     RunRecords,
     RunScope,
     Runtime,
     RuntimeOptions,
     ToolLedger,
-    new_event,
     open_runtime,
-    opening_events,
+    queue_run,
     run_step,
 )
 from agent.demo import shop_app
@@ -49,7 +48,6 @@ from bench.harness.stats import median
 from bench.step_bare import Harness, run_bare
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
-from store import Claimed
 
 PROMPT = "Where is ORD-5678?"
 EARLIER_TURNS = (
@@ -100,7 +98,7 @@ class Bench:
         assert loaded is not None
         self.history = loaded.messages
 
-    async def queue(self, long: bool) -> Claimed:
+    async def queue(self, long: bool) -> Opened:
         """A new thread (holding a copy of `history` if `long`) with `PROMPT` queued as its next run,
         claimed by this worker as the server's POST queues it: its opening events stored with it."""
         db = self.runtime.db
@@ -110,22 +108,13 @@ class Bench:
                 conversation_id=thread.thread_id, messages=copy.deepcopy(self.history)
             )
             await db.conversations.save(conversation)
-        run_id = str(uuid.uuid4())
-        opening = [new_event(event) for event in opening_events(run_id, "message", PROMPT)]
-        queued = await db.runs.queue(
-            thread.thread_id,
-            "message",
-            content=PROMPT,
-            claim_events=EVENT_BLOCK,
-            run_id=run_id,
-            opening=opening,
-        )
-        assert queued.claimed is not None
-        return queued.claimed
+        opened = await queue_run(self.runtime, thread.thread_id, "message", content=PROMPT, claim=True)
+        assert opened.claimed is not None
+        return opened
 
     async def ours(self, long: bool) -> Turn:
-        claimed = await self.queue(long)
-        return lambda: self.complete(claimed.run.run_id, claimed)
+        opened = await self.queue(long)
+        return lambda: self.complete(opened.run.run_id, opened)
 
     async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
@@ -151,8 +140,9 @@ class Bench:
 
         return turn
 
-    async def complete(self, run_id: str, claimed: Claimed | None = None) -> None:
-        if (status := await run_step(self.runtime, run_id, claimed=claimed)) != "completed":
+    async def complete(self, run_id: str, opened: Opened | None = None) -> None:
+        claimed, span = (opened.claimed, opened.span) if opened is not None else (None, None)
+        if (status := await run_step(self.runtime, run_id, claimed=claimed, span=span)) != "completed":
             raise RuntimeError(f"run {run_id!r} ended {status!r}, not 'completed'")
 
 

@@ -16,7 +16,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -24,15 +24,18 @@ from agent import (
     ApprovalReview,
     ChatApp,
     InvalidArguments,
+    Opened,
     Runtime,
     RuntimeOptions,
     cancel,
     decide,
     open_runtime,
+    queue_run,
     run_step,
 )
 from store import Approval, Database, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
+from worker import holding_leases
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines, fields_line
 from .users import DEFAULT_USER
@@ -146,26 +149,30 @@ class _Chat:
             if text == QUIT:
                 raise EndOfInput
             try:
-                run, _ = await self.db.runs.create_message_run(self.thread.thread_id, content=text)
+                # Queued and claimed here at once, as the server's endpoints queue theirs.
+                opened = await queue_run(
+                    self.runtime, self.thread.thread_id, "message", content=text, claim=True
+                )
             except StoreError as error:
                 self._say(f"(cannot send: {error})")
                 continue
-            await self.drive(run.run_id)
+            await self.drive(opened.run.run_id, opened)
 
-    async def drive(self, run_id: str) -> None:
+    async def drive(self, run_id: str, opened: Opened | None = None) -> None:
         """Drive a run, then every resume run the user's decisions start, until no call waits.
 
-        Ctrl-C stops the run (it ends `cancelled`, its partial reply kept); a second one leaves.
+        `opened`: the run `run_id` as `queue_run` opened it here. Ctrl-C stops the run (it ends
+        `cancelled`, its partial reply kept); a second one leaves.
         """
         next_run: str | None = run_id
         while next_run is not None:
-            if await self._stopped_by_user(next_run):
+            if await self._stopped_by_user(next_run, opened):
                 return
-            next_run = await self.decide_pending()
+            next_run, opened = await self.decide_pending(), None
 
-    async def _stopped_by_user(self, run_id: str) -> bool:
+    async def _stopped_by_user(self, run_id: str, opened: Opened | None) -> bool:
         """Drive one run; whether Ctrl-C stopped it."""
-        task = asyncio.create_task(self._step(run_id), name=f"run {run_id}")
+        task = asyncio.create_task(self._step(run_id, opened), name=f"run {run_id}")
         interrupted = False
 
         def interrupt() -> None:
@@ -185,9 +192,12 @@ class _Chat:
         await self.printer.drain()
         return True
 
-    async def _step(self, run_id: str) -> None:
-        async with _heartbeat(self.db):
-            await run_step(self.runtime, run_id)
+    async def _step(self, run_id: str, opened: Opened | None) -> None:
+        async with holding_leases(self.db):
+            if opened is None:
+                await run_step(self.runtime, run_id)
+            else:
+                await run_step(self.runtime, run_id, claimed=opened.claimed, span=opened.span)
         await self.printer.drain()
 
     async def decide_pending(self) -> str | None:
@@ -406,25 +416,6 @@ async def chat(
         return INTERRUPTED
     finally:
         ctrl_c.close()
-
-
-@contextlib.asynccontextmanager
-async def _heartbeat(db: Database) -> AsyncGenerator[None]:
-    """Renew this process's leases while a run goes on, as a server's runner does, so a server
-    sharing the database does not take a long turn over."""
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(db.leases.worker.lease.total_seconds() / 3)
-            with contextlib.suppress(StoreError):  # the next beat tries again; the lease has slack
-                await db.leases.heartbeat()
-
-    task = asyncio.create_task(beat(), name="heartbeat")
-    try:
-        yield
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
 
 
 async def _resume(session: _Chat) -> None:

@@ -11,8 +11,8 @@ import anyio
 
 from stream import RunFinished
 from web import Settings, create_app
-from web.broker import Subscription
 from web.services import Services
+from worker import Subscription
 
 from .core_app import core_app
 from .scripted import Script

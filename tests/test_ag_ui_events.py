@@ -22,7 +22,7 @@ from stream import (
     ToolResult,
     UserMessage,
 )
-from web.ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
+from web.ag_ui.encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
 R = "run-1"
 

@@ -23,7 +23,7 @@ from stream import (
     ToolResult,
     UserMessage,
 )
-from web.ai_sdk_messages import dump_ui_message, ui_messages
+from web.ai_sdk.history import dump_ui_message, ui_messages
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from inline_snapshot import snapshot
+from pydantic_ai.ui.vercel_ai.response_types import TextDeltaChunk
 
 from stream import (
     ApprovalDecided,
@@ -22,7 +23,7 @@ from stream import (
     ToolResult,
     UserMessage,
 )
-from web.ai_sdk_stream import UIMessageStream, encode_chunk
+from web.ai_sdk.encoder import UIMessageStream, encode_chunk
 
 R = "run-1"
 
@@ -287,3 +288,10 @@ def test_a_structured_output_closes_its_call_with_the_output_and_is_the_messages
         [RunStarted(run_id=R, kind="message"), RunFinished(run_id=R, status="completed", output="Hi")]
     )
     assert text[-2:] == snapshot(['{"type":"finish","finishReason":"stop"}', "[DONE]"])
+
+
+def test_a_chunk_is_one_sse_frame_written_by_the_stream_framing() -> None:
+    # A newline in the text stays escaped inside the JSON: one `data:` line, as the AI SDK reads it.
+    assert encode_chunk(TextDeltaChunk(id="p1", delta="a\nb")) == (
+        b'data: {"type":"text-delta","delta":"a\\nb","id":"p1"}\n\n'
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-OURS = ("agent", "cli", "store", "stream", "web")
+OURS = ("agent", "cli", "store", "stream", "web", "worker")
 MODULES = sorted(
     ".".join(path.relative_to(BENCH.parent).with_suffix("").parts)
     for path in BENCH.rglob("*.py")

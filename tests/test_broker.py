@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stream import RunStarted, StoredEvent
-from web.broker import Broker, SubscriberDropped
+from worker import Broker, SubscriberDropped
 
 pytestmark = pytest.mark.anyio
 

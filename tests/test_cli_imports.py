@@ -20,7 +20,7 @@ APP_STACK = (
     "agent.step",
     "agent.tracing",
     "web.app",
-    "web.runner",
+    "worker.runner",
     "starlette.applications",
     "uvicorn",
     "ag_ui",

@@ -1,4 +1,4 @@
-"""`web.chats.follow_run` on a run the request just queued: subscribed at once, nothing read, nothing missed.
+"""`web.following.follow_run` on a run the request just queued: subscribed at once, nothing read, nothing missed.
 
 The protocol endpoints (AI SDK, AG-UI) queue a run, then stream it. When the queueing claimed the
 run here, the stream is subscribed when `follow_run` is called, before the run can publish; it
@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from store import Queued
+from agent import Opened
 from stream import RunFinished, StreamEvent, TextDelta
-from web.chats import follow_run
+from web.following import follow_run
 from web.services import Services
 
 from .scripted import Calls, Script
@@ -39,7 +39,7 @@ async def opened(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
         yield s
 
 
-async def queue(s: Services) -> Queued:
+async def queue(s: Services) -> Opened:
     thread = await s.db.threads.create(user_id="alice")
     queued = await s.runner.queue(thread.thread_id, "message", content="What is my balance?")
     assert queued.claimed is not None, "claimed at queueing, as the endpoints' runs are"
@@ -50,7 +50,7 @@ async def followed(s: Services) -> tuple[str, AsyncGenerator[list[StreamEvent]]]
     """A run queued here and its answer's events, not read yet: its thread, and the events."""
     queued = await queue(s)
     run_id, thread_id = queued.run.run_id, queued.run.thread_id
-    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
+    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, opened=queued)
     assert s.broker.followers(thread_id) == 1  # subscribed already
     return thread_id, events
 

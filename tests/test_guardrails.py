@@ -16,15 +16,16 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from agent import (
     GuardrailContext,
     Guardrails,
+    Opened,
     PatternGuardrail,
     Texts,
     default_guardrails,
     injection_guardrail,
 )
 from agent.guardrails import RATE_REPLY, leak_guardrail
-from store import Queued, RunStatus, Thread
+from store import RunStatus, Thread
 from stream import CollectingSink, TextDelta, transcript
-from web import Runner
+from worker import Runner
 
 from .core_app import CoreFactory
 from .scripted import Calls, Script, lines
@@ -283,7 +284,7 @@ async def test_a_message_queued_by_the_runner_is_counted_in_its_own_transaction(
     first, second = await app.thread(), await app.thread()
     other = await app.thread(user_id="bob")
 
-    async def queue(thread: Thread, content: str) -> tuple[Queued, RunStatus]:
+    async def queue(thread: Thread, content: str) -> tuple[Opened, RunStatus]:
         queued = await runner.queue(thread.thread_id, "message", content=content)
         (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"run {queued.run.run_id}"]
         await task

@@ -24,9 +24,8 @@ from agent.eventlog import new_events
 from store import Database, EventListener, EventNotice
 from store.notifications import parse_notice
 from stream import RunStarted, StoredEvent, TextDelta, TextDone
-from web.broker import Broker
-from web.relay import Relay
-from web.sse import event_frames
+from web.following import event_frames
+from worker import Broker, Relay
 
 from .conftest import new_database
 

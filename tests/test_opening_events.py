@@ -2,7 +2,7 @@
 
 `run_started` and `user_message` go into the queueing's transaction (`store.Runs.queue(opening=)`)
 with the first ids the run reserves, stamped with the trace id of the run's span (started before
-the queueing: `agent.start_run_span`); the run goes on from the next id, and its event writer
+the queueing: `agent.queue_run`); the run goes on from the next id, and its event writer
 waits its interval after that transaction as after any other. A run not claimed at queueing
 (the worker at its limit) stores them itself when it starts, as before.
 """
@@ -10,13 +10,12 @@ waits its interval after that transaction as after any other. A run not claimed 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from agent import EVENT_BLOCK, new_event, opening_events, run_step
+from agent import queue_run, run_step
 from store import run_trace_id
 from stream import CollectingSink
 from web.services import Services
@@ -86,21 +85,38 @@ async def test_a_callers_sink_sees_the_opening_events_the_queueing_stored(core_f
     # `run_step(sink=)` sees every event of the run, the two stored before it started included.
     app = await core_factory(Script([LOOKUP, "The balance is 10."]))
     thread = await app.thread()
-    run_id = str(uuid.uuid4())
-    opening = opening_events(run_id, "message", "What is my balance?", trace_id=None)
-    queued = await app.db.runs.queue(
-        thread.thread_id,
-        "message",
-        content="What is my balance?",
-        claim_events=EVENT_BLOCK,
-        run_id=run_id,
-        opening=[new_event(event) for event in opening],
+    opened = await queue_run(
+        app.runtime, thread.thread_id, "message", content="What is my balance?", claim=True
     )
-    assert queued.claimed is not None
+    assert opened.claimed is not None
+    assert [stored.event.type for stored in opened.events] == ["run_started", "user_message"]
     sink = CollectingSink()
-    assert await run_step(app.runtime, run_id, sink=sink, claimed=queued.claimed) == "completed"
+    run_id = opened.run.run_id
+    assert (
+        await run_step(app.runtime, run_id, sink=sink, claimed=opened.claimed, span=opened.span)
+        == "completed"
+    )
     assert [event.type for event in sink.events[:3]] == ["run_started", "user_message", "tool_call"]
     logged = [event.type for event in await app.log(thread)]
     assert logged.count("run_started") == 1  # stored once, by the queueing
     assert logged.count("user_message") == 1
     assert logged[-1] == "run_finished"
+
+
+async def test_a_run_queued_without_a_claim_or_again_by_its_key_opens_nothing(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([LOOKUP, "The balance is 10."]))
+    thread = await app.thread()
+    free = await queue_run(
+        app.runtime, thread.thread_id, "message", content="Hi", claim=False, idempotency_key="k"
+    )
+    assert (free.created, free.claimed, free.events, free.span) == (True, None, (), None)
+    assert free.run.status == "queued"
+    again = await queue_run(
+        app.runtime, thread.thread_id, "message", content="Hi", claim=True, idempotency_key="k"
+    )
+    # The key names the run queued first: returned as it is, neither claimed nor opened again.
+    assert (again.created, again.claimed, again.events, again.span) == (False, None, (), None)
+    assert again.run.run_id == free.run.run_id
+    assert await app.log(thread) == []  # its opening events come when it is driven

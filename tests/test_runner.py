@@ -18,7 +18,7 @@ import pytest
 
 from agent import Runtime, RuntimeOptions, open_runtime, run_step
 from store import Run, Worker
-from web import Runner
+from worker import Runner
 
 from .conftest import MigratedDatabases
 from .core_app import CoreFactory, core_app

@@ -62,11 +62,20 @@ async def test_collecting_sink_keeps_events_and_counts_what_is_flushed() -> None
 
 
 @pytest.mark.anyio
-async def test_null_sink_takes_anything() -> None:
-    sink: Sink = NullSink()
+async def test_null_sink_takes_anything_and_passes_nothing_on() -> None:
+    log: list[str] = []
+    collected = CollectingSink()
+    # Between two sinks of a tee: whatever it is given, it neither fails nor stops the next one.
+    tee: Sink = TeeSink(RecordingSink("before", log), NullSink(), collected)
 
-    await sink.emit(HELLO[0])
-    await sink.flush()
+    for event in HELLO:
+        await tee.emit(event)
+    await tee.flush()
+
+    assert log == ["before emit text_delta"] * len(HELLO) + ["before flush"]
+    assert collected.events == HELLO
+    assert collected.flushed == len(HELLO)
+    assert vars(NullSink()) == {}  # it keeps nothing of what it took
 
 
 @pytest.mark.anyio

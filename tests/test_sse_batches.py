@@ -7,8 +7,8 @@ import pytest
 
 from store import Database
 from stream import StoredEvent, TextDelta, encode_events
-from web.broker import Broker
-from web.sse import event_frames
+from web.following import event_frames
+from worker import Broker
 
 from .test_notify import store_events
 

@@ -78,8 +78,9 @@ async def test_a_worker_paused_past_its_lease_stores_nothing_once_it_resumes(
         await _eventually(lambda: _logged(db, run_id, "tool_result"))
         first = await db.runs.get(run_id)
         assert _pid(first) == stale.pid
-        # The model now thinks for 2 s about the refund: pause the worker there, past its lease.
-        await asyncio.sleep(0.3)
+        # The lookup's checkpoint is stored as the next request goes out: the model now thinks for
+        # 2 s about the refund. Pause the worker there, past its lease.
+        await _eventually(lambda: _sending(db, thread_id))
         stale.pause()
         try:
             taken = await _eventually(lambda: _ended(db, run_id))
@@ -90,8 +91,12 @@ async def test_a_worker_paused_past_its_lease_stores_nothing_once_it_resumes(
         assert (taken.status, taken.attempt, _pid(taken)) == ("awaiting_approval", 2, other.pid)
         # Resumed, the stale worker's model answers; it tries to go on, finds its run taken, stops.
         await _until(lambda: stale.logged("was taken over by another worker"))
-        await asyncio.sleep(1.0)  # anything it still had in flight has landed (or been refused)
         seen_on_stale, seen_on_other = await asyncio.gather(*following)
+        # Anything the stale worker still had in flight has landed (or been refused) once it has
+        # shut down: its shutdown waits for its runs, and it exits.
+        await asyncio.to_thread(stale.stop)
+        assert stale.process is not None
+        assert stale.process.poll() is not None
         replay = await read_events(on_other, thread_id, token, until=_paused, within=DEADLINE)
 
     # Nothing stored after the takeover but the other worker's: not one event, no checkpoint.
@@ -151,6 +156,14 @@ async def _logged(db: Database, run_id: str, event_type: str) -> bool:
 async def _ended(db: Database, run_id: str) -> Run | None:
     run = await db.runs.get(run_id)
     return None if run.status in {"queued", "running"} else run
+
+
+async def _sending(db: Database, thread_id: str) -> bool:
+    """Whether the thread's stored conversation holds a tool's result (the tool step's checkpoint)."""
+    conversation = await db.conversations.load(thread_id)
+    return conversation is not None and any(
+        part.part_kind == "tool-return" for message in conversation.messages for part in message.parts
+    )
 
 
 async def _messages(db: Database, thread_id: str) -> bytes:

@@ -11,22 +11,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .app import create_app, error_response
     from .auth import Authenticate
-    from .broker import Broker, SubscriberDropped, Subscription
     from .errors import ApiError
-    from .runner import Runner
     from .settings import Settings, SettingsError
     from .tokens import InvalidToken, issue_token, verify_token
 
 __all__ = (
     "ApiError",
     "Authenticate",
-    "Broker",
     "InvalidToken",
-    "Runner",
     "Settings",
     "SettingsError",
-    "SubscriberDropped",
-    "Subscription",
     "create_app",
     "error_response",
     "issue_token",
@@ -36,9 +30,7 @@ __all__ = (
 _EXPORTS = {
     "app": ("create_app", "error_response"),
     "auth": ("Authenticate",),
-    "broker": ("Broker", "SubscriberDropped", "Subscription"),
     "errors": ("ApiError",),
-    "runner": ("Runner",),
     "settings": ("Settings", "SettingsError"),
     "tokens": ("InvalidToken", "issue_token", "verify_token"),
 }

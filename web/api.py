@@ -20,22 +20,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent import ApprovalReview, InvalidArguments, cancel, decide, stored_events
+from agent import ApprovalReview, cancel, stored_events
 from store import (
-    AlreadyDecided,
     Approval,
-    ApprovalPending,
-    NoActiveRun,
     NotFound,
     Record,
-    RunActive,
-    RunChanged,
     Thread,
     ThreadCursor,
 )
 from stream import RunFinished
 
-from .auth import user_id as authenticated_user
+from .access import MAX_ID_LENGTH, owned_thread, path_id, user_of
 from .bodies import (
     ApproveBody,
     MessageBody,
@@ -43,18 +38,17 @@ from .bodies import (
     RejectBody,
     RenameBody,
     read_body,
-    validation_details,
 )
+from .decisions import Answer, decide_one
 from .errors import ApiError
 from .responses import JsonResponse
 from .services import Services, services
 from .text import unstorable
 
-__all__ = ("api_routes", "owned_thread", "user_of")
+__all__ = ("api_routes",)
 
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
-_MAX_ID_LENGTH = 200
 _MAX_CURSOR_LENGTH = 1000
 """Far more than any cursor this API makes (an ISO time and a thread id), far less than JSON can nest."""
 
@@ -157,7 +151,7 @@ async def delete_thread(request: Request) -> Response:
 async def post_message(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s, write=True)
-    thread_id = _path_id(request, "thread_id", "thread")
+    thread_id = path_id(request, "thread_id", "thread")
     try:
         body = _message(await read_body(request, MessageBody, max_bytes=s.settings.max_body_bytes), s)
     except ApiError:
@@ -166,12 +160,10 @@ async def post_message(request: Request) -> Response:
         raise
     try:
         # Queueing finds the thread only if it is the user's (no read of it first), and drives the
-        # run from the same transaction when this worker has room (see `web.runner`).
+        # run from the same transaction when this worker has room (see `worker.runner`).
         queued = await s.runner.queue(
             thread_id, "message", content=body.content, idempotency_key=body.idempotency_key, user_id=user_id
         )
-    except (RunActive, ApprovalPending) as error:
-        raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # missing, another user's, or deleted meanwhile
         raise ApiError.not_found(f"no thread {thread_id!r}") from error
     return JsonResponse({"run_id": queued.run.run_id, "thread_id": thread_id}, status_code=202)
@@ -198,8 +190,6 @@ async def cancel_run(request: Request) -> Response:
     thread = await owned_thread(request, s, user_of(request, s, write=True))
     try:
         cancelled = await cancel(s.db, thread.thread_id, publish=s.broker.publish)
-    except (NoActiveRun, RunChanged) as error:
-        raise ApiError(409, error.code, str(error)) from error
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
     # Driven here: stop it now rather than at its next (fenced) write.
@@ -219,7 +209,7 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
     s = services(request)
     user_id = user_of(request, s, write=True)
     thread = await owned_thread(request, s, user_id)
-    tool_call_id = _path_id(request, "tool_call_id", "tool call")
+    tool_call_id = path_id(request, "tool_call_id", "tool call")
     override_args: dict[str, object] | None = None
     reason: str | None = None
     if decision == "approved":
@@ -228,27 +218,8 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
         ).override_args
     else:
         reason = (await read_body(request, RejectBody, max_bytes=s.settings.max_body_bytes)).reason
-    try:
-        result = await decide(
-            s.db,
-            thread.thread_id,
-            tool_call_id,
-            decision=decision,
-            decided_by=user_id,
-            override_args=override_args,
-            reason=reason,
-            publish=s.broker.publish,
-        )
-    except NotFound as error:
-        raise ApiError.not_found(f"no tool call {tool_call_id!r} in thread {thread.thread_id!r}") from error
-    except AlreadyDecided as error:
-        raise ApiError(409, error.code, str(error)) from error
-    except InvalidArguments as error:
-        raise ApiError(
-            422, "invalid_arguments", str(error), details=validation_details(error.errors)
-        ) from error
-    if result.resume_run_id is not None:
-        s.runner.submit(result.resume_run_id)
+    answer = Answer(tool_call_id, decision, override_args=override_args, reason=reason)
+    result = await decide_one(s, user_id, thread.thread_id, answer)
     decided_at = result.approval.decided_at
     return JsonResponse(
         {
@@ -290,31 +261,6 @@ async def list_records(request: Request) -> Response:
 # -- shared by the handlers --------------------------------------------------------------------------
 
 
-def user_of(request: Request, s: Services, *, write: bool = False) -> str:
-    """The request's user (see `web.auth`); a write also takes a token from the user's rate-limit bucket."""
-    user_id = authenticated_user(request)
-    if write:
-        s.limiter.check(user_id)
-    return user_id
-
-
-async def owned_thread(request: Request, s: Services, user_id: str) -> Thread:
-    """The path's thread if `user_id` owns it; otherwise a 404, the same as for a missing one."""
-    thread_id = _path_id(request, "thread_id", "thread")
-    try:
-        return await s.db.threads.get(thread_id, user_id=user_id)
-    except NotFound as error:
-        raise ApiError.not_found(f"no thread {thread_id!r}") from error
-
-
-def _path_id(request: Request, name: str, what: str) -> str:
-    value = str(request.path_params[name])
-    # No stored id is that long or holds a NUL (which PostgreSQL would refuse to even compare).
-    if len(value) > _MAX_ID_LENGTH or unstorable(value):
-        raise ApiError.not_found(f"no {what} {value[:_MAX_ID_LENGTH]!r}")
-    return value
-
-
 def _limit(text: str | None) -> int:
     if text is None or text == "":
         return DEFAULT_PAGE
@@ -347,7 +293,7 @@ def decode_cursor(text: str) -> ThreadCursor:
         raise invalid from error
     match decoded:
         case [str(updated_at), str(thread_id)] if (
-            not unstorable(thread_id) and len(thread_id) <= _MAX_ID_LENGTH
+            not unstorable(thread_id) and len(thread_id) <= MAX_ID_LENGTH
         ):
             try:
                 moment = datetime.fromisoformat(updated_at)

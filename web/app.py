@@ -19,20 +19,18 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent import ChatApp, load_app, open_runtime
-from store import Database, DatabaseUnavailable, EventListener, Worker, normalize_url
+from store import Conflict, Database, DatabaseUnavailable, EventListener, Worker, normalize_url
+from worker import Broker, Relay, Runner
 
-from .ag_ui import ag_ui_routes
-from .ai_sdk import ai_sdk_routes
+from .ag_ui.endpoints import ag_ui_routes
+from .ai_sdk.endpoints import ai_sdk_routes
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
-from .broker import Broker
 from .errors import ApiError
 from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
 from .regenerate import regenerate_routes
-from .relay import Relay
-from .runner import Runner
 from .services import Services
 from .settings import Settings
 from .sse import sse_routes
@@ -125,6 +123,7 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             ClientDisconnect: _client_disconnected,
+            Conflict: _conflict,
             DatabaseUnavailable: _database_unavailable,
             HTTPException: _http_error,
             Exception: _server_error,
@@ -183,6 +182,13 @@ def error_response(
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return error_response(exc.status_code, exc.code, exc.message, exc.headers, details=exc.details)
+
+
+async def _conflict(request: Request, exc: Exception) -> Response:
+    # What the store refuses as conflicting with the state it holds (a run already active, a call
+    # decided the other way): 409 with the store's own code, wherever in a handler it is raised.
+    assert isinstance(exc, Conflict)
+    return error_response(409, exc.code, str(exc))
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> Response:

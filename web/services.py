@@ -9,11 +9,9 @@ from starlette.requests import Request
 
 from agent import ChatApp
 from store import Database
+from worker import Broker, Relay, Runner
 
-from .broker import Broker
 from .limits import RateLimiter, StreamLimiter
-from .relay import Relay
-from .runner import Runner
 from .settings import Settings
 
 __all__ = ("Services", "services")

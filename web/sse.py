@@ -2,21 +2,7 @@
 
 The client names where it is with `Last-Event-ID` (or `?after=`, for clients that cannot set
 headers); it gets every event with a greater id, in order, none missing, none repeated, then
-the live ones. How:
-
-1. Subscribe to the broker *first*, so nothing published during the replay is missed.
-2. Replay from the log every event after the client's id.
-3. Relay live events (published since the subscription; every event is stored before it is
-   published, so the replay has the earlier ones), skipping any id not above the last one sent. Ids increase per thread but can
-   skip (a run leaves unused ids of the block it reserved). A subscription dropped as too slow
-   falls back to reading the log, then subscribes again.
-4. Events another process stores (several servers on one PostgreSQL) reach the broker through
-   `web.relay` when that process notifies; the follower keeps its subscription's `position`
-   current so the relay knows what it has. When idle for the poll interval the stream reads the
-   log itself too: the only way on SQLite shared by several processes, a safety net on
-   PostgreSQL. A thread deleted meanwhile ends the stream.
-5. A database that becomes unreachable ends the stream (the client reconnects with its
-   `Last-Event-ID`) rather than failing it half-way.
+the live ones (`web.following` says how).
 
 Frames come from `stream.encode_events` only, a batch at a time (a replay page, or what the broker
 handed over since the last write) in one write; the keep-alive is `stream.ping_frame`, sent by
@@ -25,30 +11,16 @@ handed over since the last write) in one write; the keep-alive is `stream.ping_f
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent import stored_events
-from store import Database, DatabaseUnavailable, NotFound
-from stream import StoredEvent, encode_events
-
-from .api import owned_thread, user_of
-from .broker import Broker, SubscriberDropped, Subscription
+from .access import owned_thread, user_of
 from .errors import ApiError
-from .services import Services, services
-from .sse_response import CountedEventStream
+from .following import event_frames, idle_poll_seconds, stream_response
+from .services import services
 
-__all__ = ("event_frames", "idle_poll_seconds", "sse_routes", "stream_response", "thread_batches")
-
-logger = logging.getLogger(__name__)
-
-_REPLAY_PAGE = 500
+__all__ = ("sse_routes",)
 
 
 def sse_routes() -> list[BaseRoute]:
@@ -62,131 +34,6 @@ async def follow_events(request: Request) -> Response:
     after = _after(request)
     frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=idle_poll_seconds(s))
     return stream_response(s, frames, user_id=user_id)
-
-
-def idle_poll_seconds(s: Services) -> float:
-    """How long a follower waits idle before it reads the log itself."""
-    # With notifications relayed, reading the log when idle is only a safety net.
-    return s.settings.sse_poll_seconds if s.relay is None else s.settings.sse_notified_poll_seconds
-
-
-def stream_response(
-    s: Services, frames: AsyncIterator[bytes], *, user_id: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    """An SSE response of `frames`, with the keep-alive; the client's disconnect ends only the response.
-
-    It holds one of `user_id`'s stream slots while it lasts (`web.limits`): one stream more than
-    allowed is `429 too_many_streams`.
-
-    Raises:
-        ApiError: 429 `too_many_streams`.
-    """
-    return CountedEventStream(
-        frames,
-        release=s.streams.acquire(user_id),
-        ping=s.settings.sse_ping_seconds,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
-    )
-
-
-async def event_frames(
-    db: Database, broker: Broker, thread_id: str, *, after: int, poll_seconds: float
-) -> AsyncIterator[bytes]:
-    """The SSE frames of every event of `thread_id` after `after`, then of live ones, until the end.
-
-    Each item is the frames of one batch, to be written at once. The stream ends when the thread is
-    deleted or the database cannot be reached.
-    """
-    async with aclosing(
-        thread_batches(db, broker, thread_id, after=after, poll_seconds=poll_seconds)
-    ) as batches:
-        async for batch in batches:
-            yield encode_events(batch)
-
-
-async def thread_batches(
-    db: Database,
-    broker: Broker,
-    thread_id: str,
-    *,
-    after: int,
-    poll_seconds: float,
-    subscribed: Subscription | None = None,
-) -> AsyncGenerator[list[StoredEvent]]:
-    """Every event of `thread_id` after `after`, then the live ones, a batch at a time as `event_frames` sends them.
-
-    The other protocols (`web.ai_sdk`, `web.ag_ui`) follow a thread through this too. Closing it
-    closes what it reads from at once (its broker subscription included), not when the garbage
-    collector finds the generators: that would cost the loop a task and a self-pipe wake-up each.
-
-    `subscribed`: a subscription of the thread made (`Broker.open`) when nothing after `after` was
-    stored yet, so every such event reaches it: the log is not read until it is dropped (it is
-    closed with the iteration).
-    """
-    events = _events(db, broker, thread_id, after=after, poll_seconds=poll_seconds, subscribed=subscribed)
-    async with aclosing(events):
-        try:
-            async for batch in events:
-                yield batch
-        except DatabaseUnavailable as error:
-            logger.warning("ended an event stream of thread %s: %s", thread_id, error)
-
-
-async def _events(
-    db: Database,
-    broker: Broker,
-    thread_id: str,
-    *,
-    after: int,
-    poll_seconds: float,
-    subscribed: Subscription | None,
-) -> AsyncGenerator[list[StoredEvent]]:
-    last = after
-    while True:
-        subscription = subscribed if subscribed is not None else broker.open(thread_id, after=last)
-        try:
-            if subscribed is None:
-                async with aclosing(_replay(db, thread_id, after=last)) as pages:
-                    async for page in pages:
-                        last = subscription.position = page[-1].event_id
-                        yield page
-            subscribed = None  # once dropped or idle, it reads the log like any follower
-            while True:
-                try:
-                    batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
-                except SubscriberDropped:
-                    break  # read the log, then follow again
-                except TimeoutError:
-                    if not await _exists(db, thread_id):
-                        return  # deleted: nothing more will come
-                    break
-                # Ids increase but may skip (ids a run reserved and left unused): any id above
-                # the last one sent is next. Lower ones came in the replay.
-                fresh = [stored for stored in batch if stored.event_id > last]
-                if fresh:
-                    last = subscription.position = fresh[-1].event_id
-                    yield fresh
-        finally:
-            broker.close(subscription)
-
-
-async def _replay(db: Database, thread_id: str, *, after: int) -> AsyncGenerator[list[StoredEvent]]:
-    while True:
-        logged = await db.events.read(thread_id, after=after, limit=_REPLAY_PAGE)
-        page = stored_events(logged)
-        if page:
-            after = page[-1].event_id
-            yield page
-        if len(logged) < _REPLAY_PAGE:
-            return
-
-
-async def _exists(db: Database, thread_id: str) -> bool:
-    try:
-        await db.threads.get(thread_id)
-    except NotFound:
-        return False
-    return True
 
 
 def _after(request: Request) -> int:

@@ -21,16 +21,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from store import Queued
+from agent import Opened
 from stream import PendingCall, StreamEvent
 
-from .ag_ui_events import AGUIStream, encode_event, interrupt_id_to_tool_call_id
-from .api import user_of
-from .bodies import read_body, validation_error
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
-from .errors import ApiError
-from .services import Services, services
-from .sse import stream_response
+from ..access import user_of
+from ..bodies import read_body, validation_error
+from ..chats import chat_thread, queue_chat_message
+from ..decisions import Answer, decide_all
+from ..errors import ApiError
+from ..following import follow_run, stream_response
+from ..services import Services, services
+from .encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
 __all__ = ("ag_ui_routes",)
 
@@ -62,7 +63,7 @@ async def run_agent(request: Request) -> Response:
         thread_id, queued = await queue_chat_message(
             s, user_id, body.thread_id, _text(last), idempotency_key=last.id
         )
-        return _stream(s, thread_id, user_id, queued.run.run_id, encoder, queued=queued)
+        return _stream(s, thread_id, user_id, queued.run.run_id, encoder, opened=queued)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
     assert thread is not None
     if body.resume:
@@ -116,9 +117,9 @@ def _stream(
     run_id: str,
     encoder: AGUIStream,
     *,
-    queued: Queued | None = None,
+    opened: Opened | None = None,
 ) -> Response:
-    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, queued=queued)
+    events = follow_run(s, thread_id, start_run_id=run_id, until_run_id=run_id, opened=opened)
     return stream_response(s, _frames(encoder, events), user_id=user_id)
 
 

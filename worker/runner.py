@@ -34,24 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from opentelemetry.trace import Span
 
-from agent import (
-    EVENT_BLOCK,
-    Runtime,
-    format_trace_id,
-    message_window,
-    new_event,
-    opening_events,
-    run_step,
-    start_run_span,
-)
-from store import Claimed, DatabaseUnavailable, NotFound, Queued, RunKind, StoreError
-from stream import StoredEvent
+from agent import Opened, Runtime, queue_run, run_step
+from store import Claimed, DatabaseUnavailable, NotFound, RunKind, StoreError
 
 __all__ = ("Runner",)
 
@@ -101,8 +90,8 @@ class Runner:
         idempotency_key: str | None = None,
         user_id: str | None = None,
         create_unless: str | None = None,
-    ) -> Queued:
-        """Queue a `message` or `regenerate` run (see `store.Runs.queue`) and drive it here if it is new.
+    ) -> Opened:
+        """Queue a `message` or `regenerate` run (`agent.queue_run`) and drive it here if it is new.
 
         With `user_id`, a thread of another user is not found; with `create_unless` too, a missing
         thread is created as theirs, unless `create_unless` names a thread of theirs.
@@ -113,46 +102,30 @@ class Runner:
             ApprovalPending: The thread waits for decisions on tool calls.
         """
         claim = not self._closed and len(self._tasks) < self._max_concurrent
-        run_id = str(uuid.uuid4())
-        span, opening = None, []
-        if claim:
-            # Its attempt's span starts now, so the run's opening events, stored with it, carry its
-            # trace id as every later event of the run does. One never ended (a refused run) is
-            # never exported.
-            span = start_run_span(run_id)
-            trace_id = format_trace_id(span)
-            opening = opening_events(run_id, kind, content, trace_id=trace_id)
-        queued = await self._runtime.db.runs.queue(
+        opened = await queue_run(
+            self._runtime,
             thread_id,
             kind,
             content=content,
+            claim=claim,
             idempotency_key=idempotency_key,
-            claim_events=EVENT_BLOCK if claim else None,
-            count_window=message_window(self._runtime.guardrails) if kind == "message" else None,
             user_id=user_id,
-            run_id=run_id,
-            opening=[new_event(event) for event in opening],
             create_unless=create_unless,
         )
-        if not queued.created:
-            return queued
-        claimed = queued.claimed
-        if claimed is not None and claimed.opening and self._runtime.publish is not None:
-            # Stored, then published, as every event (`agent.EventLogSink`).
-            first = claimed.first_event_id
-            self._runtime.publish(thread_id, [StoredEvent(first + i, e) for i, e in enumerate(opening)])
-        if self._closed and claimed is not None:
+        if not opened.created:
+            return opened
+        if self._closed and opened.claimed is not None:
             # Shut down meanwhile: free it for another worker now rather than a lease later.
-            await self._runtime.db.runs.requeue(queued.run.run_id)
-            return queued
-        self.submit(queued.run.run_id, claimed=claimed, span=span if claimed is not None else None)
-        return queued
+            await self._runtime.db.runs.requeue(opened.run.run_id)
+            return opened
+        self.submit(opened.run.run_id, claimed=opened.claimed, span=opened.span)
+        return opened
 
     def submit(self, run_id: str, *, claimed: Claimed | None = None, span: Span | None = None) -> None:
         """Drive the run `run_id` in the background if this worker can claim it; a run driven here already is left alone.
 
         `claimed`: the run as `queue` claimed it, driven without a claim of its own; `span`: the span
-        its attempt started with (`agent.start_run_span`).
+        its attempt started with (`agent.Opened.span`).
         """
         if self._closed or run_id in self._tasks:
             return

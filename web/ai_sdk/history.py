@@ -1,7 +1,7 @@
 """A thread's history as the AI SDK's `UIMessage`s: a pure fold of its runs and its event log.
 
 Built from the same events, with the same steps and parts, as the UI message stream
-(`web.ai_sdk_stream`), so a client that loads the history after a reload holds what one that
+(`web.ai_sdk.encoder`), so a client that loads the history after a reload holds what one that
 streamed the turns holds. The differences are deliberate: text an output guardrail withdrew shows
 only its replacement, and each call shows its decision (`approval-responded`) once made.
 
@@ -47,7 +47,7 @@ from stream import (
     ToolResult,
 )
 
-from .ai_sdk_stream import output_metadata
+from .encoder import output_metadata
 
 __all__ = ("TURN_KINDS", "dump_ui_message", "ui_messages", "user_message_id")
 

@@ -22,20 +22,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent import stored_events
-from store import Queued
+from agent import Opened, stored_events
 from stream import RunFinished, StoredEvent, StreamEvent
 
-from .ai_sdk_messages import TURN_KINDS, dump_ui_message, ui_messages
-from .ai_sdk_stream import HEADERS, UIMessageStream, encode_chunk
-from .api import user_of
-from .bodies import read_body
-from .chats import Answer, chat_thread, decide_all, follow_run, queue_chat_message
-from .errors import ApiError
-from .regenerate import queue_regenerate
-from .responses import JsonResponse
-from .services import Services, services
-from .sse import stream_response
+from ..access import user_of
+from ..bodies import read_body
+from ..chats import chat_thread, queue_chat_message
+from ..decisions import Answer, decide_all
+from ..errors import ApiError
+from ..following import follow_run, stream_response
+from ..responses import JsonResponse
+from ..runs import queue_regenerate
+from ..services import Services, services
+from .encoder import HEADERS, UIMessageStream, encode_chunk
+from .history import TURN_KINDS, dump_ui_message, ui_messages
 
 __all__ = ("ai_sdk_routes",)
 
@@ -110,7 +110,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            queued=queued,
+            opened=queued,
         )
     thread = await chat_thread(s, user_id, body.id, create=True)
     assert thread is not None
@@ -125,7 +125,7 @@ async def post_chat(request: Request) -> Response:
             run_id,
             run_id,
             UIMessageStream(message_id=run_id),
-            queued=queued,
+            opened=queued,
         )
     answers = [
         Answer(
@@ -197,9 +197,9 @@ def _stream(
     until_run_id: str,
     encoder: UIMessageStream,
     *,
-    queued: Queued | None = None,
+    opened: Opened | None = None,
 ) -> Response:
-    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, queued=queued)
+    events = follow_run(s, thread_id, start_run_id=start_run_id, until_run_id=until_run_id, opened=opened)
     frames = _frames(encoder, events, until_run_id=until_run_id)
     return stream_response(s, frames, user_id=user_id, headers=HEADERS)
 

@@ -20,7 +20,7 @@ Deliberate choices:
   is dropped (a copy of one already published, e.g. relayed from the log after this process
   published it).
 - The broker knows only this process. Events another process stores (several servers on one
-  PostgreSQL) are read from the log and published here by `web.relay` when notified; `position`
+  PostgreSQL) are read from the log and published here by `worker.relay` when notified; `position`
   says from where to read.
 """
 
@@ -104,7 +104,7 @@ class Broker:
         """Follow `thread_id` from now, from a follower that has up to `after`, until `close`.
 
         `subscribe` is the usual way; this one is for a follower that must be subscribed before it
-        can start reading (see `web.chats.follow_run`).
+        can start reading (see `web.following.follow_run`).
         """
         subscription = Subscription(thread_id, self._capacity, after)
         self._subscriptions.setdefault(thread_id, set()).add(subscription)

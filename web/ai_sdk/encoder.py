@@ -45,6 +45,7 @@ from stream import (
     ToolOutcomeUnknown,
     ToolResult,
     UserMessage,
+    encode_frame,
 )
 
 __all__ = (
@@ -88,8 +89,8 @@ def output_metadata(finished: RunFinished) -> dict[str, object] | None:
 
 
 def encode_chunk(chunk: BaseChunk) -> bytes:
-    """One SSE frame, as pydantic-ai's `VercelAIEventStream.encode_event` writes it (JSON has no newline)."""
-    return f"data: {chunk.encode(SDK_VERSION)}\n\n".encode()
+    """One SSE frame (`stream.encode_frame`), as pydantic-ai's `VercelAIEventStream.encode_event` writes it."""
+    return encode_frame(data=chunk.encode(SDK_VERSION))
 
 
 class UIMessageStream:

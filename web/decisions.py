@@ -1,0 +1,88 @@
+"""Decisions on pending tool calls, as every endpoint that takes them records them.
+
+The native approve/reject endpoints (`web.api`) take one decision a request; the protocol
+endpoints (`web.ai_sdk`, `web.ag_ui`) take several at once. Both record each one here, through
+`agent.decide`, and hand the resume run the last one starts to the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agent import InvalidArguments, decide
+from store import Decision, NotFound, Thread
+
+from .bodies import validation_details
+from .errors import ApiError
+from .services import Services
+
+__all__ = ("Answer", "decide_all", "decide_one")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A decision a client gave on a pending call."""
+
+    tool_call_id: str
+    decision: Literal["approved", "rejected"]
+    override_args: dict[str, object] | None = None
+    reason: str | None = None
+
+
+async def decide_one(s: Services, user_id: str, thread_id: str, answer: Answer) -> Decision:
+    """Record `answer` by `user_id`, and drive the resume run it starts, if it starts one.
+
+    Raises:
+        ApiError: 404 for a call not in the thread, 422 `invalid_arguments`.
+        AlreadyDecided: The opposite decision was taken already (409, `web.app`).
+    """
+    decided = await _record(s, user_id, thread_id, answer)
+    if decided.resume_run_id is not None:
+        s.runner.submit(decided.resume_run_id)
+    return decided
+
+
+async def decide_all(s: Services, user_id: str, thread: Thread, answers: Sequence[Answer]) -> str | None:
+    """Record each answer as the native approve/reject endpoints do; return the resume run, if one started.
+
+    Every call is checked to belong to the thread before any is decided, so a request naming
+    another thread's call (or none) changes nothing. An answer that fails (edited arguments that
+    do not fit) leaves the ones before it decided, as separate native requests would.
+
+    Raises:
+        ApiError: 404 for a call not in the thread, 422 `invalid_arguments`.
+        AlreadyDecided: The opposite decision was taken already (409, `web.app`).
+    """
+    known = {a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id)}
+    for answer in answers:
+        if answer.tool_call_id not in known:
+            raise ApiError.not_found(f"no tool call {answer.tool_call_id!r} in thread {thread.thread_id!r}")
+    resume_run_id: str | None = None
+    for answer in answers:
+        decided = await _record(s, user_id, thread.thread_id, answer)
+        resume_run_id = decided.resume_run_id or resume_run_id
+    if resume_run_id is not None:
+        s.runner.submit(resume_run_id)
+    return resume_run_id
+
+
+async def _record(s: Services, user_id: str, thread_id: str, answer: Answer) -> Decision:
+    try:
+        return await decide(
+            s.db,
+            thread_id,
+            answer.tool_call_id,
+            decision=answer.decision,
+            decided_by=user_id,
+            override_args=answer.override_args,
+            reason=answer.reason,
+            publish=s.broker.publish,
+        )
+    except NotFound as error:
+        raise ApiError.not_found(f"no tool call {answer.tool_call_id!r} in thread {thread_id!r}") from error
+    except InvalidArguments as error:
+        raise ApiError(
+            422, "invalid_arguments", str(error), details=validation_details(error.errors)
+        ) from error
