@@ -8,7 +8,7 @@ and bytes only; which file uses which bytes, and when bytes may go, is `store.fi
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import BinaryIO, Protocol
+from typing import IO, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -18,7 +18,7 @@ __all__ = ("Blobs", "open_blobs")
 class Blobs(Protocol):
     """A store of immutable byte strings by key."""
 
-    async def put(self, key: str, source: BinaryIO, size: int) -> None:
+    async def put(self, key: str, source: IO[bytes], size: int) -> None:
         """Store the `size` bytes `source` reads from its start under `key`, in full or not at all."""
         ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import BinaryIO
+from typing import IO
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,7 @@ class DatabaseBlobs:
         self._engine = engine
         self._reader = reader(engine)
 
-    async def put(self, key: str, source: BinaryIO, size: int) -> None:
+    async def put(self, key: str, source: IO[bytes], size: int) -> None:
         """Write the pieces in one transaction, so a crash leaves none of them."""
         source.seek(0)
         with translate_errors("storing a file's bytes"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import BinaryIO
+from typing import IO
 
 import obstore
 from obstore.store import ObjectStore, from_url
@@ -29,7 +29,7 @@ class ObjectBlobs:
             return cls(from_url(url, mkdir=True))
         return cls(from_url(url))
 
-    async def put(self, key: str, source: BinaryIO, size: int) -> None:
+    async def put(self, key: str, source: IO[bytes], size: int) -> None:
         """Upload the bytes; object stores make a put visible in full or not at all."""
         source.seek(0)
         await obstore.put_async(self._store, key, source)

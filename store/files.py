@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -68,7 +68,7 @@ class NewFile:
     user_id: str
     name: str
     media_type: str
-    source: BinaryIO
+    source: IO[bytes]
     """Readable and seekable, `size` bytes long (a spooled upload)."""
     size: int
     sha256: str
