@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import posixpath
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +65,8 @@ _EXTENSIONS = {
 HEAD_BYTES = 8192
 """How much of the start of a file the magic numbers are looked for in."""
 
-_CONTROL_OK = frozenset("\t\n\r\f")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+"""The control characters (Unicode's Cc) but tab, line feed, form feed and carriage return."""
 MAX_NAME_LENGTH = 255
 
 
@@ -99,7 +101,7 @@ class Sniffer:
             self.text = False
             return
         # Text has no NULs or other control characters but whitespace (binary data decodes as UTF-8 often enough).
-        if any(unicodedata.category(c) == "Cc" and c not in _CONTROL_OK for c in decoded):
+        if _CONTROL.search(decoded):
             self.text = False
 
 
