@@ -17,6 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from dirty_equals import IsDatetime, IsStr
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.types import Message, Scope
 
@@ -348,7 +349,9 @@ async def test_deleting_the_thread_deletes_its_files(api: Api, files_url: str | 
         assert _objects(Path(files_url.removeprefix("file://"))) == []
 
 
-async def test_files_stay_out_of_the_logs(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+async def test_files_stay_out_of_the_logs_and_traces(
+    api: Api, caplog: pytest.LogCaptureFixture, spans: InMemorySpanExporter
+) -> None:
     caplog.set_level(logging.DEBUG)
     thread_id = await new_thread(api)
     answer = await upload(api, thread_id, b"the customer's secret letter\n", name="divorce-papers.txt")
@@ -364,6 +367,11 @@ async def test_files_stay_out_of_the_logs(api: Api, caplog: pytest.LogCaptureFix
     assert file_id in logged  # what is logged: ids and sizes
     assert "divorce" not in logged
     assert "secret letter" not in logged
+    traced = repr(
+        [(span.name, dict(span.attributes or {}), span.events) for span in spans.get_finished_spans()]
+    )
+    assert "divorce" not in traced
+    assert "secret letter" not in traced
 
 
 # -- helpers -------------------------------------------------------------------------------------
