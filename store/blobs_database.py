@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import IO
 
 import sqlalchemy as sa
+from sqlalchemy import exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .engine import reader, translate_errors
@@ -30,16 +31,23 @@ class DatabaseBlobs:
         """Write the pieces in one transaction, so a crash leaves none of them."""
         source.seek(0)
         with translate_errors("storing a file's bytes"):
-            async with self._engine.begin() as connection:
-                # A retried put of the same key (an upload that died before it was done) starts afresh.
-                await connection.execute(_chunks.delete().where(_chunks.c.blob_key == key))
-                offset = 0
-                while offset < size:
-                    data = source.read(min(CHUNK_BYTES, size - offset))
-                    if not data:
-                        raise ValueError(f"the source ended at byte {offset} of {size}")
-                    await connection.execute(_chunks.insert().values(blob_key=key, offset=offset, data=data))
-                    offset += len(data)
+            try:
+                async with self._engine.begin() as connection:
+                    # A retried put of the same key (an upload that died before it was done) starts afresh.
+                    await connection.execute(_chunks.delete().where(_chunks.c.blob_key == key))
+                    offset = 0
+                    while offset < size:
+                        data = source.read(min(CHUNK_BYTES, size - offset))
+                        if not data:
+                            raise ValueError(f"the source ended at byte {offset} of {size}")
+                        await connection.execute(
+                            _chunks.insert().values(blob_key=key, offset=offset, data=data)
+                        )
+                        offset += len(data)
+            except exc.IntegrityError:
+                # A concurrent put of the same key committed first: a key names one user's one content,
+                # so its bytes are these, stored in full.
+                return
 
     async def read(self, key: str, start: int, end: int) -> AsyncIterator[bytes]:
         """One short read per piece: nothing is held open while the caller sends a piece on."""

@@ -11,12 +11,15 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 import sqlalchemy as sa
 
-from store import Database, NewFile, NotFound, QuotaExceeded
+from store import Database, NewFile, NotFound, QuotaExceeded, StoredFile
 from store.blobs_database import CHUNK_BYTES
 from store.schema import FileBlobRow, FileChunkRow, FileGarbageRow, FileRow, ThreadRow, metadata
+
+from .test_cli import run_cli
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +208,80 @@ def _objects(tmp_path: Path) -> list[str]:
     if not root.exists():
         return []
     return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+
+
+async def test_the_purge_command_deletes_the_files_bytes_from_the_configured_store(
+    database_url: str, tmp_path: Path
+) -> None:
+    files_url = (tmp_path / "blobs").as_uri()
+    async with await Database.connect(database_url, files_url=files_url) as db:
+        old = await db.threads.create(user_id="ann")
+        kept = await db.threads.create(user_id="ann")
+        await db.files.save(new_file(old.thread_id, b"old bytes"))
+        await db.files.save(new_file(old.thread_id, b"shared bytes"))
+        shared = await db.files.save(new_file(kept.thread_id, b"shared bytes"))
+        async with db.engine.begin() as connection:
+            await connection.execute(
+                _threads.update()
+                .where(_threads.c.thread_id == old.thread_id)
+                .values(updated_at=datetime(2000, 1, 1, tzinfo=UTC))
+            )
+
+    result = run_cli(
+        "purge",
+        "--older-than",
+        "90d",
+        "--db",
+        database_url,
+        cwd=tmp_path,
+        env={"DURABLE_CHAT_FILES_URL": files_url},
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert _objects(tmp_path) == [shared.blob_key]
+    async with await Database.connect(database_url, files_url=files_url) as db:
+        assert await db.files.list(old.thread_id) == []
+        assert await db.files.read_bytes(shared) == b"shared bytes"
+
+
+async def test_uploads_of_the_same_bytes_at_once_share_one_blob(db: Database) -> None:
+    thread = await db.threads.create(user_id="ann")
+    saved: list[str] = []
+
+    async def save() -> None:
+        saved.append((await db.files.save(new_file(thread.thread_id, b"at once" * 1000))).blob_key)
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(4):
+            tasks.start_soon(save)
+    assert len(saved) == 4
+    assert len(set(saved)) == 1
+    assert (await stored_bytes(db))[FileBlobRow.__tablename__] == 1
+    for stored in await db.files.list(thread.thread_id):
+        assert await db.files.read_bytes(stored) == b"at once" * 1000
+
+
+async def test_a_delete_racing_an_upload_of_the_same_bytes_loses_nothing(db: Database) -> None:
+    thread = await db.threads.create(user_id="ann")
+    data = b"contested" * 1000
+    first = await db.files.save(new_file(thread.thread_id, data))
+
+    async def delete() -> None:
+        await db.files.delete(first.file_id, thread_id=thread.thread_id, user_id="ann")
+
+    later: list[StoredFile] = []
+
+    async def save() -> None:
+        later.append(await db.files.save(new_file(thread.thread_id, data)))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(save)
+        tasks.start_soon(delete)
+    # Whichever won, the file saved has its bytes.
+    assert [f.file_id for f in await db.files.list(thread.thread_id)] == [later[0].file_id]
+    assert (
+        await db.files.read_bytes(
+            await db.files.get(later[0].file_id, thread_id=thread.thread_id, user_id="ann")
+        )
+        == data
+    )

@@ -322,6 +322,43 @@ async def test_a_client_gone_mid_upload_leaves_nothing(api: Api) -> None:
     assert await _rows(api, FileBlobRow.__tablename__) == 0
 
 
+async def test_a_slow_client_holds_nothing_up(api: Api) -> None:
+    """An upload whose body trickles in holds no transaction or lock: others upload meanwhile."""
+    thread_id = await new_thread(api)
+    body, content_type = _multipart(
+        [(b'form-data; name="file"; filename="slow.txt"', b"text/plain", b"s" * 300_000)]
+    )
+    halfway, go_on = anyio.Event(), anyio.Event()
+    results: list[tuple[int, str | None, int]] = []
+
+    async def slow() -> None:
+        headers = [(b"content-type", content_type.encode()), *_raw(api.auth("ann"))]
+        results.append(
+            await _send_in_pieces(
+                api.app,
+                f"/api/threads/{thread_id}/files",
+                [body[:1000], body[1000:]],
+                headers,
+                gate=(halfway, go_on),
+            )
+        )
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(slow)
+        await halfway.wait()
+        assert (await upload(api, thread_id, b"quick\n", name="quick.txt")).status_code == 201
+        assert (await upload(api, await new_thread(api, "bob"), PNG, user="bob")).status_code == 201
+        go_on.set()
+    assert results[0][0] == 201
+    names = [
+        f["name"]
+        for f in (await api.client.get(f"/api/threads/{thread_id}/files", headers=api.auth("ann"))).json()[
+            "files"
+        ]
+    ]
+    assert names == ["quick.txt", "slow.txt"]
+
+
 async def test_the_quota(database_url: str, tmp_path: Path) -> None:
     env = {"DURABLE_CHAT_FILE_QUOTA_MB": str(300 / MB), "DURABLE_CHAT_MAX_FILE_MB": str(250 / MB)}
     async with open_api(database_url, tmp_path, env=env) as api:
@@ -423,8 +460,12 @@ async def _send_in_pieces(
     headers: list[tuple[bytes, bytes]],
     *,
     hang_up: bool = False,
+    gate: tuple[anyio.Event, anyio.Event] | None = None,
 ) -> tuple[int, str | None, int]:
-    """POST `pieces` as a server would, without a Content-Length; the status, error code and pieces left unread."""
+    """POST `pieces` as a server would, without a Content-Length; the status, error code and pieces left unread.
+
+    With `gate` (reached, go on): after the first piece, set the first event and wait for the second.
+    """
     left = [
         {"type": "http.request", "body": piece, "more_body": hang_up or i < len(pieces) - 1}
         for i, piece in enumerate(pieces)
@@ -432,7 +473,14 @@ async def _send_in_pieces(
     start: dict[str, object] = {}
     content = bytearray()
 
+    given = 0
+
     async def receive() -> Message:
+        nonlocal given
+        if gate is not None and given == 1:
+            gate[0].set()
+            await gate[1].wait()
+        given += 1
         if left:
             return left.pop(0)
         return {"type": "http.disconnect"}
