@@ -52,6 +52,10 @@ _ALIASES = {
     "image/pjpeg": "image/jpeg",
     "text/x-markdown": "text/markdown",
     "application/csv": "text/csv",
+    "text/comma-separated-values": "text/csv",
+    # What browsers on Windows declare a CSV file as when Excel is installed (an Excel file's own
+    # bytes are no text, so they are refused still).
+    "application/vnd.ms-excel": "text/csv",
     "text/json": "application/json",
 }
 _UNDECLARED = frozenset({"", "application/octet-stream"})
@@ -115,13 +119,13 @@ def media_type_of(sniffer: Sniffer, *, declared: str | None, name: str, allowed:
         raise UnsupportedType("the file is empty: there are no bytes to tell its type from")
     claimed = _normalized(declared)
     sniffed = _sniffed(bytes(sniffer.head), text=sniffer.text)
-    if sniffed is None:
-        kind = "text" if claimed in TEXT_TYPES or claimed is None else claimed
-        if claimed is not None and claimed not in TEXT_TYPES:
+    if sniffed is None:  # text, of the declared type or the one its name suggests
+        if claimed is None:
+            media_type = _EXTENSIONS.get(posixpath.splitext(name.lower())[1], "text/plain")
+        elif claimed in TEXT_TYPES:
+            media_type = claimed
+        else:
             raise UnsupportedType(f"the file was declared {claimed} but its bytes are text")
-        media_type = (
-            kind if kind != "text" else _EXTENSIONS.get(posixpath.splitext(name.lower())[1], "text/plain")
-        )
     else:
         if claimed is not None and claimed != sniffed:
             raise UnsupportedType(f"the file was declared {claimed} but its bytes are {sniffed}")
