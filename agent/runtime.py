@@ -51,6 +51,8 @@ class RuntimeOptions:
     connection: ConnectionOptions | None = None
     worker: Worker | None = None
     """This process's identity and lease length for claiming runs."""
+    files_url: str | None = None
+    """Where files' bytes are kept (`store.blobs.open_blobs`); the database by default."""
     event_interval: float = 0.05
     """The least time, in seconds, between the starts of two transactions of a run's event writer
     (group commit, `EventLogSink`)."""
@@ -78,6 +80,8 @@ class Runtime:
     trace_agent: bool = True
     """Give the agent pydantic-ai's instrumentation in the runs whose traces are sampled."""
     publish: Publisher | None = None
+    files_url: str | None = None
+    """Where files' bytes are kept (`store.blobs.open_blobs`); the database by default."""
     event_interval: float = 0.05
     """See `RuntimeOptions.event_interval`."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -167,7 +171,9 @@ async def open_runtime(
         store.StoreError: The database cannot be opened.
     """
     options = RuntimeOptions() if options is None else options
-    db = await Database.connect(database_url, options=options.connection, worker=options.worker)
+    db = await Database.connect(
+        database_url, options=options.connection, worker=options.worker, files_url=options.files_url
+    )
     try:
         await app.start(db.engine)
         yield Runtime.of(app, db, options=options, publish=publish)

@@ -113,7 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
             case "purge":
-                return purge(Settings.resolve_database_url(args.db), args.older_than, dry_run=args.dry_run)
+                return purge(
+                    Settings.resolve_database_url(args.db),
+                    args.older_than,
+                    dry_run=args.dry_run,
+                    files_url=Settings.resolve_files_url(),
+                )
             case _:
                 raise AssertionError(f"unknown command {command!r}")
     except (StoreError, SettingsError) as error:

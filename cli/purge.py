@@ -46,8 +46,11 @@ def parse_age(text: str) -> timedelta:
     return age
 
 
-def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
-    """Erase (or with `dry_run` list) the threads idle for `older_than`, one line each, then a summary."""
+def purge(database_url: str, older_than: timedelta, *, dry_run: bool, files_url: str | None = None) -> int:
+    """Erase (or with `dry_run` list) the threads idle for `older_than`, one line each, then a summary.
+
+    The files of the erased threads go with them, and then their bytes, from `files_url`'s store.
+    """
     from store import Database  # here, not at the top: every command's parser imports `parse_age`
 
     verb = "would remove" if dry_run else "removed"
@@ -60,8 +63,11 @@ def purge(database_url: str, older_than: timedelta, *, dry_run: bool) -> int:
             )
 
     async def purged() -> Purge:
-        async with await Database.connect(database_url) as db:
-            return await db.threads.purge(older_than, dry_run=dry_run, on_batch=show)
+        async with await Database.connect(database_url, files_url=files_url) as db:
+            result = await db.threads.purge(older_than, dry_run=dry_run, on_batch=show)
+            if not dry_run:
+                await db.files.collect()
+            return result
 
     result = asyncio.run(purged())
     plural = "" if result.removed == 1 else "s"

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         UnsupportedDatabase,
     )
     from .events import EventLog, LoggedEvent, NewEvent, append_events, overwrite_events
+    from .files import Files, NewFile, QuotaExceeded, StoredFile
     from .leases import Leases, Worker
     from .ledger import Execution, Ledger, idempotency_key
     from .migrate import current_revision, head_revision, run_environment, upgrade
@@ -61,11 +62,13 @@ __all__ = (
     "EventLog",
     "EventNotice",
     "Execution",
+    "Files",
     "LeaseLost",
     "Leases",
     "Ledger",
     "LoggedEvent",
     "NewEvent",
+    "NewFile",
     "NewRecord",
     "NoActiveRun",
     "NotFound",
@@ -73,6 +76,7 @@ __all__ = (
     "PendingCall",
     "Purge",
     "Queued",
+    "QuotaExceeded",
     "Record",
     "Records",
     "Run",
@@ -84,6 +88,7 @@ __all__ = (
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
+    "StoredFile",
     "StoredRevision",
     "Thread",
     "ThreadCursor",
@@ -139,6 +144,7 @@ _EXPORTS = {
         "UnsupportedDatabase",
     ),
     "events": ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_events"),
+    "files": ("Files", "NewFile", "QuotaExceeded", "StoredFile"),
     "leases": ("Leases", "Worker"),
     "ledger": ("Execution", "Ledger", "idempotency_key"),
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),

@@ -29,6 +29,10 @@ __all__ = (
     "ConversationRecordRow",
     "EntryId",
     "EventRow",
+    "FileBlobRow",
+    "FileChunkRow",
+    "FileGarbageRow",
+    "FileRow",
     "RecordRow",
     "RunKind",
     "RunRow",
@@ -318,6 +322,72 @@ class RecordRow(Base):
     run_id: Mapped[str] = mapped_column(sa.String(64))
     kind: Mapped[str] = mapped_column(sa.String(64))
     data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+# -- files (see docs/files.md) ------------------------------------------------------------------
+
+
+class FileBlobRow(Base):
+    """The bytes of a user's files, stored once per user and content (sha256), wherever the backend keeps them."""
+
+    __tablename__ = "file_blobs"
+
+    user_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    sha256: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    blob_key: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    """Where the backend keeps the bytes; new for every blob row, never reused."""
+    size: Mapped[int] = mapped_column(sa.BigInteger())
+    ready: Mapped[bool] = mapped_column(sa.Boolean())
+    """The bytes are stored in full; until then no file may refer to the blob."""
+    claimed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    """When an upload last set out to store the bytes; a blob never made ready is garbage after a while."""
+
+
+class FileRow(Base):
+    """A file of a thread: its name and type, and the blob with its bytes (shared by identical files)."""
+
+    __tablename__ = "files"
+
+    file_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("threads.thread_id", ondelete="CASCADE")
+    )
+    user_id: Mapped[str] = mapped_column(sa.String(255))
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    name: Mapped[str] = mapped_column(sa.String(255))
+    media_type: Mapped[str] = mapped_column(sa.String(100))
+    size: Mapped[int] = mapped_column(sa.BigInteger())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (
+        # A blob is deleted only when no file refers to it; the key stops a race from deleting one in use.
+        sa.ForeignKeyConstraint(
+            ["user_id", "sha256"],
+            ["file_blobs.user_id", "file_blobs.sha256"],
+            name="fk_files_user_id_sha256_file_blobs",
+        ),
+        sa.Index("ix_files_thread_created", "thread_id", "created_at"),
+        sa.Index("ix_files_user_sha256", "user_id", "sha256"),
+    )
+
+
+class FileChunkRow(Base):
+    """A piece of a blob's bytes when the database stores them (the default backend)."""
+
+    __tablename__ = "file_chunks"
+
+    blob_key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    offset: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=False)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+
+
+class FileGarbageRow(Base):
+    """A blob whose row is gone and whose bytes are still to be deleted from the backend."""
+
+    __tablename__ = "file_garbage"
+
+    blob_key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 

@@ -27,6 +27,7 @@ from .ai_sdk.endpoints import ai_sdk_routes
 from .api import api_routes
 from .auth import Authenticate, Authentication, Verifier, builtin_tokens, custom
 from .errors import ApiError
+from .files import file_routes
 from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
@@ -71,6 +72,7 @@ def create_app(
             served, settings.database_url, options=options, publish=broker.publish
         ) as runtime:
             db = runtime.db
+            await db.files.collect()  # what a crash left (see docs/files.md)
             relay, listener = _relay(settings, db, broker)
             runner = Runner(
                 runtime,
@@ -110,6 +112,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", page, methods=["GET"]),
             *api_routes(),
+            *file_routes(),
             *regenerate_routes(),
             *sse_routes(),
             *ai_sdk_routes(),

@@ -38,7 +38,8 @@ _EVERY_ANSWER = {
 
 
 class SecurityHeaders:
-    """Adds the headers above to every HTTP answer, and `Cache-Control: no-store` under `/api/`."""
+    """Adds the headers above to every HTTP answer, and `Cache-Control: no-store` under `/api/`; an API
+    answer with a policy of its own (a file download's `sandbox`) keeps it."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app
@@ -52,8 +53,12 @@ class SecurityHeaders:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
+                sandboxed = headers.get("Content-Security-Policy") if api else None
                 for name, value in _EVERY_ANSWER.items():
                     headers[name] = value
+                if sandboxed is not None:
+                    # A downloaded file runs nothing and reaches nothing, whatever it holds.
+                    headers["Content-Security-Policy"] = sandboxed
                 if api:
                     headers["Cache-Control"] = "no-store"
             await send(message)

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from agent import DEFAULT_APP, secrets_from_environment
 
 from .identity import JWT_ALGORITHMS, JwtAlgorithm, JwtSettings
+from .media import DEFAULT_MEDIA_TYPES
 
 if TYPE_CHECKING:
     # Imported where they are built: `durable-chat token` and `migrate` read the settings without
@@ -29,6 +30,7 @@ _TRACE_FILE = "traces.jsonl"
 _OFF = "off"
 _DEFAULT_HOST = "127.0.0.1"
 _DEFAULT_PORT = 8000
+_MB = 1024 * 1024
 
 
 class SettingsError(Exception):
@@ -125,6 +127,16 @@ class Settings:
     max_streams_per_user: int = 20
     """Event streams one user may hold open at once in this process (`DURABLE_CHAT_MAX_STREAMS_PER_USER`);
     one more is `429 too_many_streams`."""
+    max_file_bytes: int = 20 * _MB
+    """The largest file an upload may carry (`DURABLE_CHAT_MAX_FILE_MB`, 20); `413 file_too_large` beyond it."""
+    file_quota_bytes: int = 500 * _MB
+    """How much a user's files may take together, identical ones counted once (`DURABLE_CHAT_FILE_QUOTA_MB`,
+    500); `413 quota_exceeded` beyond it."""
+    file_types: frozenset[str] = DEFAULT_MEDIA_TYPES
+    """The media types an upload may have (`DURABLE_CHAT_FILE_TYPES`, comma-separated), sniffed from its bytes."""
+    files_url: str | None = None
+    """Where files' bytes are kept (`DURABLE_CHAT_FILES_URL`): the database by default, or an object store
+    (`s3://bucket/prefix`, `gs://…`, `az://…`, `file:///directory`)."""
     jwt: JwtSettings | None = None
     """The identity provider whose JWTs replace the built-in tokens (`DURABLE_CHAT_JWT_*`); `None`:
     the built-in tokens signed with `secret`."""
@@ -154,6 +166,7 @@ class Settings:
             trace_agent=self.tracing.exports,
             connection=self.connection_options(),
             worker=worker,
+            files_url=self.files_url,
         )
 
     @classmethod
@@ -226,6 +239,10 @@ class Settings:
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
             shutdown_timeout_seconds=_number("SHUTDOWN_SECONDS", env, 10.0),
+            max_file_bytes=round(_number("MAX_FILE_MB", env, 20) * _MB),
+            file_quota_bytes=round(_number("FILE_QUOTA_MB", env, 500) * _MB),
+            file_types=_file_types(env),
+            files_url=cls.resolve_files_url(env),
             jwt=jwt,
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
@@ -268,6 +285,11 @@ class Settings:
         return _data_dir(data_dir, env) / _TRACE_FILE
 
     @staticmethod
+    def resolve_files_url(environ: Mapping[str, str] | None = None) -> str | None:
+        """Where files' bytes are kept, resolved as `load` does, for commands that delete them (`purge`)."""
+        return _pick(None, "FILES_URL", os.environ if environ is None else environ)
+
+    @staticmethod
     def resolve_database_url(
         database_url: str | None = None,
         *,
@@ -286,6 +308,16 @@ class Settings:
         directory = _data_dir(data_dir, env)
         _ensure_dir(directory)
         return f"sqlite+aiosqlite:///{directory / _DATABASE_FILE}"
+
+
+def _file_types(env: Mapping[str, str]) -> frozenset[str]:
+    text = _pick(None, "FILE_TYPES", env)
+    if text is None:
+        return DEFAULT_MEDIA_TYPES
+    types = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
+    if not types or any("/" not in t for t in types):
+        raise SettingsError(f"{ENV_PREFIX}FILE_TYPES must be media types separated by commas, not {text!r}")
+    return types
 
 
 def _no_tracing() -> TracingConfig:
