@@ -49,15 +49,6 @@ bare = Agent(TestModel(), name="bare")
 def make_bare():
     return Agent(TestModel(), name="made bare")
 
-unservable = Agent(TestModel(), name="strict")
-
-@unservable.output_validator
-def _checked(output: str) -> str:
-    return output
-
-@unservable.tool_plain(requires_approval=True)
-def refund(amount: int) -> str:
-    return "done"
 """
 
 WHAT = (
@@ -115,7 +106,6 @@ def test_the_default_is_the_demo_shop(project: Path) -> None:
             "travel_desk:Starlette",
             f"'travel_desk:Starlette' is the class Starlette, not a ChatApp or a function returning one; {WHAT}",
         ),
-        ("travel_desk:unservable", "'travel_desk:unservable' is an Agent that cannot be served: "),
         (
             "travel_desk:needs_arguments",
             "calling 'travel_desk:needs_arguments' failed (it must take no arguments): "

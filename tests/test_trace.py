@@ -49,8 +49,6 @@ def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: P
         [
             "trace <id> (run_id <id>, attempt 1, status awaiting_approval)",
             "  run  N ms",
-            "    store.claim_run  N ms",
-            "    store.load  N ms",
             "    invoke_agent support  N ms",
             "      chat demo  N ms",
             "      execute_tool lookup_order  N ms",
