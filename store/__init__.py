@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
     from .records import NewRecord, Record, Records
-    from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
+    from .run import Run
+    from .runs import Claimed, Queued, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
     from .tracing import record_store_spans, recording_store_spans, run_trace_id
@@ -144,10 +145,10 @@ _EXPORTS = {
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "records": ("NewRecord", "Record", "Records"),
+    "run": ("Run",),
     "runs": (
         "Claimed",
         "Queued",
-        "Run",
         "Runs",
         "StoredRevision",
         "finish_run",

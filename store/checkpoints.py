@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -36,10 +36,8 @@ from .event_inserts import (
 from .events import NewEvent
 from .records import NewRecord
 from .refusals import Refusal, refuse_unless
+from .run import Run
 from .schema import RecordRow, RunRow, RunStatus, ThreadRow, ThreadStatus, metadata, now_utc
-
-if TYPE_CHECKING:
-    from .runs import Run
 
 __all__ = ("Checkpoint", "SqliteWork", "thread_status_after")
 

@@ -20,6 +20,7 @@ from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .events import NewEvent
 from .leases import Worker, release
 from .queueing import queue
+from .run import Run
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
@@ -48,25 +49,6 @@ __all__ = (
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
-
-
-@dataclass(frozen=True)
-class Run:
-    run_id: str
-    thread_id: str
-    kind: RunKind
-    status: RunStatus
-    content: str | None
-    idempotency_key: str | None
-    error: str | None
-    attempt: int
-    checkpoints: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    lease_owner: str | None = None
-    """The worker that holds (or last held) the run; see `store.leases`."""
-    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -94,3 +94,48 @@ def test_names_imported_on_first_use_are_the_names_the_type_checker_sees(package
     assert sorted(name for _, name in checked) == sorted(exported.__all__)
     for module, name in checked:
         assert getattr(exported, name) is getattr(importlib.import_module(f"{package}.{module}"), name), name
+
+
+def _store_imports(path: Path) -> Iterator[str]:
+    """The modules of `store/` that `path` imports, type-only imports included (`__init__` aside)."""
+    names = {module.stem for module in (REPO_ROOT / "store").glob("*.py")} - {"__init__"}
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
+        elif (
+            isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("store.")
+        ):
+            found = [(node.module or "").split(".")[1]]
+        else:
+            continue
+        yield from (name for name in found if name in names and name != path.stem)
+
+
+def test_the_store_has_no_import_cycle_and_no_context_variable() -> None:
+    """A checkpoint is handed to the store by hand: no module of `store/` reads a ContextVar, and its
+    modules import one another one way (type-only imports count)."""
+    paths = {path.stem: path for path in (REPO_ROOT / "store").glob("*.py") if path.stem != "__init__"}
+    graph = {name: set(_store_imports(path)) for name, path in paths.items()}
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append([*trail[trail.index(name) :], name])
+            return
+        if name in done:
+            return
+        for imported in sorted(graph[name]):
+            visit(imported, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert cycles == []
+    context_variables = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {name}"
+        for path in sorted((REPO_ROOT / "store").rglob("*.py"))
+        for line, name in imports(path)
+        if name == "contextvars"
+    ]
+    assert context_variables == []
