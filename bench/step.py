@@ -49,7 +49,7 @@ from bench.harness.stats import median
 from bench.step_bare import Harness, run_bare
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
-from store import Claimed
+from store import Claim, Claimed, NewRun
 
 PROMPT = "Where is ORD-5678?"
 EARLIER_TURNS = (
@@ -94,7 +94,9 @@ class Bench:
         db = self.runtime.db
         thread = await db.threads.create(user_id="bench", title="history")
         for content in EARLIER_TURNS:
-            run, _ = await db.runs.create_message_run(thread.thread_id, content=content)
+            run = (
+                await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+            ).run
             await self.complete(run.run_id)
         loaded = await db.conversations.load(thread.thread_id)
         assert loaded is not None
@@ -113,12 +115,8 @@ class Bench:
         run_id = str(uuid.uuid4())
         opening = [new_event(event) for event in opening_events(run_id, "message", PROMPT)]
         queued = await db.runs.queue(
-            thread.thread_id,
-            "message",
-            content=PROMPT,
-            claim_events=EVENT_BLOCK,
-            run_id=run_id,
-            opening=opening,
+            NewRun(thread_id=thread.thread_id, kind="message", content=PROMPT, run_id=run_id),
+            Claim(events=EVENT_BLOCK, opening=opening),
         )
         assert queued.claimed is not None
         return queued.claimed

@@ -31,7 +31,7 @@ from agent import (
     open_runtime,
     run_step,
 )
-from store import Approval, Database, NoActiveRun, StoreError, Thread
+from store import Approval, Database, NewRun, NoActiveRun, StoreError, Thread
 from stream import StoredEvent, StreamEvent
 
 from .terminal import USER, TerminalSink, call_text, conversation_lines, fields_line
@@ -146,7 +146,11 @@ class _Chat:
             if text == QUIT:
                 raise EndOfInput
             try:
-                run, _ = await self.db.runs.create_message_run(self.thread.thread_id, content=text)
+                run = (
+                    await self.db.runs.queue(
+                        NewRun(thread_id=self.thread.thread_id, kind="message", content=text)
+                    )
+                ).run
             except StoreError as error:
                 self._say(f"(cannot send: {error})")
                 continue

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .ledger import Execution, Ledger, idempotency_key
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
+    from .queueing import Claim, NewRun
     from .records import NewRecord, Record, Records
     from .run import Run
     from .runs import Claimed, Queued, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
@@ -51,6 +52,7 @@ __all__ = (
     "ApprovalStatus",
     "Approvals",
     "Checkpoint",
+    "Claim",
     "Claimed",
     "Conflict",
     "ConnectionOptions",
@@ -68,6 +70,7 @@ __all__ = (
     "LoggedEvent",
     "NewEvent",
     "NewRecord",
+    "NewRun",
     "NoActiveRun",
     "NotFound",
     "PageCursor",
@@ -144,6 +147,7 @@ _EXPORTS = {
     "ledger": ("Execution", "Ledger", "idempotency_key"),
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
+    "queueing": ("Claim", "NewRun"),
     "records": ("NewRecord", "Record", "Records"),
     "run": ("Run",),
     "runs": (

@@ -15,7 +15,7 @@ import functools
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from pydantic_ai.conversation_store import ConversationEntry
@@ -137,6 +137,16 @@ def _one_statement(record_write: Any, *, checkpointed: bool = False) -> sa.Selec
     return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
 
 
+RecordWrite = Literal["update", "insert_root", "insert_fork"]
+"""How a save writes its record: over the revision it read, as a new conversation, or as a fork."""
+
+_RECORD_WRITES: dict[RecordWrite, sa.Update | sa.Insert] = {
+    "update": _UPDATE_RECORD,
+    "insert_root": _INSERT_ROOT,
+    "insert_fork": _INSERT_FORK,
+}
+
+
 @dataclass(frozen=True)
 class Statements:
     """The hot path's statements, compiled for one dialect."""
@@ -144,11 +154,10 @@ class Statements:
     record: Compiled
     history: Compiled
     insert_entries: Compiled
-    update_record: Compiled
-    insert_root: Compiled
-    insert_fork: Compiled
-    checkpointed: tuple[Compiled, Compiled, Compiled]
-    """PostgreSQL: the three record writes with a run's checkpoint in the same statement."""
+    writes: Mapping[RecordWrite, Compiled]
+    """The record's write (on PostgreSQL with the new entries' insert, one statement)."""
+    checkpointed: Mapping[RecordWrite, Compiled]
+    """PostgreSQL: the record writes with a run's checkpoint in the same statement."""
     checkpoint_alone: Compiled
     """PostgreSQL: a run's checkpoint without a conversation."""
 
@@ -156,22 +165,24 @@ class Statements:
 @per_dialect
 def statements(dialect: Dialect) -> Statements:
     """The load's and the save's statements for `dialect`."""
-    writes = (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK)
+    writes: dict[RecordWrite, Compiled]
+    checkpointed: dict[RecordWrite, Compiled]
     if dialect.name == "postgresql":
-        update, root, fork = (Compiled.of(_one_statement(s), dialect) for s in writes)
-        checkpointed = tuple(Compiled.of(_one_statement(s, checkpointed=True), dialect) for s in writes)
+        writes = {name: Compiled.of(_one_statement(s), dialect) for name, s in _RECORD_WRITES.items()}
+        checkpointed = {
+            name: Compiled.of(_one_statement(s, checkpointed=True), dialect)
+            for name, s in _RECORD_WRITES.items()
+        }
         alone = Compiled.of(checkpoints.pg_checkpointed(None), dialect)
     else:
-        update, root, fork = (Compiled.of(s, dialect) for s in writes)
-        checkpointed, alone = (update, root, fork), update  # unused: SQLite runs them apart
+        writes = {name: Compiled.of(s, dialect) for name, s in _RECORD_WRITES.items()}
+        checkpointed, alone = writes, writes["update"]  # unused: SQLite runs them apart
     return Statements(
         record=Compiled.of(_RECORD, dialect),
         history=Compiled.of(HISTORY, dialect),
         insert_entries=Compiled.of(_INSERT_ENTRIES, dialect),
-        update_record=update,
-        insert_root=root,
-        insert_fork=fork,
-        checkpointed=(checkpointed[0], checkpointed[1], checkpointed[2]),
+        writes=writes,
+        checkpointed=checkpointed,
         checkpoint_alone=alone,
     )
 
@@ -367,11 +378,13 @@ async def write(
         NotFound: The checkpoint's run or thread was deleted; nothing was written.
     """
     compiled = statements(target.dialect)
-    kind = 0 if expected_revision is not None else 1 if forked_from is None else 2
+    how: RecordWrite = (
+        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
+    )
     if target.dialect.name != "sqlite" and checkpoint is not None:
-        record = compiled.checkpointed[kind] if values is not None else compiled.checkpoint_alone
+        record = compiled.checkpointed[how] if values is not None else compiled.checkpoint_alone
     else:
-        record = (compiled.update_record, compiled.insert_root, compiled.insert_fork)[kind]
+        record = compiled.writes[how]
     bound: dict[str, Any] = {}
     if values is not None:
         bound = {f"v_{name}": value for name, value in values.items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,13 +40,45 @@ from .schema import (
 from .sqlite_driver import run_here
 from .threads import title_from
 
-__all__ = ("Refusals", "queue")
+__all__ = ("Claim", "NewRun", "Refusals", "queue")
 
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
 _events = metadata.tables[EventRow.__tablename__]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewRun:
+    """A run to queue: its thread, what it answers, and what may find or make the thread."""
+
+    thread_id: str
+    kind: RunKind
+    """`message` or `regenerate`; a `resume` run is queued by a decision (`Approvals.decide`)."""
+    content: str
+    idempotency_key: str | None = None
+    """The same key again returns the run it queued the first time."""
+    run_id: str | None = None
+    """The new run's id (else a new one): its opening events name it before it exists."""
+    user_id: str | None = None
+    """Only a thread of this user is found: another user's is missing, as a request that needs no
+    read of the thread to check whose it is wants."""
+    create_unless: str | None = None
+    """With `user_id`: a missing thread is created as theirs (a chat's first message makes its
+    thread in the same trip), unless this is the id of a thread of theirs (then missing)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """The run is created claimed by this worker and started, as `Runs.start_reserving` would."""
+
+    events: int
+    """How many event ids are reserved for the run."""
+    count_window: timedelta | None = None
+    """The user's messages within this window, across their threads, are counted (for a rate limit)."""
+    opening: Sequence[NewEvent] = ()
+    """The run's first events, stored with it from the first reserved id on."""
 
 
 @dataclass(frozen=True)
@@ -273,16 +305,36 @@ class _Statements:
     """SQLite: one opening event."""
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """Which variant of the statements a queueing runs: what it binds, reads and writes."""
+
+    keyed: bool
+    """An idempotency key finds the run it queued before."""
+    counting: bool
+    """The user's recent messages are counted."""
+    claiming: bool
+    """The run is inserted claimed and started, event ids reserved."""
+    titled: bool
+    """An untitled thread takes its title from the message."""
+    owned: bool
+    """Only a thread of the given user is found."""
+    opening: bool
+    """The run's opening events are stored with it."""
+    creating: bool
+    """A missing thread is created."""
+
+
 @per_dialect
-def _statements(dialect: Dialect, shape: tuple[bool, bool, bool, bool, bool, bool, bool]) -> _Statements:
-    keyed, counting, claiming, titled, owned, opening, creating = shape
+def _statements(dialect: Dialect, shape: _Shape) -> _Statements:
+    claiming, opening = shape.claiming, shape.opening
     mark = _mark(
-        keyed=keyed,
-        counting=counting,
+        keyed=shape.keyed,
+        counting=shape.counting,
         claiming=claiming,
-        titled=titled,
-        owned=owned,
-        creating=dialect.name if creating else None,
+        titled=shape.titled,
+        owned=shape.owned,
+        creating=dialect.name if shape.creating else None,
     )
     if dialect.name == "postgresql":
         statement = _pg_statement(mark, claiming=claiming, opening=opening)
@@ -361,27 +413,15 @@ async def _queue_on(
 
 
 async def queue(
-    engine: AsyncEngine,
-    thread_id: str,
-    kind: RunKind,
-    content: str,
-    idempotency_key: str | None,
-    worker: Worker | None,
-    *,
-    claim_events: int | None,
-    count_since: datetime | None,
-    user_id: str | None = None,
-    run_id: str | None = None,
-    opening: Sequence[NewEvent] = (),
-    create_unless: str | None = None,
+    engine: AsyncEngine, new: NewRun, claim: Claim | None = None, *, worker: Worker | None = None
 ) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
-    """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
+    """Mark the thread running and insert the run in one trip, unless refused; with `claim` and
+    `worker`, the run is claimed by `worker` and started.
 
-    With `user_id`, a thread of another user is refused as `no thread`, as a missing one is; with
-    `create_unless` too, a missing thread is created (theirs), unless `create_unless` is the id of
-    a thread of theirs (then refused as `no thread`, nothing written).
-    `run_id`: the new run's id (else a new one). `opening`: events of the run stored with it, from
-    the first id it reserves, when it is claimed (else they are not stored).
+    With `new.user_id`, a thread of another user is refused as `no thread`, as a missing one is;
+    with `new.create_unless` too, a missing thread is created (theirs), unless `create_unless` is
+    the id of a thread of theirs (then refused as `no thread`, nothing written). The claim's
+    opening events are stored from the first id it reserves (unclaimed, they are not stored).
 
     Returns why it was refused (and nothing was written), what the thread's UPDATE read (on SQLite
     also when refused, on PostgreSQL only when not), and the inserted run's row.
@@ -389,31 +429,36 @@ async def queue(
     Raises:
         sqlalchemy.exc.IntegrityError: A concurrent run, or run of the same key, won the race.
     """
+    kind, content, user_id = new.kind, new.content, new.user_id
+    claiming = worker is not None and claim is not None
+    window = None if claim is None else claim.count_window
+    count_since = None if window is None or not claiming else now_utc() - window
+    claim_events = None if claim is None else claim.events
+    opening = () if claim is None else claim.opening
     title = title_from(content) if kind == "message" else ""
-    claiming = worker is not None and claim_events is not None
     opened = claiming and bool(opening)
-    shape = (
-        idempotency_key is not None,
-        count_since is not None,
-        claiming,
-        bool(title),
-        user_id is not None,
-        opened,
-        create_unless is not None and user_id is not None,
+    shape = _Shape(
+        keyed=new.idempotency_key is not None,
+        counting=count_since is not None,
+        claiming=claiming,
+        titled=bool(title),
+        owned=user_id is not None,
+        opening=opened,
+        creating=new.create_unless is not None and user_id is not None,
     )
     dialect = engine.dialect
     statements = _statements(dialect, shape)
     now = now_utc()
     lease = worker.lease if worker is not None else timedelta(0)
     values: dict[str, Any] = {
-        "q_thread_id": thread_id,
+        "q_thread_id": new.thread_id,
         "q_user_id": user_id,
         "q_now": now,
         "q_title": title,
         "q_claim": claim_events,
-        "q_key": idempotency_key,
+        "q_key": new.idempotency_key,
         "q_since": count_since,
-        "q_run_id": run_id or str(uuid.uuid4()),
+        "q_run_id": new.run_id or str(uuid.uuid4()),
         "q_kind": kind,
         "q_status": "running" if claiming else "queued",
         "q_content": content,
@@ -422,7 +467,7 @@ async def queue(
         "q_owner": worker.worker_id if worker is not None and claiming else None,
         "q_expires": now + lease if claiming else None,
         "q_lease": lease,
-        "q_unless": create_unless,
+        "q_unless": new.create_unless,
         "o_types": [event.type for event in opening] if opened else None,
         "o_datas": [event.data for event in opening] if opened else None,
     }

@@ -1,6 +1,6 @@
 """A run queued and claimed at once has its first events stored by the queueing, in its own trace.
 
-`run_started` and `user_message` go into the queueing's transaction (`store.Runs.queue(opening=)`)
+`run_started` and `user_message` go into the queueing's transaction (`store.Claim.opening`)
 with the first ids the run reserves, stamped with the trace id of the run's span (started before
 the queueing: `agent.start_run_span`); the run goes on from the next id, and its event writer
 waits its interval after that transaction as after any other. A run not claimed at queueing
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent import EVENT_BLOCK, new_event, opening_events, run_step
-from store import run_trace_id
+from store import Claim, NewRun, run_trace_id
 from stream import CollectingSink
 from web.services import Services
 
@@ -89,12 +89,8 @@ async def test_a_callers_sink_sees_the_opening_events_the_queueing_stored(core_f
     run_id = str(uuid.uuid4())
     opening = opening_events(run_id, "message", "What is my balance?", trace_id=None)
     queued = await app.db.runs.queue(
-        thread.thread_id,
-        "message",
-        content="What is my balance?",
-        claim_events=EVENT_BLOCK,
-        run_id=run_id,
-        opening=[new_event(event) for event in opening],
+        NewRun(thread_id=thread.thread_id, kind="message", content="What is my balance?", run_id=run_id),
+        Claim(events=EVENT_BLOCK, opening=[new_event(event) for event in opening]),
     )
     assert queued.claimed is not None
     sink = CollectingSink()

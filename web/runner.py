@@ -50,7 +50,7 @@ from agent import (
     run_step,
     start_run_span,
 )
-from store import Claimed, DatabaseUnavailable, NotFound, Queued, RunKind, StoreError
+from store import Claim, Claimed, DatabaseUnavailable, NewRun, NotFound, Queued, RunKind, StoreError
 from stream import StoredEvent
 
 __all__ = ("Runner",)
@@ -122,17 +122,19 @@ class Runner:
             span = start_run_span(run_id)
             trace_id = format_trace_id(span)
             opening = opening_events(run_id, kind, content, trace_id=trace_id)
-        queued = await self._runtime.db.runs.queue(
-            thread_id,
-            kind,
+        new = NewRun(
+            thread_id=thread_id,
+            kind=kind,
             content=content,
             idempotency_key=idempotency_key,
-            claim_events=EVENT_BLOCK if claim else None,
-            count_window=message_window(self._runtime.guardrails) if kind == "message" else None,
-            user_id=user_id,
             run_id=run_id,
-            opening=[new_event(event) for event in opening],
+            user_id=user_id,
             create_unless=create_unless,
+        )
+        window = message_window(self._runtime.guardrails) if kind == "message" else None
+        opened = [new_event(event) for event in opening]
+        queued = await self._runtime.db.runs.queue(
+            new, Claim(events=EVENT_BLOCK, count_window=window, opening=opened) if claim else None
         )
         if not queued.created:
             return queued
