@@ -195,10 +195,9 @@ async def _sqlite_insert_on(
     held_sql, held_parameters = held if held is not None else (None, ())
     # A busy process's writer keeps the connection's thread, not the loop's (`run_here`): its next
     # transaction is due once this one returns and its interval passed, so a trip that takes
-    # longer on a busy loop groups more events into the next. On the loop's thread, at 200 users,
-    # the writer committed 8.5 transactions a turn instead of 2, of one or two events each (+6%
-    # CPU a turn). A quiet one has nothing to group, and its trip there was the slowest part of
-    # the first word's path (3.8 ms in process, the loop busy with the run meanwhile).
+    # longer on a busy loop groups more events into the next; on the loop's thread it committed
+    # several times the transactions, of one or two events each. A quiet one has nothing to group,
+    # and its trip there was the slowest part of the first word's path (docs/benchmarks.md).
     return await (run_here if quiet else run_on_thread)(
         pooled.dbapi_connection,
         _insert_on_thread,
