@@ -24,8 +24,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import checkpoints, codec
-from .checkpoints import Checkpoint, SqliteWork
+from .checkpoints import Checkpoint
 from .compiled import COMMIT, Compiled, begun, checked_out, driver_errors, executed, fetch, per_dialect
+from .dialects import postgresql as pg
+from .dialects import sqlite as lite
+from .dialects.sqlite import SqliteWork
 from .errors import NotFound
 from .history_cache import CachedHistory
 from .refusals import Refusal, refused
@@ -113,7 +116,7 @@ def _one_statement(record_write: Any, *, checkpointed: bool = False) -> sa.Selec
     """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
 
     The record's foreign key to its head is checked at the end of the statement, when the entries
-    it names are in. `checkpointed`: a run's checkpoint too (`checkpoints.pg_checkpointed`).
+    it names are in. `checkpointed`: a run's checkpoint too (`dialects.postgresql.checkpointed`).
     """
     written = record_write.returning(_records.c.conversation_id).cte("written")
     rows = (
@@ -133,7 +136,7 @@ def _one_statement(record_write: Any, *, checkpointed: bool = False) -> sa.Selec
         ),
     )
     if checkpointed:
-        return checkpoints.pg_checkpointed(written, inserted.cte("inserted"))
+        return pg.checkpointed(written, inserted.cte("inserted"))
     return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
 
 
@@ -173,7 +176,7 @@ def statements(dialect: Dialect) -> Statements:
             name: Compiled.of(_one_statement(s, checkpointed=True), dialect)
             for name, s in _RECORD_WRITES.items()
         }
-        alone = Compiled.of(checkpoints.pg_checkpointed(None), dialect)
+        alone = Compiled.of(pg.checkpointed(None), dialect)
     else:
         writes = {name: Compiled.of(s, dialect) for name, s in _RECORD_WRITES.items()}
         checkpointed, alone = writes, writes["update"]  # unused: SQLite runs them apart
@@ -397,7 +400,7 @@ async def write(
     ran: list[str] = []
     work: Callable[[Any], Awaitable[Refusal | None]]
     if target.dialect.name == "sqlite":
-        then = None if checkpoint is None else checkpoints.sqlite_work(checkpoint, target.dialect)
+        then = None if checkpoint is None else lite.checkpoint_work(checkpoint, target.dialect)
         work = functools.partial(
             _write_sqlite, compiled.insert_entries, entries, record, bound, values, then, commit, ran
         )
@@ -476,7 +479,7 @@ async def _write_pg(
         "messages": [entry[3] for entry in entries],
     }
     if checkpoint is not None:
-        bound |= checkpoints.pg_values(checkpoint)
+        bound |= pg.checkpoint_values(checkpoint)
     ran.append(record.sql)
     try:
         count: int = await pooled.driver_connection.fetchval(record.sql, *record.parameters(bound))

@@ -96,26 +96,42 @@ def test_names_imported_on_first_use_are_the_names_the_type_checker_sees(package
         assert getattr(exported, name) is getattr(importlib.import_module(f"{package}.{module}"), name), name
 
 
-def _store_imports(path: Path) -> Iterator[str]:
-    """The modules of `store/` that `path` imports, type-only imports included (`__init__` aside)."""
-    names = {module.stem for module in (REPO_ROOT / "store").glob("*.py")} - {"__init__"}
+def _store_module(path: Path) -> str:
+    """`path`'s module name within `store/` (`dialects.sqlite`; a package by its own name)."""
+    parts = path.relative_to(REPO_ROOT / "store").with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _store_imports(path: Path, names: set[str]) -> Iterator[str]:
+    """The modules of `store/` (`names`) that `path` imports, type-only imports included."""
+    package = (
+        _store_module(path).split(".")[:-1] if path.stem != "__init__" else _store_module(path).split(".")
+    )
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
-        elif (
-            isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("store.")
-        ):
-            found = [(node.module or "").split(".")[1]]
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = package[: len(package) - (node.level - 1)] + (
+                node.module.split(".") if node.module else []
+            )
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("store."):
+            base = (node.module or "").split(".")[1:]
         else:
             continue
-        yield from (name for name in found if name in names and name != path.stem)
+        for alias in node.names:
+            # `from .dialects import sqlite` imports a module; `from .runs import Run` a name of one.
+            found = ".".join([*base, alias.name])
+            yield found if found in names else ".".join(base)
 
 
 def test_the_store_has_no_import_cycle_and_no_context_variable() -> None:
     """A checkpoint is handed to the store by hand: no module of `store/` reads a ContextVar, and its
     modules import one another one way (type-only imports count)."""
-    paths = {path.stem: path for path in (REPO_ROOT / "store").glob("*.py") if path.stem != "__init__"}
-    graph = {name: set(_store_imports(path)) for name, path in paths.items()}
+    paths = {_store_module(path): path for path in (REPO_ROOT / "store").rglob("*.py")}
+    del paths[""]  # the package's own `__init__`, which imports every public name on first use
+    names = set(paths)
+    graph = {
+        name: {imported for imported in _store_imports(path, names) if imported in names and imported != name}
+        for name, path in paths.items()
+    }
     cycles: list[list[str]] = []
     done: set[str] = set()
 

@@ -1,0 +1,200 @@
+"""PostgreSQL's own statements: each write one statement of CTEs, which refuses itself when a guard fails.
+
+A refusal is raised inside the statement (`refusals.py`), so that nothing of it is stored; the
+statements here are the queueing's (the thread's mark, the run's insert and its opening events)
+and a checkpoint's (the run counted under its lease, the thread touched, the records and events
+inserted), written with a conversation's save by `histories.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+from ..checkpoints import COUNT_RUN, RECORD_COLUMNS, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint
+from ..compiled import COMMIT, Compiled
+from ..event_inserts import NOW, THREAD_ID, array, count, notify_cte, pg_events_insert
+from ..notifications import EVENTS_CHANNEL
+from ..queue_statements import (
+    RUN_COLUMNS,
+    QueueOutcome,
+    QueueStatements,
+    Refusals,
+    bind,
+    count_of,
+    run_values,
+    text_of,
+)
+from ..refusals import Refusal, refuse_unless, refused
+from ..schema import EventRow, RecordRow, RunRow, ThreadRow, metadata
+
+__all__ = ("checkpoint_values", "checkpointed", "queue_statements", "queue_trip")
+
+_runs = metadata.tables[RunRow.__tablename__]
+_records = metadata.tables[RecordRow.__tablename__]
+_events = metadata.tables[EventRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
+
+
+# -- a checkpoint ---------------------------------------------------------------------------------
+
+
+def _records_insert() -> sa.Insert:
+    rows = (
+        sa.func.unnest(
+            array("r_tool_call_ids", sa.String()),
+            array("r_kinds", sa.String()),
+            array("r_datas", postgresql.BYTEA()),
+        )
+        .table_valued("tool_call_id", "kind", "data")
+        .render_derived(name="new_records")
+    )
+    return (
+        postgresql.insert(_records)
+        .from_select(
+            RECORD_COLUMNS,
+            sa.select(THREAD_ID, rows.c.tool_call_id, RUN_ID, rows.c.kind, rows.c.data, NOW),
+        )
+        .on_conflict_do_nothing(index_elements=list(_records.primary_key.columns))
+    )
+
+
+def checkpointed(written: sa.CTE | None, *more: sa.CTE) -> sa.Select[int, int]:
+    """PostgreSQL: the checkpoint's writes as CTEs beside `written` (a conversation's write) and `more`.
+
+    One statement, which refuses itself unless the conversation was written (when `written` is
+    given), the run counted under its lease and the thread touched: nothing of it is stored then.
+    """
+    counted = COUNT_RUN.returning(_runs.c.run_id).cte("counted")
+    touched = TOUCH_THREAD.returning(_threads.c.thread_id).cte("touched")
+    reasons: list[tuple[sa.ColumnElement[bool], Refusal]] = []
+    if written is not None:
+        reasons.append((count(written) != 1, "conflict"))
+    # Checked in this order, which locks the conversation's record, then the run, then the thread,
+    # as the statements did one by one.
+    no_run: tuple[sa.ColumnElement[bool], Refusal] = (
+        sa.and_(count(counted) != 1, ~sa.exists(RUN_EXISTS)),
+        "no run",
+    )
+    lease_lost: tuple[sa.ColumnElement[bool], Refusal] = (count(counted) != 1, "lease lost")
+    no_thread: tuple[sa.ColumnElement[bool], Refusal] = (count(touched) != 1, "no thread")
+    reasons += [no_run, lease_lost, no_thread]
+    statement = sa.select(refuse_unless(*reasons), count(notify_cte()))
+    for cte in (*more, pg_events_insert().cte("logged"), _records_insert().cte("kept")):
+        statement = statement.add_cte(cte)
+    return statement
+
+
+def checkpoint_values(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The bind values of `checkpointed`'s statement."""
+    return checkpoint.values(postgres=True)
+
+
+# -- queueing a run -------------------------------------------------------------------------------
+
+
+def _opening(marked: sa.CTE, inserted: sa.CTE) -> sa.CTE:
+    """PostgreSQL: the run's opening events (the arrays `o_…s`) stored from the first id it reserved,
+    and their notice; nothing when the run was refused (no row inserted). A CTE to read."""
+    rows = (
+        sa.func.unnest(array("o_types", sa.String()), array("o_datas", postgresql.BYTEA()))
+        .table_valued("type", "data", with_ordinality="position")
+        .render_derived(name="opening_events")
+    )
+    first = marked.c.last_event_id - bind("q_claim", sa.BigInteger()) + 1
+    stored = (
+        _events.insert()
+        .from_select(
+            ["thread_id", "event_id", "run_id", "type", "data", "created_at"],
+            sa.select(
+                inserted.c.thread_id,
+                first + rows.c.position - 1,
+                inserted.c.run_id,
+                rows.c.type,
+                rows.c.data,
+                inserted.c.created_at,
+            ).select_from(inserted.join(marked, sa.true()).join(rows, sa.true())),
+        )
+        .returning(_events.c.thread_id, _events.c.event_id)
+        .cte("opened")
+    )
+    # The followers in other processes learn of them at once, as of any stored event (`EventListener`).
+    notice = sa.func.concat(stored.c.thread_id, " ", sa.func.max(stored.c.event_id))
+    return (
+        sa.select(sa.func.pg_notify(EVENTS_CHANNEL, notice).label("sent"))
+        .select_from(stored)
+        .group_by(stored.c.thread_id)
+        .cte("opening_notified")
+    )
+
+
+def _queue_statement(
+    mark: sa.Update | sa.Insert, *, claiming: bool, opening: bool
+) -> sa.Select[Any, *tuple[Any, ...]]:
+    """PostgreSQL: the mark and the insert in one statement, which refuses itself when the run is refused.
+
+    `opening`: the run's first events are stored with it (`_opening`).
+    """
+    marked = mark.cte("marked")
+    values = run_values(postgres=True, claiming=claiming)
+    allowed = sa.and_(marked.c.keyed.is_(None), sa.not_(marked.c.active), sa.not_(marked.c.pending))
+    inserted = (
+        _runs.insert()
+        .from_select(list(values), sa.select(*values.values()).select_from(marked).where(allowed))
+        .returning(*_runs.c)
+        .cte("inserted")
+    )
+
+    def first(column: sa.ColumnElement[Any]) -> sa.ScalarSelect[Any]:
+        return sa.select(column).scalar_subquery()
+
+    reasons: list[tuple[sa.ColumnElement[bool], Refusal]] = [
+        (~sa.exists(sa.select(marked.c.user_id)), "no thread"),
+        (first(marked.c.keyed).is_not(None), "keyed"),
+        (first(marked.c.active), "active"),
+        (first(marked.c.pending), "pending"),
+    ]
+    # Outer joins: the one row of `outcome` is always there, so its refusal is always evaluated.
+    outcome = sa.select(refuse_unless(*reasons).label("refused")).subquery("outcome")
+    notified: sa.ColumnElement[Any] = sa.null()
+    if opening:
+        notified = sa.select(sa.func.count()).select_from(_opening(marked, inserted)).scalar_subquery()
+    return sa.select(
+        outcome.c.refused,
+        marked.c.user_id,
+        marked.c.last_event_id,
+        marked.c.sent,
+        marked.c.revision,
+        notified.label("notified"),
+        *(inserted.c[name] for name in RUN_COLUMNS),
+    ).select_from(outcome.outerjoin(marked, sa.true()).outerjoin(inserted, sa.true()))
+
+
+async def queue_trip(
+    pooled: Any, statements: QueueStatements, values: dict[str, Any], ran: list[str]
+) -> QueueOutcome:
+    """The queueing's one statement on a pooled asyncpg connection (the opening events are its own arrays)."""
+    mark = statements.mark
+    ran.append(mark.sql)
+    try:
+        raw = await pooled.driver_connection.fetchrow(mark.sql, *mark.parameters(values))
+    except Exception as error:
+        refusal = refused(error)
+        if refusal is None:
+            raise
+        return refusal, None, None
+    ran.append(COMMIT)
+    row = mark.row(raw)
+    state = Refusals(str(row[1]), int(row[2]), None, False, False, count_of(row[3]), text_of(row[4]))
+    return None, state, dict(zip(RUN_COLUMNS, row[6:], strict=True))
+
+
+def queue_statements(
+    dialect: Dialect, mark: sa.Update | sa.Insert, *, claiming: bool, opening: bool
+) -> QueueStatements:
+    """The thread's mark and the run's insert (and the opening events) as one statement."""
+    statement = _queue_statement(mark, claiming=claiming, opening=opening)
+    return QueueStatements(Compiled.of(statement, dialect), None, None)

@@ -1,0 +1,191 @@
+"""SQLite's own statements: a unit of work as one function on the connection's thread.
+
+Each unit runs its statements one by one on aiosqlite's thread (`sqlite_driver.py`), checking
+each guard as it goes; the statements here are the queueing's (the thread's mark, then the run's
+insert and its opening events) and a checkpoint's (the run counted under its lease, the thread
+touched, the records and events inserted), run after a conversation's save by `histories.py`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Dialect
+
+from ..checkpoints import COUNT_RUN, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint, json_bytes
+from ..compiled import Compiled, first_then_second, per_dialect
+from ..event_inserts import NOW, THREAD_ID, sqlite_event_insert, sqlite_rows
+from ..events import NewEvent
+from ..queue_statements import (
+    RUN_COLUMNS,
+    QueueOutcome,
+    QueueStatements,
+    Refusals,
+    count_of,
+    run_values,
+    text_of,
+)
+from ..refusals import Refusal
+from ..schema import RecordRow, RunRow, metadata
+from ..sqlite_driver import run_here
+
+__all__ = ("SqliteWork", "checkpoint_work", "queue_statements", "queue_trip")
+
+_runs = metadata.tables[RunRow.__tablename__]
+_records = metadata.tables[RecordRow.__tablename__]
+
+
+# -- a checkpoint ---------------------------------------------------------------------------------
+
+_SQLITE_RECORD = (
+    sqlite.insert(_records)
+    .values(
+        thread_id=THREAD_ID,
+        tool_call_id=sa.bindparam("r_tool_call_id", type_=sa.String()),
+        run_id=RUN_ID,
+        kind=sa.bindparam("r_kind", type_=sa.String()),
+        data=sa.bindparam("r_data", type_=sa.LargeBinary()),
+        created_at=NOW,
+    )
+    .on_conflict_do_nothing(index_elements=list(_records.primary_key.columns))
+)
+
+
+@dataclass(frozen=True)
+class _SqliteStatements:
+    count_run: Compiled
+    run_exists: Compiled
+    touch_thread: Compiled
+    insert_event: Compiled
+    insert_record: Compiled
+
+
+@per_dialect
+def _sqlite(dialect: Dialect) -> _SqliteStatements:
+    return _SqliteStatements(
+        count_run=Compiled.of(COUNT_RUN, dialect),
+        run_exists=Compiled.of(RUN_EXISTS, dialect),
+        touch_thread=Compiled.of(TOUCH_THREAD, dialect),
+        insert_event=Compiled.of(sqlite_event_insert(), dialect),
+        insert_record=Compiled.of(_SQLITE_RECORD, dialect),
+    )
+
+
+SqliteWork = Callable[[sqlite3.Connection, list[str]], Refusal | None]
+"""Part of a unit of work on SQLite's thread: it appends the SQL it runs to the list, and says what refused it."""
+
+
+def checkpoint_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
+    """The checkpoint's statements, to run on the thread of a SQLite connection inside its transaction."""
+    statements = _sqlite(dialect)
+    values = checkpoint.values(postgres=False)
+    insert_record = statements.insert_record
+    records = [
+        insert_record.parameters(
+            values
+            | {
+                "r_tool_call_id": record.tool_call_id,
+                "r_kind": record.kind,
+                "r_data": json_bytes(record.data),
+            }
+        )
+        for record in checkpoint.records
+    ]
+    events = sqlite_rows(statements.insert_event, values, checkpoint.events)
+    count_run, run_exists, touch_thread = (
+        (statement.sql, statement.parameters(values))
+        for statement in (statements.count_run, statements.run_exists, statements.touch_thread)
+    )
+
+    def run(connection: sqlite3.Connection, ran: list[str]) -> Refusal | None:
+        # The guards first: the rows then inserted name the thread, which must exist.
+        ran.append(count_run[0])
+        if connection.execute(*count_run).rowcount != 1:
+            ran.append(run_exists[0])
+            return "no run" if connection.execute(*run_exists).fetchone() is None else "lease lost"
+        ran.append(touch_thread[0])
+        if connection.execute(*touch_thread).rowcount != 1:
+            return "no thread"
+        if records:
+            ran.append(insert_record.sql)
+            connection.executemany(insert_record.sql, records)
+        if events:
+            ran.append(statements.insert_event.sql)
+            connection.executemany(statements.insert_event.sql, events)
+        return None
+
+    return run
+
+
+# -- queueing a run -------------------------------------------------------------------------------
+
+
+def queue_statements(
+    dialect: Dialect, mark: sa.Update | sa.Insert, *, claiming: bool, opening: bool
+) -> QueueStatements:
+    """The thread's mark, the run's insert and, for `opening`, one opening event's insert."""
+    values = run_values(postgres=False, claiming=claiming)
+    insert = _runs.insert().values(**values).returning(*_runs.c)
+    event = Compiled.of(sqlite_event_insert(), dialect) if opening else None
+    return QueueStatements(Compiled.of(mark, dialect), Compiled.of(insert, dialect), event)
+
+
+async def queue_trip(
+    pooled: Any,
+    statements: QueueStatements,
+    values: dict[str, Any],
+    opening: Sequence[NewEvent],
+    ran: list[str],
+) -> QueueOutcome:
+    """The queueing on aiosqlite's connection, in one function on its thread: the thread's mark,
+    then the run's insert (and its `opening` events) unless the mark says the run is refused."""
+    mark = statements.mark
+    insert = statements.insert
+    assert insert is not None
+    insert_parameters = insert.parameters(values)
+
+    def unless_refused(marked: Sequence[Any]) -> tuple[Any, ...] | None:
+        # No insert when the thread's row says the run is refused: a key, an active run, approvals.
+        return None if marked[2] is not None or marked[3] or marked[4] else insert_parameters
+
+    then = None
+    event = statements.event
+    if event is not None:
+
+        def opening_rows(marked: Sequence[Any]) -> list[tuple[Any, ...]]:
+            first = int(marked[1]) - int(values["q_claim"]) + 1
+            event_values = {"c_thread_id": values["q_thread_id"], "c_now": values["q_now"]}
+            return sqlite_rows(event, event_values, list(enumerate(opening, start=first)))
+
+        then = (event.sql, opening_rows)
+    raw_mark, raw_row = await run_here(
+        pooled.dbapi_connection,
+        first_then_second,
+        mark.sql,
+        mark.parameters(values),
+        insert.sql,
+        unless_refused,
+        ran,
+        then,
+    )
+    if raw_mark is None:
+        return "no thread", None, None
+    user_id, last_event_id, keyed, active, pending, sent, revision = mark.row(raw_mark)
+    state = Refusals(
+        str(user_id),
+        int(last_event_id),
+        None if keyed is None else str(keyed),
+        bool(active),
+        bool(pending),
+        count_of(sent),
+        text_of(revision),
+    )
+    if raw_row is None:
+        why: Refusal = "keyed" if keyed is not None else "active" if active else "pending"
+        return why, state, None
+    return None, state, dict(zip(RUN_COLUMNS, insert.row(raw_row), strict=True))
