@@ -2,9 +2,9 @@
 
 A checkpoint is data (`Checkpoint`), not a callback: the conversation store writes it with the
 conversation on statements compiled once (`compiled.py`). On SQLite it is part of the save's one
-function on aiosqlite's thread; on PostgreSQL, CTEs of the save's one statement, which refuses
-itself (`refusals.py`) when a guard fails, so that nothing of it is stored. The design note is
-"A checkpoint's trip" in `docs/store.md`.
+function on aiosqlite's thread (`dialects/sqlite.py`); on PostgreSQL, CTEs of the save's one
+statement, which refuses itself (`refusals.py`) when a guard fails, so that nothing of it is
+stored (`dialects/postgresql.py`). The design note is "A checkpoint's trip" in `docs/store.md`.
 """
 
 from __future__ import annotations
