@@ -1,7 +1,8 @@
 """PostgreSQL's own statements: each write one statement of CTEs, which refuses itself when a guard fails.
 
 A refusal is raised inside the statement (`refusals.py`), so that nothing of it is stored; the
-statements here are the queueing's (the thread's mark, the run's insert and its opening events)
+statements here are a conversation's load and save (the record's guarded write and the new
+entries' insert), the queueing's (the thread's mark, the run's insert and its opening events)
 and a checkpoint's (the run counted under its lease, the thread touched, the records and events
 inserted), written with a conversation's save by `histories.py`.
 """
@@ -15,8 +16,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from ..checkpoints import COUNT_RUN, RECORD_COLUMNS, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint
-from ..compiled import COMMIT, Compiled
+from ..compiled import COMMIT, Compiled, begun
 from ..event_inserts import NOW, THREAD_ID, array, count, notify_cte, pg_events_insert
+from ..history_trips import HeadRead, RecordSave
 from ..notifications import EVENTS_CHANNEL
 from ..queue_statements import (
     RUN_COLUMNS,
@@ -29,14 +31,103 @@ from ..queue_statements import (
     text_of,
 )
 from ..refusals import Refusal, refuse_unless, refused
-from ..schema import EventRow, RecordRow, RunRow, ThreadRow, metadata
+from ..schema import (
+    ConversationEntryRow,
+    ConversationRecordRow,
+    EventRow,
+    RecordRow,
+    RunRow,
+    ThreadRow,
+    metadata,
+)
 
-__all__ = ("checkpoint_values", "checkpointed", "queue_statements", "queue_trip")
+__all__ = (
+    "checkpoint_values",
+    "checkpointed",
+    "queue_statements",
+    "queue_trip",
+    "read_head",
+    "save_statement",
+    "write",
+)
 
 _runs = metadata.tables[RunRow.__tablename__]
 _records = metadata.tables[RecordRow.__tablename__]
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
+_entries = metadata.tables[ConversationEntryRow.__tablename__]
+_conversations = metadata.tables[ConversationRecordRow.__tablename__]
+
+
+# -- a load and a save -----------------------------------------------------------------------------
+
+
+def save_statement(
+    record_write: Any, *, with_checkpoint: bool = False
+) -> sa.Select[int] | sa.Select[int, int]:
+    """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
+
+    The record's foreign key to its head is checked at the end of the statement, when the entries
+    it names are in. `with_checkpoint`: a run's checkpoint too (`checkpointed`).
+    """
+    written = record_write.returning(_conversations.c.conversation_id).cte("written")
+    rows = (
+        sa.func.unnest(
+            sa.bindparam("entry_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam("parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam("kinds", type_=postgresql.ARRAY(sa.String)),
+            sa.bindparam("messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
+        )
+        .table_valued("entry_id", "parent_id", "kind", "message")
+        .render_derived(name="new_entries")
+    )
+    inserted = _entries.insert().from_select(
+        ["entry_id", "parent_id", "kind", "message"],
+        sa.select(rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message).where(
+            sa.exists(sa.select(written.c.conversation_id))
+        ),
+    )
+    if with_checkpoint:
+        return checkpointed(written, inserted.cte("inserted"))
+    return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
+
+
+async def read_head(pooled: Any, read: HeadRead) -> tuple[Any, list[Any] | None]:
+    """A load's statements on asyncpg: the record's row, then the history's rows (or `None`) only when needed."""
+    driver = pooled.driver_connection
+    raw_record = await driver.fetchrow(read.record.sql, *read.record_parameters)
+    head = None if raw_record is None else raw_record[read.record_head]
+    history_parameters = read.history_parameters
+    if history_parameters is None or head is None or str(head) == read.cached_head:
+        return raw_record, None
+    history_parameters[read.head_slot] = head
+    return raw_record, await driver.fetch(read.history.sql, *history_parameters)
+
+
+async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | None:
+    """A save on PostgreSQL: one statement (`save_statement`), in the connection's transaction unless `commit`."""
+    if not save.commit:
+        await begun(pooled)
+    entries, checkpoint, record = save.entries, save.checkpoint, save.record
+    bound = save.bound | {
+        "entry_ids": [entry[0] for entry in entries],
+        "parent_ids": [entry[1] for entry in entries],
+        "kinds": [entry[2] for entry in entries],
+        "messages": [entry[3] for entry in entries],
+    }
+    if checkpoint is not None:
+        bound |= checkpoint_values(checkpoint)
+    ran.append(record.sql)
+    try:
+        count: int = await pooled.driver_connection.fetchval(record.sql, *record.parameters(bound))
+    except Exception as error:
+        refusal = refused(error)
+        if refusal is None:
+            raise
+        return refusal
+    if save.commit:
+        ran.append(COMMIT)
+    return None if checkpoint is not None or count == 1 else "conflict"
 
 
 # -- a checkpoint ---------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """SQLite's own statements: a unit of work as one function on the connection's thread.
 
 Each unit runs its statements one by one on aiosqlite's thread (`sqlite_driver.py`), checking
-each guard as it goes; the statements here are the queueing's (the thread's mark, then the run's
+each guard as it goes; the trips here are a conversation's load and save, the queueing's (the thread's mark, then the run's
 insert and its opening events) and a checkpoint's (the run counted under its lease, the thread
-touched, the records and events inserted), run after a conversation's save by `histories.py`.
+touched, the records and events inserted), run after a conversation's save.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 
 from ..checkpoints import COUNT_RUN, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint, json_bytes
-from ..compiled import Compiled, first_then_second, per_dialect
+from ..compiled import COMMIT, Compiled, first_then_second, per_dialect
 from ..event_inserts import NOW, THREAD_ID, sqlite_event_insert, sqlite_rows
 from ..events import NewEvent
+from ..history_trips import HeadRead, RecordSave
 from ..queue_statements import (
     RUN_COLUMNS,
     QueueOutcome,
@@ -32,12 +33,106 @@ from ..queue_statements import (
 )
 from ..refusals import Refusal
 from ..schema import RecordRow, RunRow, metadata
-from ..sqlite_driver import run_here
+from ..sqlite_driver import run_here, run_on_thread
 
-__all__ = ("SqliteWork", "checkpoint_work", "queue_statements", "queue_trip")
+__all__ = ("SqliteWork", "checkpoint_work", "queue_statements", "queue_trip", "read_head", "write")
 
 _runs = metadata.tables[RunRow.__tablename__]
 _records = metadata.tables[RecordRow.__tablename__]
+
+
+# -- a load and a save -----------------------------------------------------------------------------
+
+
+def _read_on_thread(
+    connection: sqlite3.Connection,
+    record_sql: str,
+    record_parameters: tuple[Any, ...],
+    history_sql: str,
+    history_parameters: list[Any] | None,
+    head_slot: int,
+    record_head: int,
+    cached_head: object,
+) -> tuple[Any, list[Any] | None]:
+    row = connection.execute(record_sql, record_parameters).fetchone()
+    head = None if row is None else row[record_head]
+    if row is None or history_parameters is None or head is None or head == cached_head:
+        return row, None
+    history_parameters[head_slot] = head
+    return row, connection.execute(history_sql, history_parameters).fetchall()
+
+
+async def read_head(pooled: Any, read: HeadRead) -> tuple[Any, list[Any] | None]:
+    """A load's statements in one function on the connection's thread: the record's row, and the
+    history's rows or `None`."""
+    return await run_here(
+        pooled.dbapi_connection,
+        _read_on_thread,
+        read.record.sql,
+        read.record_parameters,
+        read.history.sql,
+        read.history_parameters,
+        read.head_slot,
+        read.record_head,
+        read.skip,
+    )
+
+
+def _write_on_thread(
+    connection: sqlite3.Connection,
+    insert_sql: str,
+    entry_rows: list[tuple[Any, ...]],
+    record_sql: str | None,
+    record_parameters: tuple[Any, ...],
+    then: SqliteWork | None,
+    commit: bool,
+    ran: list[str],
+) -> Refusal | None:
+    try:
+        refusal: Refusal | None = None
+        if record_sql is not None:
+            if entry_rows:
+                ran.append(insert_sql)
+                connection.executemany(insert_sql, entry_rows)
+            ran.append(record_sql)
+            if connection.execute(record_sql, record_parameters).rowcount != 1:
+                refusal = "conflict"
+        if refusal is None and then is not None:
+            refusal = then(connection, ran)
+        if commit:
+            if refusal is None:
+                connection.commit()
+                ran.append(COMMIT)
+            else:
+                connection.rollback()
+    except BaseException:
+        if commit and connection.in_transaction:
+            connection.rollback()
+        raise
+    return refusal
+
+
+async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | None:
+    """A save on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
+    insert = save.insert_entries
+    entry_rows = [
+        insert.parameters({"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message})
+        for entry_id, parent_id, kind, message in save.entries
+    ]
+    then = None if save.checkpoint is None else checkpoint_work(save.checkpoint, save.dialect)
+    record = save.record
+    # Inside a transaction of SQLAlchemy's (`commit` false), the unit leaves it open: the thread's.
+    return await (run_here if save.commit else run_on_thread)(
+        pooled.dbapi_connection,
+        _write_on_thread,
+        insert.sql,
+        entry_rows,
+        record.sql if save.writes_record else None,
+        record.parameters(save.bound) if save.writes_record else (),
+        then,
+        save.commit,
+        ran,
+    )
 
 
 # -- a checkpoint ---------------------------------------------------------------------------------
