@@ -1,9 +1,9 @@
 """SQLite's own statements: a unit of work as one function on the connection's thread.
 
 Each unit runs its statements one by one on aiosqlite's thread (`sqlite_driver.py`), checking
-each guard as it goes; the trips here are a conversation's load and save, the queueing's (the thread's mark, then the run's
-insert and its opening events) and a checkpoint's (the run counted under its lease, the thread
-touched, the records and events inserted), run after a conversation's save.
+each guard as it goes. The units here are a conversation's load and save, the queueing's (the
+thread's mark, then the run's insert and its opening events) and a checkpoint's (the run counted
+under its lease, the thread touched, the records and events inserted), run after a save.
 """
 
 from __future__ import annotations
