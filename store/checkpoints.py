@@ -18,12 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from .errors import LeaseLost, NotFound
-from .event_inserts import (
-    NOW,
-    THREAD_ID,
-    event_values,
-)
-from .events import NewEvent
+from .event_rows import NOW, THREAD_ID, NewEvent, event_values
 from .records import NewRecord
 from .refusals import Refusal
 from .run import Run

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Dialect
 
 from ..checkpoints import COUNT_RUN, RECORD_COLUMNS, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint
 from ..compiled import COMMIT, Compiled, begun
-from ..event_inserts import NOW, THREAD_ID, array, count, notify_cte, pg_events_insert
+from ..event_rows import HELD, NOW, THREAD_ID
 from ..history_trips import HeadRead, RecordSave
 from ..notifications import EVENTS_CHANNEL
 from ..queue_statements import (
@@ -44,6 +44,8 @@ from ..schema import (
 __all__ = (
     "checkpoint_values",
     "checkpointed",
+    "events_statement",
+    "insert_events",
     "queue_statements",
     "queue_trip",
     "read_head",
@@ -57,6 +59,80 @@ _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _conversations = metadata.tables[ConversationRecordRow.__tablename__]
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def array(name: str, of: Any) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=postgresql.ARRAY(of))
+
+
+def events_insert() -> sa.Insert:
+    """PostgreSQL: the events in the arrays `e_…s` of the thread `c_thread_id`, none for empty arrays."""
+    rows = (
+        sa.func.unnest(
+            array("e_event_ids", sa.BigInteger()),
+            array("e_run_ids", sa.String()),
+            array("e_types", sa.String()),
+            array("e_datas", postgresql.BYTEA()),
+        )
+        .table_valued("event_id", "run_id", "type", "data")
+        .render_derived(name="new_events")
+    )
+    return _events.insert().from_select(
+        ["thread_id", "event_id", "run_id", "type", "data", "created_at"],
+        sa.select(THREAD_ID, rows.c.event_id, rows.c.run_id, rows.c.type, rows.c.data, NOW),
+    )
+
+
+def notify_cte() -> sa.CTE:
+    """PostgreSQL: `pg_notify` of the events channel with `c_notice`, unless it is NULL; a CTE to read, or it is not sent."""
+    notice = sa.bindparam("c_notice", type_=sa.String())
+    return (
+        sa.select(sa.func.pg_notify(EVENTS_CHANNEL, notice).label("sent"))
+        .where(notice.is_not(None))
+        .cte("notified")
+    )
+
+
+def count(cte: sa.CTE) -> sa.ScalarSelect[int]:
+    return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
+
+
+def events_statement(*, fenced: bool) -> sa.Select[int] | sa.Select[int, int]:
+    """The events' insert and notice; `fenced`: only while `h_worker_id` holds the run `h_run_id`."""
+    notified = notify_cte()
+    if not fenced:
+        return sa.select(count(notified)).add_cte(events_insert().cte("logged"))
+    held = HELD.cte("held")
+    refusal = refuse_unless(
+        (~sa.exists(sa.select(held.c.lease_owner)), "no run"),
+        (
+            sa.select(held.c.lease_owner)
+            .scalar_subquery()
+            .is_distinct_from(sa.bindparam("h_worker_id", type_=sa.String())),
+            "lease lost",
+        ),
+    )
+    # The run's row is locked (its owner read) before the events go in, at the statement's end.
+    return sa.select(refusal, count(notified)).add_cte(events_insert().cte("logged"))
+
+
+async def insert_events(
+    pooled: Any, statement: Compiled, values: dict[str, Any], ran: list[str]
+) -> Refusal | None:
+    """The event log writer's one statement on asyncpg, its own transaction."""
+    ran.append(statement.sql)
+    try:
+        await pooled.driver_connection.fetchrow(statement.sql, *statement.parameters(values))
+    except Exception as error:
+        refusal = refused(error)
+        if refusal is None:
+            raise
+        return refusal
+    ran.append(COMMIT)
+    return None
 
 
 # -- a load and a save -----------------------------------------------------------------------------
@@ -174,7 +250,7 @@ def checkpointed(written: sa.CTE | None, *more: sa.CTE) -> sa.Select[int, int]:
     no_thread: tuple[sa.ColumnElement[bool], Refusal] = (count(touched) != 1, "no thread")
     reasons += [no_run, lease_lost, no_thread]
     statement = sa.select(refuse_unless(*reasons), count(notify_cte()))
-    for cte in (*more, pg_events_insert().cte("logged"), _records_insert().cte("kept")):
+    for cte in (*more, events_insert().cte("logged"), _records_insert().cte("kept")):
         statement = statement.add_cte(cte)
     return statement
 

@@ -19,8 +19,7 @@ from sqlalchemy.engine import Dialect
 
 from ..checkpoints import COUNT_RUN, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint, json_bytes
 from ..compiled import COMMIT, Compiled, first_then_second, per_dialect
-from ..event_inserts import NOW, THREAD_ID, sqlite_event_insert, sqlite_rows
-from ..events import NewEvent
+from ..event_rows import NOW, THREAD_ID, NewEvent
 from ..history_trips import HeadRead, RecordSave
 from ..queue_statements import (
     RUN_COLUMNS,
@@ -32,13 +31,109 @@ from ..queue_statements import (
     text_of,
 )
 from ..refusals import Refusal
-from ..schema import RecordRow, RunRow, metadata
+from ..schema import EventRow, RecordRow, RunRow, metadata
 from ..sqlite_driver import run_here, run_on_thread
 
-__all__ = ("SqliteWork", "checkpoint_work", "queue_statements", "queue_trip", "read_head", "write")
+__all__ = (
+    "SqliteWork",
+    "checkpoint_work",
+    "event_insert",
+    "event_rows",
+    "insert_events",
+    "queue_statements",
+    "queue_trip",
+    "read_head",
+    "write",
+)
 
 _runs = metadata.tables[RunRow.__tablename__]
 _records = metadata.tables[RecordRow.__tablename__]
+_events = metadata.tables[EventRow.__tablename__]
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def event_insert() -> sa.Insert:
+    """One event (`e_…`) of the thread `c_thread_id`."""
+    return _events.insert().values(
+        thread_id=THREAD_ID,
+        event_id=sa.bindparam("e_event_id", type_=sa.BigInteger()),
+        run_id=sa.bindparam("e_run_id", type_=sa.String()),
+        type=sa.bindparam("e_type", type_=sa.String()),
+        data=sa.bindparam("e_data", type_=sa.LargeBinary()),
+        created_at=NOW,
+    )
+
+
+def event_rows(
+    insert: Compiled, values: dict[str, Any], events: Sequence[tuple[int, Any]]
+) -> list[tuple[Any, ...]]:
+    """The rows of `insert` (`event_insert`) that store `events` (`(event_id, NewEvent)`)."""
+    return [
+        insert.parameters(
+            values
+            | {"e_event_id": event_id, "e_run_id": event.run_id, "e_type": event.type, "e_data": event.data}
+        )
+        for event_id, event in events
+    ]
+
+
+def _insert_on_thread(
+    connection: sqlite3.Connection,
+    insert_sql: str,
+    rows: list[tuple[Any, ...]],
+    held_sql: str | None,
+    held_parameters: tuple[Any, ...],
+    worker_id: str | None,
+    ran: list[str],
+) -> Refusal | None:
+    try:
+        ran.append(insert_sql)
+        connection.executemany(insert_sql, rows)
+        refusal: Refusal | None = None
+        if held_sql is not None:
+            ran.append(held_sql)
+            owner = connection.execute(held_sql, held_parameters).fetchone()
+            refusal = "no run" if owner is None else "lease lost" if owner[0] != worker_id else None
+        if refusal is None:
+            connection.commit()
+            ran.append(COMMIT)
+        else:
+            connection.rollback()
+    except BaseException:
+        if connection.in_transaction:
+            connection.rollback()
+        raise
+    return refusal
+
+
+async def insert_events(
+    pooled: Any,
+    insert_sql: str,
+    rows: list[tuple[Any, ...]],
+    held: tuple[str, tuple[Any, ...]] | None,
+    worker_id: str | None,
+    ran: list[str],
+    quiet: bool,
+) -> Refusal | None:
+    """The event log writer's unit of work: the events' insert, the run's owner read, the commit."""
+    held_sql, held_parameters = held if held is not None else (None, ())
+    # A busy process's writer keeps the connection's thread, not the loop's (`run_here`): its next
+    # transaction is due once this one returns and its interval passed, so a trip that takes
+    # longer on a busy loop groups more events into the next; on the loop's thread it committed
+    # several times the transactions, of one or two events each. A quiet one has nothing to group,
+    # and its trip there was the slowest part of the first word's path (docs/benchmarks.md).
+    return await (run_here if quiet else run_on_thread)(
+        pooled.dbapi_connection,
+        _insert_on_thread,
+        insert_sql,
+        rows,
+        held_sql,
+        held_parameters,
+        worker_id,
+        ran,
+    )
 
 
 # -- a load and a save -----------------------------------------------------------------------------
@@ -166,7 +261,7 @@ def _sqlite(dialect: Dialect) -> _SqliteStatements:
         count_run=Compiled.of(COUNT_RUN, dialect),
         run_exists=Compiled.of(RUN_EXISTS, dialect),
         touch_thread=Compiled.of(TOUCH_THREAD, dialect),
-        insert_event=Compiled.of(sqlite_event_insert(), dialect),
+        insert_event=Compiled.of(event_insert(), dialect),
         insert_record=Compiled.of(_SQLITE_RECORD, dialect),
     )
 
@@ -191,7 +286,7 @@ def checkpoint_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
         )
         for record in checkpoint.records
     ]
-    events = sqlite_rows(statements.insert_event, values, checkpoint.events)
+    events = event_rows(statements.insert_event, values, checkpoint.events)
     count_run, run_exists, touch_thread = (
         (statement.sql, statement.parameters(values))
         for statement in (statements.count_run, statements.run_exists, statements.touch_thread)
@@ -226,7 +321,7 @@ def queue_statements(
     """The thread's mark, the run's insert and, for `opening`, one opening event's insert."""
     values = run_values(postgres=False, claiming=claiming)
     insert = _runs.insert().values(**values).returning(*_runs.c)
-    event = Compiled.of(sqlite_event_insert(), dialect) if opening else None
+    event = Compiled.of(event_insert(), dialect) if opening else None
     return QueueStatements(Compiled.of(mark, dialect), Compiled.of(insert, dialect), event)
 
 
@@ -255,7 +350,7 @@ async def queue_trip(
         def opening_rows(marked: Sequence[Any]) -> list[tuple[Any, ...]]:
             first = int(marked[1]) - int(values["q_claim"]) + 1
             event_values = {"c_thread_id": values["q_thread_id"], "c_now": values["q_now"]}
-            return sqlite_rows(event, event_values, list(enumerate(opening, start=first)))
+            return event_rows(event, event_values, list(enumerate(opening, start=first)))
 
         then = (event.sql, opening_rows)
     raw_mark, raw_row = await run_here(
