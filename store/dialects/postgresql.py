@@ -9,6 +9,7 @@ inserted), written with a conversation's save by `histories.py`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,6 +45,8 @@ from ..schema import (
 __all__ = (
     "checkpoint_values",
     "checkpointed",
+    "claim_statement",
+    "claim_trip",
     "events_statement",
     "insert_events",
     "queue_statements",
@@ -258,6 +261,33 @@ def checkpointed(written: sa.CTE | None, *more: sa.CTE) -> sa.Select[int, int]:
 def checkpoint_values(checkpoint: Checkpoint) -> dict[str, Any]:
     """The bind values of `checkpointed`'s statement."""
     return checkpoint.values(postgres=True)
+
+
+# -- claiming a queued run -------------------------------------------------------------------------
+
+
+def claim_statement(
+    claim: sa.Update, reserve: Callable[[sa.ColumnElement[str]], sa.Update]
+) -> sa.Select[Any]:
+    """The run's claim and its thread's reservation (`reserve` of the claimed run's thread) as one statement."""
+    claimed = claim.cte("claimed")
+    reserved = reserve(claimed.c.thread_id).cte("reserved")
+    return sa.select(
+        *(claimed.c[name] for name in RUN_COLUMNS), reserved.c.user_id, reserved.c.last_event_id
+    ).select_from(claimed.join(reserved, sa.true()))
+
+
+async def claim_trip(
+    pooled: Any, claim: Compiled, values: dict[str, Any], ran: list[str]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The claim's one statement on asyncpg: the claimed run's row and its thread's, or `None`."""
+    ran.append(claim.sql)
+    raw = await pooled.driver_connection.fetchrow(claim.sql, *claim.parameters(values))
+    ran.append(COMMIT)
+    if raw is None:
+        return None
+    row = claim.row(raw)
+    return row[: len(RUN_COLUMNS)], row[len(RUN_COLUMNS) :]
 
 
 # -- queueing a run -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from ..sqlite_driver import run_here, run_on_thread
 __all__ = (
     "SqliteWork",
     "checkpoint_work",
+    "claim_trip",
     "event_insert",
     "event_rows",
     "insert_events",
@@ -310,6 +311,35 @@ def checkpoint_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
         return None
 
     return run
+
+
+# -- claiming a queued run -------------------------------------------------------------------------
+
+_THREAD_ID = RUN_COLUMNS.index("thread_id")
+
+
+async def claim_trip(
+    pooled: Any, claim: Compiled, reserve: Compiled, values: dict[str, Any], ran: list[str]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """The run's claim, then its thread's reservation, in one function on the connection's thread:
+    the claimed run's row and its thread's, or `None`."""
+
+    def of_its_thread(claimed: Sequence[Any]) -> tuple[Any, ...]:
+        # The thread is the claimed run's, known on the driver's thread.
+        return reserve.parameters(values | {"k_thread_id": claimed[_THREAD_ID]})
+
+    raw_run, raw_reserved = await run_here(
+        pooled.dbapi_connection,
+        first_then_second,
+        claim.sql,
+        claim.parameters(values),
+        reserve.sql,
+        of_its_thread,
+        ran,
+    )
+    if raw_run is None:
+        return None
+    return claim.row(raw_run), reserve.row(raw_reserved)
 
 
 # -- queueing a run -------------------------------------------------------------------------------
