@@ -29,8 +29,8 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   `tool_result`, nor anything emitted after it: only a checkpoint does (`take_pending`), in the
   transaction that stores the results in the conversation. A result a client saw is then always
   the one the model continues from, whatever crashes. Until that checkpoint they are `held`.
-- **Fenced.** With `worker_id`, a write stores nothing unless that worker still holds the run's
-  lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
+- **Fenced.** With the run's `lease_owner`, a write stores nothing unless that worker still holds
+  the run's lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
   the log, live followers and any other sink see the same event, `trace_id` included.
 """
@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent
+from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent, Run
 from stream import (
     Sink,
     StoredEvent,
@@ -54,6 +55,7 @@ from stream import (
 
 __all__ = (
     "REPEATABLE",
+    "EventLogOptions",
     "EventLogSink",
     "Publisher",
     "SkipLogged",
@@ -81,37 +83,55 @@ def stored_events(logged: Sequence[LoggedEvent]) -> list[StoredEvent]:
     return [StoredEvent(item.event_id, event_from_data(item.type, item.data)) for item in logged]
 
 
+def _never() -> bool:
+    return False
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventLogOptions:
+    """How an `EventLogSink` reserves, paces and publishes; the same for every run of a runtime."""
+
+    publish: Publisher | None = None
+    """Tells live followers about stored events."""
+    block: int = 128
+    """How many ids a run reserves at a time."""
+    interval: float = 0.05
+    """The least time, in seconds, between the starts of two transactions of the writer (or a checkpoint's)."""
+    hurry: Callable[[], bool] = _always
+    """Whether the first delta of a text part is stored at once, not `interval` after the previous
+    transaction; asked when one is emitted."""
+    quiet: Callable[[], bool] = _never
+    """Whether the process drives few runs, so a transaction may run where it is quickest rather
+    than where a busy process's writer groups more events (`EventLog.insert(quiet=)`); asked at
+    each transaction."""
+
+
 class EventLogSink:
-    """A `stream.Sink` for one thread's events; see the module's notes."""
+    """A `stream.Sink` for one run's events; see the module's notes."""
 
     def __init__(
         self,
         log: EventLog,
-        thread_id: str,
+        run: Run,
         *,
-        publish: Publisher | None = None,
-        block: int = 128,
         reserved: tuple[int, int] | None = None,
-        run_id: str | None = None,
-        worker_id: str | None = None,
-        interval: float = 0.05,
         last_id: int = 0,
-        hurry: Callable[[], bool] | None = None,
-        quiet: Callable[[], bool] | None = None,
+        options: EventLogOptions = EventLogOptions(),
     ) -> None:
-        """`reserved`: a block of ids reserved already, as (first id, count). `last_id`: the newest id
+        """Store `run`'s events in its thread's log while the run's `lease_owner` (if any) holds it.
+
+        `reserved`: a block of ids reserved already, as (first id, count). `last_id`: the newest id
         stored for the run already (its opening events, stored by the queueing just before): that
         transaction counts as the writer's previous one, so its next starts no sooner than
-        `interval` after it, as after any other.
-
-        `run_id` and `worker_id`: store only while that worker holds that run's lease. `interval`:
-        the least time between the starts of two transactions of the writer (or a checkpoint's).
-        `hurry`: whether the first delta of a text part is stored at once, not `interval` after the
-        previous transaction (asked when one is emitted; by default, always). `quiet`: whether
-        the process drives few runs, so a transaction may run where it is quickest rather than
-        where a busy process's writer groups more events (`EventLog.insert(quiet=)`; asked at
-        each transaction; by default, never).
+        `options.interval` after it, as after any other.
         """
+        thread_id, run_id, worker_id = run.thread_id, run.run_id, run.lease_owner
+        publish, block, interval = options.publish, options.block, options.interval
+        hurry, quiet = options.hurry, options.quiet
         self._log = log
         self._thread_id = thread_id
         self._publish = publish
@@ -132,8 +152,8 @@ class EventLogSink:
         self._taken = False
         """A caller's transaction holds events `take_pending` handed over: the writer waits for it."""
         self._failure: BaseException | None = None
-        self._hurry_first_words = hurry or _always
-        self._quiet = quiet or _never
+        self._hurry_first_words = hurry
+        self._quiet = quiet
         self._parts: set[str] = set()
         """The text parts whose first delta was emitted."""
         self.writes = 0
@@ -301,14 +321,6 @@ def _ready(events: Sequence[StoredEvent]) -> int:
         if isinstance(stored.event, ToolResult):
             return index
     return len(events)
-
-
-def _never() -> bool:
-    return False
-
-
-def _always() -> bool:
-    return True
 
 
 class TraceStampSink:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from opentelemetry import trace
 
-from store import Claimed, Queued, Run, RunKind
+from store import Claim, Claimed, NewRun, Queued, Run, RunKind
 from stream import RunStarted, StoredEvent, StreamEvent, UserMessage, event_from_data
 
 from .eventlog import new_event
@@ -96,17 +96,19 @@ async def queue_run(
         # never exported.
         span = start_run_span(run_id)
         opening = opening_events(run_id, kind, content, trace_id=format_trace_id(span))
-    queued = await runtime.db.runs.queue(
-        thread_id,
-        kind,
+    new = NewRun(
+        thread_id=thread_id,
+        kind=kind,
         content=content,
         idempotency_key=idempotency_key,
-        claim_events=EVENT_BLOCK if claim else None,
-        count_window=message_window(runtime.guardrails) if kind == "message" else None,
-        user_id=user_id,
         run_id=run_id,
-        opening=[new_event(event) for event in opening],
+        user_id=user_id,
         create_unless=create_unless,
+    )
+    window = message_window(runtime.guardrails) if kind == "message" else None
+    opened = [new_event(event) for event in opening]
+    queued = await runtime.db.runs.queue(
+        new, Claim(events=EVENT_BLOCK, count_window=window, opening=opened) if claim else None
     )
     claimed = queued.claimed if queued.created else None
     if claimed is None:

@@ -7,8 +7,8 @@ turned into failed results (`ToolFailures`), the argument schemas the model saw 
 tool step's results then, as pydantic-ai finished the request that carries them). The first four
 stay their own capabilities, usable alone. pydantic-ai calls every hook of
 every capability of a run, each with its own copy of the run context, whether the capability
-overrides the hook or not: with the four given separately that cost 0.95 ms on a 4.8 ms
-three-node turn of the demo agent, against 0.56 ms as one (`RunHooks`), measured in one process.
+overrides the hook or not: given separately, the four cost nearly twice what they cost as one
+(figures in `docs/benchmarks.md`).
 `RunHooks` overrides exactly the hooks the five need and hands each call to the one that owns it.
 """
 

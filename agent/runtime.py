@@ -90,7 +90,7 @@ class Runtime:
     """How many runs `run_step` drives on this runtime now (`quiet` while at most `QUIET_RUNS`)."""
     instrumentation: Instrumentation | None = field(init=False, repr=False)
     """pydantic-ai's tracing capability, built once per runtime: each build creates six histograms on
-    the global meter that are never freed (a leak of ~330 bytes a run when built per run)."""
+    the global meter that are never freed (a leak a run when built per run; see `docs/benchmarks.md`)."""
 
     def __post_init__(self) -> None:
         self.instrumentation = (

@@ -62,6 +62,7 @@ from .approvals import approval_required, call_args, denial, held_calls
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .eventlog import (
+    EventLogOptions,
     EventLogSink,
     SkipLogged,
     TraceStampSink,
@@ -134,18 +135,19 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         claimed = Claimed(*started)
     run, first_event_id, opened = claimed.run, claimed.first_event_id, len(claimed.opening)
     trace.get_current_span().set_attributes(run_attributes(run_id, run))
-    log = EventLogSink(
-        runtime.db.events,
-        run.thread_id,
+    options = EventLogOptions(
         publish=runtime.publish,
         block=EVENT_BLOCK,
-        reserved=(first_event_id + opened, EVENT_BLOCK - opened),
-        run_id=run.run_id,
-        worker_id=run.lease_owner,
-        last_id=first_event_id + opened - 1 if opened else 0,
         interval=runtime.event_interval,
         hurry=lambda: runtime.publish is not None and runtime.quiet(),
         quiet=runtime.quiet,
+    )
+    log = EventLogSink(
+        runtime.db.events,
+        run,
+        reserved=(first_event_id + opened, EVENT_BLOCK - opened),
+        last_id=first_event_id + opened - 1 if opened else 0,
+        options=options,
     )
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only

@@ -48,6 +48,7 @@ from bench.harness.stats import median
 from bench.step_bare import Harness, run_bare
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
+from store import NewRun
 
 PROMPT = "Where is ORD-5678?"
 EARLIER_TURNS = (
@@ -92,7 +93,9 @@ class Bench:
         db = self.runtime.db
         thread = await db.threads.create(user_id="bench", title="history")
         for content in EARLIER_TURNS:
-            run, _ = await db.runs.create_message_run(thread.thread_id, content=content)
+            run = (
+                await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+            ).run
             await self.complete(run.run_id)
         loaded = await db.conversations.load(thread.thread_id)
         assert loaded is not None

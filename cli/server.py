@@ -26,13 +26,10 @@ FORCED_EXIT = 70
 GC_THRESHOLDS = (10_000, 10, 10)
 """The collector's thresholds once started; Python's are (700, 10, 10).
 
-A turn allocates tens of thousands of short-lived objects (messages, events, pydantic models,
-SQL parameters), so with 700 the youngest generation was collected a few times a turn, and what
-those collections caught still alive (the turn's objects, not yet dropped) was promoted and
-traversed again by the older ones: 1.3 ms a turn of a demo turn's ~18, 18 full collections of
-~55 ms in 1,500 turns. With 10,000 most of a turn's objects are gone before a collection runs:
-0.4 ms a turn, 4 full collections (`bench.profile`, measured with `bench/profile_serve.py`'s
-collector timings). Reference cycles live a little longer; the memory it costs is a few MB at most.
+A turn allocates tens of thousands of short-lived objects, so with 700 the youngest generation
+was collected a few times a turn, and the turn's objects it caught still alive were promoted and
+traversed again by the older ones. With 10,000 most of a turn's objects are gone before a
+collection runs (figures in `docs/benchmarks.md`). Reference cycles live a little longer.
 """
 
 
@@ -50,7 +47,7 @@ def freeze_startup_objects() -> None:
 
     What start-up builds (modules, the app, pydantic-core's validators and serializers, the
     database pools) lives as long as the process and is most of the heap; every full collection
-    traversed all of it (garbage collection took ~6.5% of the loop thread). Frozen, it is skipped,
+    traversed all of it. Frozen, it is skipped,
     and, in a process forked later, its pages are not written to by the collector. Start-up's own
     garbage is collected first, so none of it is kept for good. Then collections come less often
     (`GC_THRESHOLDS`).

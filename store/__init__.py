@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     from .ledger import Execution, Ledger, idempotency_key
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
+    from .queueing import Claim, NewRun
     from .records import NewRecord, Record, Records
-    from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
+    from .run import Run
+    from .runs import Claimed, Queued, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
     from .tracing import record_store_spans, recording_store_spans, run_trace_id
@@ -51,6 +53,7 @@ __all__ = (
     "ApprovalStatus",
     "Approvals",
     "Checkpoint",
+    "Claim",
     "Claimed",
     "Conflict",
     "ConnectionOptions",
@@ -70,6 +73,7 @@ __all__ = (
     "NewEvent",
     "NewFile",
     "NewRecord",
+    "NewRun",
     "NoActiveRun",
     "NotFound",
     "PageCursor",
@@ -149,11 +153,12 @@ _EXPORTS = {
     "ledger": ("Execution", "Ledger", "idempotency_key"),
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
+    "queueing": ("Claim", "NewRun"),
     "records": ("NewRecord", "Record", "Records"),
+    "run": ("Run",),
     "runs": (
         "Claimed",
         "Queued",
-        "Run",
         "Runs",
         "StoredRevision",
         "finish_run",

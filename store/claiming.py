@@ -4,12 +4,11 @@ For a run not claimed as it was queued: a resume after decisions, a run recovere
 worker, one queued while its worker had no room. What may be claimed is `leases.claimable`'s; on
 PostgreSQL both UPDATEs are one statement (the thread's reads the claimed row), which changes
 nothing when the claim matches no row; on SQLite one function on the driver's thread runs both and
-the commit. The run is locked before its thread, as a checkpoint locks them.
+the commit (each in its module in `dialects/`). The run is locked before its thread, as a checkpoint locks them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .compiled import COMMIT, Compiled, checked_out, executed, first_then_second, per_dialect
+from .compiled import Compiled, checked_out, executed, per_dialect
+from .dialects import postgresql, sqlite
 from .leases import Worker, claimable, skip_locked
 from .schema import RunRow, ThreadRow, UtcDateTime, metadata, now_utc
-from .sqlite_driver import run_here
 
 __all__ = ("start_reserving",)
 
@@ -86,52 +85,11 @@ class _Statements:
 @per_dialect
 def _statements(dialect: Dialect) -> _Statements:
     claim = _claim(dialect)
-    if dialect.name != "postgresql":
-        return _Statements(
-            Compiled.of(claim, dialect), Compiled.of(_reserve(_bind("k_thread_id", sa.String())), dialect)
-        )
-    claimed = claim.cte("claimed")
-    reserved = _reserve(claimed.c.thread_id).cte("reserved")
-    both = sa.select(
-        *(claimed.c[name] for name in _RUN_COLUMNS), reserved.c.user_id, reserved.c.last_event_id
-    ).select_from(claimed.join(reserved, sa.true()))
-    return _Statements(Compiled.of(both, dialect), None)
-
-
-_THREAD_ID = _RUN_COLUMNS.index("thread_id")
-
-
-async def _start_on(
-    pooled: Any, statements: _Statements, values: dict[str, Any], ran: list[str]
-) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-    """The trip, on a pooled connection: the claimed run's row and its thread's, or `None`."""
-    claim = statements.claim
-    if statements.reserve is None:
-        ran.append(claim.sql)
-        raw = await pooled.driver_connection.fetchrow(claim.sql, *claim.parameters(values))
-        ran.append(COMMIT)
-        if raw is None:
-            return None
-        row = claim.row(raw)
-        return row[: len(_RUN_COLUMNS)], row[len(_RUN_COLUMNS) :]
-    reserve = statements.reserve
-
-    def of_its_thread(claimed: Sequence[Any]) -> tuple[Any, ...]:
-        # The thread is the claimed run's, known on the driver's thread.
-        return reserve.parameters(values | {"k_thread_id": claimed[_THREAD_ID]})
-
-    raw_run, raw_reserved = await run_here(
-        pooled.dbapi_connection,
-        first_then_second,
-        claim.sql,
-        claim.parameters(values),
-        reserve.sql,
-        of_its_thread,
-        ran,
+    if dialect.name == "postgresql":
+        return _Statements(Compiled.of(postgresql.claim_statement(claim, _reserve), dialect), None)
+    return _Statements(
+        Compiled.of(claim, dialect), Compiled.of(_reserve(_bind("k_thread_id", sa.String())), dialect)
     )
-    if raw_run is None:
-        return None
-    return claim.row(raw_run), reserve.row(raw_reserved)
 
 
 async def start_reserving(
@@ -155,7 +113,20 @@ async def start_reserving(
     }
     ran: list[str] = []
     try:
-        found = await checked_out(engine, statements.claim.sql, _start_on, statements, values, ran)
+        if statements.reserve is None:
+            found = await checked_out(
+                engine, statements.claim.sql, postgresql.claim_trip, statements.claim, values, ran
+            )
+        else:
+            found = await checked_out(
+                engine,
+                statements.claim.sql,
+                sqlite.claim_trip,
+                statements.claim,
+                statements.reserve,
+                values,
+                ran,
+            )
     finally:
         executed(*ran)
     if found is None:

@@ -1,8 +1,8 @@
 """Statements compiled once per dialect, run on the driver's own connection, errors as SQLAlchemy's.
 
-SQLAlchemy Core costs 150-400 µs a statement on a cache hit (the statement rebuilt, its cache
-key, an execution context, the greenlet bridge) where SQLite runs one in about 5 µs. The hot
-path of the conversation store (a load, a save) compiles its statements once with SQLAlchemy,
+SQLAlchemy Core costs far more a statement on a cache hit (the statement rebuilt, its cache key,
+an execution context, the greenlet bridge) than SQLite takes to run one (figures in
+`docs/benchmarks.md`, "Figures behind the code's choices"). The hot path of the conversation store (a load, a save) compiles its statements once with SQLAlchemy,
 keeping the schema's types (their bind and result processors), and runs the SQL on the driver
 connection SQLAlchemy's pool hands out: on SQLite as one function on aiosqlite's thread, on
 PostgreSQL through asyncpg, whose own cache prepares each statement once per connection.
@@ -225,8 +225,8 @@ async def checked_out(
     third of the cost of `engine.connect()`. Going back to the pool resets the connection as usual,
     which costs no trip when it is not inside a transaction. SQLAlchemy's pool is synchronous code
     that awaits the driver from inside a greenlet: the checkout, the work (awaited from inside that
-    greenlet) and the return run in one greenlet, ~40 µs less CPU per use than one to take the
-    connection and another to give it back (measured on the store's load).
+    greenlet) and the return run in one greenlet, less CPU than one to take the connection and
+    another to give it back.
     """
     return await greenlet_spawn(_checked_out, engine, statement, work, *args, **named)
 

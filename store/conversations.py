@@ -17,30 +17,17 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
-import asyncio
-import copy
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import sqlalchemy as sa
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.conversation_store import (
-    ConversationConflict,
-    ConversationEntry,
-    ConversationRecord,
-    ConversationStore,
-)
+from pydantic_ai.conversation_store import ConversationEntry, ConversationRecord, ConversationStore
 from pydantic_ai.run import AgentRunResult
-from sqlalchemy import exc
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from . import codec, histories
 from .checkpoints import Checkpoint
 from .engine import (
     ConnectionOptions,
@@ -48,69 +35,18 @@ from .engine import (
     create_engine,
     dispose,
     normalize_url,
-    reader,
     redacted,
     translate_errors,
 )
 from .erasure import erase_conversation
-from .errors import CorruptData, NotFound
+from .errors import CorruptData
 from .histories import HISTORY as _HISTORY  # noqa: F401  # pyright: ignore[reportUnusedImport] - for bench/query_plans.py
-from .histories import NO_STOP
-from .histories import RECORD_COLUMNS as _RECORD_COLUMNS
-from .history_cache import CachedHistory, HistoryCache, budget_from_env
+from .history_cache import HistoryCache, budget_from_env
 from .migrate import upgrade
-from .schema import ConversationEntryRow, ConversationRecordRow, metadata
+from .primitives import ABSENT, AlsoWrite, Call, Known, PageCursor, Prefetch, Primitives, Shared
 from .tracing import store_span, traced
 
-T = TypeVar("T")
-
-__all__ = ("PageCursor", "SqlConversationStore", "erase_conversation")
-
-_entries = metadata.tables[ConversationEntryRow.__tablename__]
-_records = metadata.tables[ConversationRecordRow.__tablename__]
-
-AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
-"""More writes to commit in the same transaction as a save: a step's records, its run's progress."""
-
-_also: ContextVar[tuple[Checkpoint | None, AlsoWrite | None] | None] = ContextVar(
-    "durable_chat_also_write", default=None
-)
-
-_prefetch: ContextVar[_Prefetch | None] = ContextVar("durable_chat_prefetch", default=None)
-
-
-class _Absent:
-    """A save's conversation is known not to be stored (a load just found it missing)."""
-
-
-_ABSENT = _Absent()
-_MISSING = object()
-_known: ContextVar[ConversationRecord | _Absent | None] = ContextVar(
-    "durable_chat_known_record", default=None
-)
-
-
-@dataclass
-class _Prefetch:
-    """A load in progress: `read_record` reads the history in the same round trip and leaves it here."""
-
-    limit: int | None
-    head_id: str | None = None
-    history: CachedHistory | None = None
-
-
-_KNOWN_RECORDS = 4096
-
-
-@dataclass(frozen=True)
-class PageCursor:
-    """Where a page of conversations ended: the last one's save time and id."""
-
-    updated_at: datetime
-    conversation_id: str
-
-
-_NEWEST_FIRST = (_records.c.updated_at.desc(), _records.c.conversation_id.desc())
+__all__ = ("AlsoWrite", "PageCursor", "SqlConversationStore", "erase_conversation")
 
 
 class SqlConversationStore(ConversationStore):
@@ -123,24 +59,16 @@ class SqlConversationStore(ConversationStore):
     def __init__(self, engine: AsyncEngine, *, history_cache_bytes: int | None = None) -> None:
         """`history_cache_bytes`: the budget of the cache of validated histories (0 disables it);
         by default `DURABLE_CHAT_HISTORY_CACHE_MB` megabytes, 64 unless set."""
-        self._engine = engine
-        self._histories = HistoryCache(
-            budget_from_env() if history_cache_bytes is None else history_cache_bytes
+        # Besides the cache, the newest record loaded or saved here of each recent conversation: a
+        # save of the revision it names needs no read of its record first. One per conversation,
+        # not per revision: an older revision is never saved on again (that save conflicts), and
+        # keeping every revision filled the memory with one record per save. A stale entry is
+        # harmless: its revision no longer matches, or the revision-guarded write fails as a
+        # conflict, as it must. And the conversations a load just found missing: their first save
+        # needs no read either (a concurrent creator makes the insert fail as a conflict).
+        self._shared = Shared(
+            engine, HistoryCache(budget_from_env() if history_cache_bytes is None else history_cache_bytes)
         )
-        # The newest record loaded or saved here of each recent conversation: a save of the
-        # revision it names needs no read of its record first. One per conversation, not per
-        # revision: an older revision is never saved on again (that save conflicts), and keeping
-        # every revision filled the cache with one record per save (~1.3 kB each). A stale entry
-        # is harmless: its revision no longer matches, or the revision-guarded write fails as a
-        # conflict, as it must.
-        self._records: OrderedDict[str, ConversationRecord] = OrderedDict()
-        # Conversations a load just found missing: their first save needs no read either (a
-        # concurrent creator makes the insert fail as a conflict, as it must).
-        self._absent: OrderedDict[str, None] = OrderedDict()
-        # Reads need no transaction: skipping BEGIN/ROLLBACK saves two round trips on PostgreSQL.
-        self._reader = reader(engine)
-        # SQLite writes on the loop's own thread when it can: no trip to overlap with other work.
-        self._writes_inline = engine.dialect.name == "sqlite"
 
     @classmethod
     async def connect(
@@ -179,16 +107,16 @@ class SqlConversationStore(ConversationStore):
     @property
     def history_cache(self) -> HistoryCache:
         """The validated histories this store keeps in memory, by head entry (see `history_cache.py`)."""
-        return self._histories
+        return self._shared.histories
 
     @property
     def engine(self) -> AsyncEngine:
         """The SQLAlchemy engine, shared with the other stores of the same database."""
-        return self._engine
+        return self._shared.engine
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
-        await dispose(self._engine)
+        await dispose(self._shared.engine)
 
     async def __aenter__(self) -> Self:
         return self
@@ -201,17 +129,25 @@ class SqlConversationStore(ConversationStore):
     ) -> None:
         await self.aclose()
 
+    def _for(self, call: Call) -> Primitives:
+        """The ABC's algorithm for one call, its primitives handed `call`."""
+        return Primitives(self._shared, call)
+
     async def load(
         self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
     ) -> Conversation | None:
-        token = _prefetch.set(_Prefetch(limit))
+        return await self._load(conversation_id, limit=limit, scope=scope, known=None)
+
+    async def _load(
+        self, conversation_id: str, *, limit: int | None, scope: str | None, known: Known
+    ) -> Conversation | None:
         try:
             with store_span("load"):
-                return await super().load(conversation_id, limit=limit, scope=scope)
+                return await self._for(Call(known=known, prefetch=Prefetch(limit))).load(
+                    conversation_id, limit=limit, scope=scope
+                )
         except CorruptData as error:
             raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
-        finally:
-            _prefetch.reset(token)
 
     async def load_at(self, conversation_id: str, revision: str | None) -> Conversation | None:
         """`load`, for a caller that read the stored revision in a transaction of its own (`None`: none stored).
@@ -225,44 +161,45 @@ class SqlConversationStore(ConversationStore):
         caller's next save, as a conflict.
         """
         if revision is None:
-            self._mark_absent(conversation_id)
+            self._shared.mark_absent(conversation_id)
             return None
-        remembered = self._records.get(conversation_id)
+        remembered = self._shared.records.get(conversation_id)
         if remembered is None or remembered.revision != revision:
             return await self.load(conversation_id)
-        token = _known.set(remembered)  # `read_record` hands it over; the history comes from the cache
-        try:
-            return await self.load(conversation_id)
-        finally:
-            _known.reset(token)
+        # `read_record` hands the record over; the history comes from the cache.
+        return await self._load(conversation_id, limit=None, scope=None, known=remembered)
 
     async def load_entries(
         self, conversation_id: str, *, limit: int | None = None, scope: str | None = None
     ) -> list[ConversationEntry] | None:
-        token = _prefetch.set(_Prefetch(limit))
         try:
-            return await super().load_entries(conversation_id, limit=limit, scope=scope)
+            return await self._for(Call(prefetch=Prefetch(limit))).load_entries(
+                conversation_id, limit=limit, scope=scope
+            )
         except CorruptData as error:
             raise CorruptData(f"conversation {conversation_id!r} cannot be loaded: {error}") from error
-        finally:
-            _prefetch.reset(token)
 
     async def save(
         self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
     ) -> list[ConversationEntry]:
+        return await self._save(conversation, Call(), scope=scope)
+
+    async def _save(
+        self, conversation: Conversation | AgentRunResult[Any], call: Call, *, scope: str | None
+    ) -> list[ConversationEntry]:
+        """`save`, the record it starts from looked up in what this store remembers."""
+        shared = self._shared
         current = conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
-        known: ConversationRecord | _Absent | None
         if current.revision is None:
             # A conversation a load just found missing: its first save needs no read of its record.
-            known = _ABSENT if self._absent.pop(current.conversation_id, _MISSING) is None else None
+            call.known = ABSENT if current.conversation_id in shared.absent else None
+            shared.absent.pop(current.conversation_id, None)
         else:
-            remembered = self._records.get(current.conversation_id)
-            known = remembered if remembered is not None and remembered.revision == current.revision else None
-        token = _known.set(known)
-        try:
-            return await super().save(conversation, scope=scope)
-        finally:
-            _known.reset(token)
+            remembered = shared.records.get(current.conversation_id)
+            call.known = (
+                remembered if remembered is not None and remembered.revision == current.revision else None
+            )
+        return await self._for(call).save(conversation, scope=scope)
 
     @traced("checkpoint")
     async def save_with(
@@ -282,83 +219,16 @@ class SqlConversationStore(ConversationStore):
             LeaseLost: The checkpoint's run is no longer held by its worker; nothing was saved.
             NotFound: The checkpoint's run or thread was deleted; nothing was saved.
         """
-        token = _also.set((checkpoint, also))
-        try:
-            return await self.save(conversation, scope=scope)
-        finally:
-            _also.reset(token)
-
-    # -- the ABC's storage primitives ----------------------------------------------------------
-
-    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        known = _known.get()
-        if known is _ABSENT:
-            _known.set(None)  # once, as below
-            return None
-        if isinstance(known, ConversationRecord) and known.conversation_id == conversation_id:
-            _known.set(None)  # once: a retry inside the same save reads the database
-            return known
-        prefetch = _prefetch.get()
-        cached = self._histories.head_of(conversation_id) if prefetch is not None else None
-        with translate_errors(f"reading conversation {conversation_id!r}"):
-            # A load: the history comes next; read what the cache lacks of it in the same trip.
-            row, rows = await histories.read_head(
-                self._reader,
-                conversation_id,
-                cached_head=None if cached is None else cached.head_id,
-                limit=None if prefetch is None else prefetch.limit,
-                history=prefetch is not None,
-            )
-        record = None if row is None else codec.record_from_row(row)
-        if record is not None:
-            self._remember(record)
-            if prefetch is not None and record.head_id is not None:
-                prefetch.head_id = record.head_id
-                prefetch.history = self._history_read(record, rows, cached, prefetch.limit)
-        elif prefetch is not None:
-            self._mark_absent(conversation_id)
-        return record
-
-    def _mark_absent(self, conversation_id: str) -> None:
-        self._absent[conversation_id] = None
-        while len(self._absent) > _KNOWN_RECORDS:
-            self._absent.popitem(last=False)
-
-    def _history_read(
-        self,
-        record: ConversationRecord,
-        rows: list[tuple[Any, ...]] | None,
-        cached: CachedHistory | None,
-        limit: int | None,
-    ) -> CachedHistory | None:
-        """The history of `record` from the cache and the `rows` a load read, or `None` to read it again."""
-        assert record.head_id is not None
-        if (hit := self._histories.get(record.head_id)) is not None:
-            return hit
-        if rows is None:
-            return None
-        stop = cached.head_id if cached is not None and limit is None else None
-        try:
-            read = histories.decode_chain(rows, record.head_id, limit=limit, stop=stop or NO_STOP)
-        except NotFound:
-            return None  # released meanwhile: `read_history` reads again, and the ABC retries
-        if limit is not None:
-            return read
-        whole = (
-            cached.extended(read.entries, read.sizes) if cached is not None and rows[0][1] == stop else read
-        )
-        self._histories.put(record.conversation_id, whole)
-        return whole
+        return await self._save(conversation, Call(checkpoint=checkpoint, also=also), scope=scope)
 
     def known_records(self) -> int:
         """How many conversations' records this store keeps in memory (for tests and monitoring)."""
-        return len(self._records)
+        return len(self._shared.records)
 
-    def _remember(self, record: ConversationRecord) -> None:
-        self._records[record.conversation_id] = record
-        self._records.move_to_end(record.conversation_id)
-        while len(self._records) > _KNOWN_RECORDS:
-            self._records.popitem(last=False)
+    # -- the ABC's storage primitives, for its own algorithms (branch, fork, delete, list) -------
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        return await self._for(Call()).read_record(conversation_id)
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
@@ -369,22 +239,7 @@ class SqlConversationStore(ConversationStore):
         self, *, scope: str | None = None, limit: int | None = None, after: PageCursor | None = None
     ) -> list[ConversationRecord]:
         """Records newest save first, starting after `after` (the last record of the previous page)."""
-        query = sa.select(*_RECORD_COLUMNS).order_by(*_NEWEST_FIRST)
-        if scope is not None:
-            query = query.where(_records.c.scope == scope)
-        if after is not None:
-            query = query.where(
-                sa.tuple_(_records.c.updated_at, _records.c.conversation_id)
-                < sa.tuple_(
-                    sa.literal(after.updated_at, ConversationRecordRow.updated_at.type), after.conversation_id
-                )
-            )
-        if limit is not None:
-            query = query.limit(limit)
-        with translate_errors("listing conversations"):
-            async with self._reader.connect() as connection:
-                rows = (await connection.execute(query)).mappings().all()
-        return [codec.record_from_row(row) for row in rows]
+        return await self._for(Call()).read_records_page(scope=scope, limit=limit, after=after)
 
     async def write_record(
         self,
@@ -393,188 +248,16 @@ class SqlConversationStore(ConversationStore):
         new_entries: Sequence[ConversationEntry] = (),
         expected_revision: str | None,
     ) -> None:
-        conversation_id = record.conversation_id
-        values = codec.record_values(record)
-        # Only the new messages are encoded: the stored ones are never read back for a save.
-        encoded = [
-            (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
-            for entry in new_entries
-        ]
-        checkpoint, also = _also.get() or (None, None)
-
-        async def write(target: AsyncEngine | AsyncConnection) -> None:
-            written = await histories.write(
-                target,
-                values,
-                entries=encoded,
-                expected_revision=expected_revision,
-                forked_from=record.forked_from,
-                checkpoint=checkpoint,
-            )
-            if not written:
-                raise ConversationConflict(conversation_id)
-
-        def saved() -> CachedHistory | None:
-            return self._history_saved(record, new_entries, encoded)
-
-        with translate_errors(f"saving conversation {conversation_id!r}"):
-            try:
-                if also is not None:
-                    async with self._engine.begin() as connection:
-                        await write(connection)
-                        await also(connection)
-                    cached = saved()
-                elif self._writes_inline or not self._histories.enabled:
-                    await write(self._engine)  # its own transaction (on SQLite, on the loop's thread)
-                    cached = saved()
-                else:
-                    # Alone, the write is its own transaction, committed in its one trip; the history
-                    # to cache is decoded while the database works.
-                    cached = await _meanwhile(write(self._engine), saved)
-            except exc.IntegrityError as error:
-                # The record exists already, its head names an entry a concurrent delete released,
-                # or a fork's source was deleted since it was read: all a conflict with another writer.
-                raise ConversationConflict(conversation_id) from error
-        self._remember(record)
-        if cached is not None:
-            self._histories.put(conversation_id, cached)
-
-    def _history_saved(
-        self,
-        record: ConversationRecord,
-        new_entries: Sequence[ConversationEntry],
-        encoded: list[tuple[str, str | None, str, bytes]],
-    ) -> CachedHistory | None:
-        """The history a save stores, to cache once it commits: the cached one it extends (or
-        branches from) and the new entries, decoded from their bytes; `None` when not cached."""
-        if not self._histories.enabled:
-            return None
-        base_id = new_entries[0].parent_id if new_entries else record.head_id
-        base: CachedHistory | None = (
-            CachedHistory((), ()) if base_id is None else self._histories.get(base_id)
+        await self._for(Call()).write_record(
+            record, new_entries=new_entries, expected_revision=expected_revision
         )
-        for source in (record.conversation_id, record.forked_from):
-            if base is not None:
-                break
-            cached = self._histories.head_of(source) if source is not None else None
-            base = None if cached is None else cached.up_to(base_id)
-        if base is None:
-            return None  # read from the database at the next load
-        if encoded:
-            # The cache holds what a load from the database would give: the stored bytes, validated.
-            try:
-                messages = codec.decode_messages([(row[0], row[3]) for row in encoded], where="(just saved)")
-            except CorruptData:
-                return None
-            base = base.extended(
-                tuple(
-                    ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
-                    for entry, message in zip(new_entries, messages, strict=True)
-                ),
-                tuple(len(row[3]) for row in encoded),
-            )
-        return base
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        with translate_errors(f"deleting conversation {conversation_id!r}"):
-            try:
-                async with self._engine.begin() as connection:
-                    if not await erase_conversation(connection, conversation_id, revision=expected_revision):
-                        raise ConversationConflict(conversation_id)
-            except exc.IntegrityError as error:
-                # A fork committed since the family was read points into the entries being released.
-                raise ConversationConflict(conversation_id) from error
-        self._histories.forget(conversation_id)
-        self._records.pop(conversation_id, None)
+        await self._for(Call()).delete_record(conversation_id, expected_revision=expected_revision)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
-        if not _is_uuid(entry_id):
-            raise NotFound(f"no conversation entry {entry_id!r}")
-        with translate_errors(f"reading entry {entry_id!r}"):
-            async with self._reader.connect() as connection:
-                row = (
-                    await connection.execute(
-                        sa.select(_entries.c.entry_id, _entries.c.parent_id, _entries.c.message).where(
-                            _entries.c.entry_id == entry_id
-                        )
-                    )
-                ).one_or_none()
-        if row is None:
-            raise NotFound(f"no conversation entry {entry_id!r}")
-        (message,) = codec.decode_messages([(row.entry_id, row.message)], where="(read alone)")
-        return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
+        return await self._for(Call()).read_entry(entry_id)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
         """The entries up to `head_id`, oldest first, or only the last `limit`: cached, or one recursive query."""
-        prefetch = _prefetch.get()
-        if prefetch is not None and prefetch.history is not None and prefetch.head_id == head_id:
-            history, prefetch.history = prefetch.history, None
-            if prefetch.limit is None or (limit is not None and limit <= prefetch.limit):
-                return _handed_out(history, limit)
-        if head_id is None or limit == 0:
-            return []
-        if not _is_uuid(head_id):
-            raise NotFound(f"no conversation entry {head_id!r}")
-        if (hit := self._histories.get(head_id)) is not None:
-            return _handed_out(hit, limit)
-        with translate_errors(f"reading the history ending at entry {head_id!r}"):
-            rows = await histories.read_chain(self._reader, head_id, limit=limit)
-        read = histories.decode_chain(rows, head_id, limit=limit)
-        if limit is None:
-            self._histories.put(None, read)
-        return _handed_out(read, limit)
-
-
-async def _meanwhile(trip: Coroutine[Any, Any, None], work: Callable[[], T]) -> T:
-    """`work()`, done on the loop while `trip` waits for the database, once `trip` succeeded.
-
-    The trip runs as a task that sends its statement before `work` starts, and its outcome comes
-    first, as if it had been awaited directly: a caller cancelled meanwhile cancels it, and should
-    `work` fail, its error is raised once the trip ended well.
-    """
-    task = asyncio.ensure_future(trip)
-    try:
-        await asyncio.sleep(0)  # the task's first step: its statement goes out
-    except BaseException:
-        task.cancel()
-        task.add_done_callback(_retrieve)
-        raise
-    try:
-        done = work()
-    except Exception:
-        await task
-        raise
-    await task
-    return done
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    # A trip cancelled on the way out of `_meanwhile`: its own outcome is not reported twice.
-    if not task.cancelled():
-        task.exception()
-
-
-def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationEntry]:
-    """A new list of `history`'s last `limit` entries, the last one's message a copy.
-
-    Messages are treated as immutable, with one exception: pydantic-ai fills in the run's metadata
-    on the last message of a history it continues when that is a request (`fill_run_metadata`),
-    so that one must not be the object the cache holds. Copying it shallowly is enough: pydantic-ai
-    replaces a message's lists rather than changing them.
-    """
-    kept = history.entries
-    entries = list(kept if limit is None else kept[max(len(kept) - limit, 0) :])
-    if entries:
-        last = entries[-1]
-        entries[-1] = ConversationEntry(id=last.id, parent_id=last.parent_id, message=copy.copy(last.message))
-    return entries
-
-
-def _is_uuid(value: str) -> bool:
-    import uuid
-
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+        return await self._for(Call()).read_history(head_id, limit=limit)

@@ -117,8 +117,8 @@ class ConnectionOptions:
     """Connections kept open per pool; an engine and its reader have a pool each."""
     max_overflow: int = 0
     """Connections opened beyond `pool_size` under load, closed when returned: each is a new
-    session the next time, so none by default (30 kept rather than 20 and 10 more: 200 users'
-    demo turns opened about 30 sessions a hundred turns, each ~10 ms of the server's CPU)."""
+    session the next time, so none by default: a larger `pool_size` instead (the figures are in
+    `docs/benchmarks.md`)."""
     pre_ping: bool = False
     """Test a pooled connection before use, so that a pool recovers from a database restart
     without failing an operation; costs a round trip (three outside autocommit) per checkout."""

@@ -21,6 +21,7 @@ from .compiled import Compiled, fetch, per_dialect
 from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
 from .event_inserts import insert_fenced
+from .event_rows import NewEvent
 from .notifications import EventNotice, notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
@@ -29,15 +30,6 @@ __all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_ev
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """An event to append: its run, type name and JSON data."""
-
-    run_id: str
-    type: str
-    data: bytes
 
 
 @dataclass(frozen=True)

@@ -6,31 +6,30 @@ entry. On SQLite both statements run in one function on aiosqlite's thread; on P
 second is only sent when needed. A save writes the new entries and the record, guarded by its
 revision, in one function on SQLite's thread and in one statement on PostgreSQL (the record's
 update or insert, and the entries' insert only if it succeeded). Statements are compiled once
-per dialect (`compiled.py`).
+per dialect (`compiled.py`); each database's trip is in its module in `dialects/`.
 """
 
 from __future__ import annotations
 
 import functools
-import sqlite3
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from pydantic_ai.conversation_store import ConversationEntry
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import checkpoints, codec
-from .checkpoints import Checkpoint, SqliteWork
-from .compiled import COMMIT, Compiled, begun, checked_out, driver_errors, executed, fetch, per_dialect
+from .checkpoints import Checkpoint
+from .compiled import Compiled, checked_out, driver_errors, executed, fetch, per_dialect
+from .dialects import postgresql as pg
+from .dialects import sqlite as lite
 from .errors import NotFound
 from .history_cache import CachedHistory
-from .refusals import Refusal, refused
+from .history_trips import HeadRead, RecordSave
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
-from .sqlite_driver import run_here, run_on_thread
 
 __all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
 
@@ -109,32 +108,14 @@ _INSERT_FORK = _records.insert().values(
 )
 
 
-def _one_statement(record_write: Any, *, checkpointed: bool = False) -> sa.Select[int] | sa.Select[int, int]:
-    """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
+RecordWrite = Literal["update", "insert_root", "insert_fork"]
+"""How a save writes its record: over the revision it read, as a new conversation, or as a fork."""
 
-    The record's foreign key to its head is checked at the end of the statement, when the entries
-    it names are in. `checkpointed`: a run's checkpoint too (`checkpoints.pg_checkpointed`).
-    """
-    written = record_write.returning(_records.c.conversation_id).cte("written")
-    rows = (
-        sa.func.unnest(
-            sa.bindparam("entry_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
-            sa.bindparam("parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
-            sa.bindparam("kinds", type_=postgresql.ARRAY(sa.String)),
-            sa.bindparam("messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
-        )
-        .table_valued("entry_id", "parent_id", "kind", "message")
-        .render_derived(name="new_entries")
-    )
-    inserted = _entries.insert().from_select(
-        ["entry_id", "parent_id", "kind", "message"],
-        sa.select(rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message).where(
-            sa.exists(sa.select(written.c.conversation_id))
-        ),
-    )
-    if checkpointed:
-        return checkpoints.pg_checkpointed(written, inserted.cte("inserted"))
-    return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
+_RECORD_WRITES: dict[RecordWrite, sa.Update | sa.Insert] = {
+    "update": _UPDATE_RECORD,
+    "insert_root": _INSERT_ROOT,
+    "insert_fork": _INSERT_FORK,
+}
 
 
 @dataclass(frozen=True)
@@ -144,11 +125,10 @@ class Statements:
     record: Compiled
     history: Compiled
     insert_entries: Compiled
-    update_record: Compiled
-    insert_root: Compiled
-    insert_fork: Compiled
-    checkpointed: tuple[Compiled, Compiled, Compiled]
-    """PostgreSQL: the three record writes with a run's checkpoint in the same statement."""
+    writes: Mapping[RecordWrite, Compiled]
+    """The record's write (on PostgreSQL with the new entries' insert, one statement)."""
+    checkpointed: Mapping[RecordWrite, Compiled]
+    """PostgreSQL: the record writes with a run's checkpoint in the same statement."""
     checkpoint_alone: Compiled
     """PostgreSQL: a run's checkpoint without a conversation."""
 
@@ -156,74 +136,29 @@ class Statements:
 @per_dialect
 def statements(dialect: Dialect) -> Statements:
     """The load's and the save's statements for `dialect`."""
-    writes = (_UPDATE_RECORD, _INSERT_ROOT, _INSERT_FORK)
+    writes: dict[RecordWrite, Compiled]
+    checkpointed: dict[RecordWrite, Compiled]
     if dialect.name == "postgresql":
-        update, root, fork = (Compiled.of(_one_statement(s), dialect) for s in writes)
-        checkpointed = tuple(Compiled.of(_one_statement(s, checkpointed=True), dialect) for s in writes)
-        alone = Compiled.of(checkpoints.pg_checkpointed(None), dialect)
+        writes = {name: Compiled.of(pg.save_statement(s), dialect) for name, s in _RECORD_WRITES.items()}
+        checkpointed = {
+            name: Compiled.of(pg.save_statement(s, with_checkpoint=True), dialect)
+            for name, s in _RECORD_WRITES.items()
+        }
+        alone = Compiled.of(pg.checkpointed(None), dialect)
     else:
-        update, root, fork = (Compiled.of(s, dialect) for s in writes)
-        checkpointed, alone = (update, root, fork), update  # unused: SQLite runs them apart
+        writes = {name: Compiled.of(s, dialect) for name, s in _RECORD_WRITES.items()}
+        checkpointed, alone = writes, writes["update"]  # unused: SQLite runs them apart
     return Statements(
         record=Compiled.of(_RECORD, dialect),
         history=Compiled.of(HISTORY, dialect),
         insert_entries=Compiled.of(_INSERT_ENTRIES, dialect),
-        update_record=update,
-        insert_root=root,
-        insert_fork=fork,
-        checkpointed=(checkpointed[0], checkpointed[1], checkpointed[2]),
+        writes=writes,
+        checkpointed=checkpointed,
         checkpoint_alone=alone,
     )
 
 
 # -- a load ----------------------------------------------------------------------------------------
-
-
-def _read_on_thread(
-    connection: sqlite3.Connection,
-    record_sql: str,
-    record_parameters: tuple[Any, ...],
-    history_sql: str,
-    history_parameters: list[Any] | None,
-    head_slot: int,
-    cached_head: object,
-) -> tuple[Any, list[Any] | None]:
-    row = connection.execute(record_sql, record_parameters).fetchone()
-    if row is None or history_parameters is None or row[_HEAD] is None or row[_HEAD] == cached_head:
-        return row, None
-    history_parameters[head_slot] = row[_HEAD]
-    return row, connection.execute(history_sql, history_parameters).fetchall()
-
-
-async def _read_pooled(
-    pooled: Any,
-    dialect_name: str,
-    compiled: Statements,
-    record_parameters: tuple[Any, ...],
-    history_parameters: list[Any] | None,
-    head_slot: int,
-    skip: object,
-    cached_head: str | None,
-) -> tuple[Any, list[Any] | None]:
-    """`read_head`'s statements on a pooled connection: the record's row, and the history's rows or `None`."""
-    if dialect_name == "sqlite":
-        return await run_here(
-            pooled.dbapi_connection,
-            _read_on_thread,
-            compiled.record.sql,
-            record_parameters,
-            compiled.history.sql,
-            history_parameters,
-            head_slot,
-            skip,
-        )
-    driver = pooled.driver_connection
-    raw_record = await driver.fetchrow(compiled.record.sql, *record_parameters)
-    head = None if raw_record is None else raw_record[_HEAD]
-    if history_parameters is None or head is None or str(head) == cached_head:
-        return raw_record, None
-    history_parameters[head_slot] = head
-    return raw_record, await driver.fetch(compiled.history.sql, *history_parameters)
 
 
 async def read_head(
@@ -254,18 +189,18 @@ async def read_head(
             {"head_id": NO_STOP, "limit": NO_LIMIT if limit is None else limit, "stop": stop}
         )
     )
-    raw_record, raw_rows = await checked_out(
-        engine,
-        compiled.history.sql,
-        _read_pooled,
-        engine.dialect.name,
-        compiled,
-        record_parameters,
-        history_parameters if history else None,
-        head_slot,
-        skip,
-        cached_head,
+    read = HeadRead(
+        record=compiled.record,
+        history=compiled.history,
+        record_parameters=record_parameters,
+        history_parameters=history_parameters if history else None,
+        head_slot=head_slot,
+        record_head=_HEAD,
+        skip=skip,
+        cached_head=cached_head,
     )
+    dialect = lite if engine.dialect.name == "sqlite" else pg
+    raw_record, raw_rows = await checked_out(engine, compiled.history.sql, dialect.read_head, read)
     executed(compiled.record.sql, *([] if raw_rows is None else [compiled.history.sql]))
     if raw_record is None:
         return None, None
@@ -312,40 +247,6 @@ def decode_chain(
 # -- a save ----------------------------------------------------------------------------------------
 
 
-def _write_on_thread(
-    connection: sqlite3.Connection,
-    insert_sql: str,
-    entry_rows: list[tuple[Any, ...]],
-    record_sql: str | None,
-    record_parameters: tuple[Any, ...],
-    then: SqliteWork | None,
-    commit: bool,
-    ran: list[str],
-) -> Refusal | None:
-    try:
-        refusal: Refusal | None = None
-        if record_sql is not None:
-            if entry_rows:
-                ran.append(insert_sql)
-                connection.executemany(insert_sql, entry_rows)
-            ran.append(record_sql)
-            if connection.execute(record_sql, record_parameters).rowcount != 1:
-                refusal = "conflict"
-        if refusal is None and then is not None:
-            refusal = then(connection, ran)
-        if commit:
-            if refusal is None:
-                connection.commit()
-                ran.append(COMMIT)
-            else:
-                connection.rollback()
-    except BaseException:
-        if commit and connection.in_transaction:
-            connection.rollback()
-        raise
-    return refusal
-
-
 async def write(
     target: AsyncEngine | AsyncConnection,
     values: Mapping[str, Any] | None,
@@ -367,11 +268,13 @@ async def write(
         NotFound: The checkpoint's run or thread was deleted; nothing was written.
     """
     compiled = statements(target.dialect)
-    kind = 0 if expected_revision is not None else 1 if forked_from is None else 2
+    how: RecordWrite = (
+        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
+    )
     if target.dialect.name != "sqlite" and checkpoint is not None:
-        record = compiled.checkpointed[kind] if values is not None else compiled.checkpoint_alone
+        record = compiled.checkpointed[how] if values is not None else compiled.checkpoint_alone
     else:
-        record = (compiled.update_record, compiled.insert_root, compiled.insert_fork)[kind]
+        record = compiled.writes[how]
     bound: dict[str, Any] = {}
     if values is not None:
         bound = {f"v_{name}": value for name, value in values.items()}
@@ -382,22 +285,17 @@ async def write(
         }
     commit = isinstance(target, AsyncEngine)
     ran: list[str] = []
-    work: Callable[[Any], Awaitable[Refusal | None]]
-    if target.dialect.name == "sqlite":
-        then = None if checkpoint is None else checkpoints.sqlite_work(checkpoint, target.dialect)
-        work = functools.partial(
-            _write_sqlite, compiled.insert_entries, entries, record, bound, values, then, commit, ran
-        )
-    else:
-        work = functools.partial(
-            _write_pg,
-            record=record,
-            bound=bound,
-            entries=entries,
-            checkpoint=checkpoint,
-            commit=commit,
-            ran=ran,
-        )
+    save = RecordSave(
+        insert_entries=compiled.insert_entries,
+        entries=entries,
+        record=record,
+        bound=bound,
+        writes_record=values is not None,
+        checkpoint=checkpoint,
+        dialect=target.dialect,
+        commit=commit,
+    )
+    work = functools.partial(lite.write if target.dialect.name == "sqlite" else pg.write, save=save, ran=ran)
     try:
         if commit:
             refusal = await checked_out(target, record.sql, work)
@@ -411,67 +309,3 @@ async def write(
     if checkpoint is not None:
         checkpoints.raise_refusal(refusal, checkpoint)
     return False
-
-
-async def _write_sqlite(
-    insert: Compiled,
-    entries: Sequence[tuple[str, str | None, str, bytes]],
-    record: Compiled,
-    bound: dict[str, Any],
-    values: Mapping[str, Any] | None,
-    then: SqliteWork | None,
-    commit: bool,
-    ran: list[str],
-    pooled: Any,
-) -> Refusal | None:
-    """`write` on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
-    entry_rows = [
-        insert.parameters({"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message})
-        for entry_id, parent_id, kind, message in entries
-    ]
-    # Inside a transaction of SQLAlchemy's (`commit` false), the unit leaves it open: the thread's.
-    return await (run_here if commit else run_on_thread)(
-        pooled.dbapi_connection,
-        _write_on_thread,
-        insert.sql,
-        entry_rows,
-        None if values is None else record.sql,
-        () if values is None else record.parameters(bound),
-        then,
-        commit,
-        ran,
-    )
-
-
-async def _write_pg(
-    pooled: Any,
-    *,
-    record: Compiled,
-    bound: dict[str, Any],
-    entries: Sequence[tuple[str, str | None, str, bytes]],
-    checkpoint: Checkpoint | None,
-    commit: bool,
-    ran: list[str],
-) -> Refusal | None:
-    """`write` on PostgreSQL: one statement (`_one_statement`), in the connection's transaction unless `commit`."""
-    if not commit:
-        await begun(pooled)
-    bound |= {
-        "entry_ids": [entry[0] for entry in entries],
-        "parent_ids": [entry[1] for entry in entries],
-        "kinds": [entry[2] for entry in entries],
-        "messages": [entry[3] for entry in entries],
-    }
-    if checkpoint is not None:
-        bound |= checkpoints.pg_values(checkpoint)
-    ran.append(record.sql)
-    try:
-        count: int = await pooled.driver_connection.fetchval(record.sql, *record.parameters(bound))
-    except Exception as error:
-        refusal = refused(error)
-        if refusal is None:
-            raise
-        return refusal
-    if commit:
-        ran.append(COMMIT)
-    return None if checkpoint is not None or count == 1 else "conflict"

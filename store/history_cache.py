@@ -34,8 +34,8 @@ __all__ = (
 CACHE_ENV = "DURABLE_CHAT_HISTORY_CACHE_MB"
 DEFAULT_CACHE_MB = 64
 OBJECT_FACTOR = 3
-"""Validated messages take about this many times their JSON size in memory (2.2 measured on the
-benchmark's realistic turns; rounded up)."""
+"""Validated messages take about this many times their JSON size in memory (measured, rounded up:
+see `docs/benchmarks.md`)."""
 _ENTRY_OVERHEAD = 200
 """Bytes counted per entry beyond its message: the entry, its ids and its slot in the tuple."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,7 +18,8 @@ from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .events import NewEvent
 from .leases import Worker, release
-from .queueing import queue
+from .queueing import Claim, NewRun, queue
+from .run import Run
 from .schema import (
     ACTIVE_RUN_STATUSES,
     ApprovalRow,
@@ -48,25 +48,6 @@ __all__ = (
 _runs = metadata.tables[RunRow.__tablename__]
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
-
-
-@dataclass(frozen=True)
-class Run:
-    run_id: str
-    thread_id: str
-    kind: RunKind
-    status: RunStatus
-    content: str | None
-    idempotency_key: str | None
-    error: str | None
-    attempt: int
-    checkpoints: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    lease_owner: str | None = None
-    """The worker that holds (or last held) the run; see `store.leases`."""
-    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -120,115 +101,35 @@ class Runs:
         """This process: the owner its claims name, and how long they hold."""
 
     @traced("queue_run")
-    async def create_message_run(
-        self, thread_id: str, *, content: str, idempotency_key: str | None = None
-    ) -> tuple[Run, bool]:
-        """Queue a run answering a user message; return it and whether it is new.
+    async def queue(self, new: NewRun, claim: Claim | None = None) -> Queued:
+        """Queue a `message` or `regenerate` run (`new`), in one transaction; with `claim`, claimed by this worker.
 
-        The same `idempotency_key` again returns the run it created the first time.
+        The same `new.idempotency_key` again returns the run it queued the first time
+        (`Queued.created` false). A `regenerate` run drops the last reply (the store keeps it as a
+        branch) before it answers the thread's last user message again. With `claim`, the run is
+        created claimed by this worker and started (as `start_reserving` would): the worker drives
+        it at once, with no transaction of its own to claim it, and its opening events cost no
+        transaction of their own either (`Claimed.opening`).
 
         Raises:
-            NotFound: No such thread.
+            NotFound: No such thread (or not `new.user_id`'s; with `new.create_unless`, that thread of theirs).
             RunActive: The thread has a run queued or running.
             ApprovalPending: The thread waits for decisions on tool calls.
         """
-        queued = await self._create(thread_id, "message", content=content, idempotency_key=idempotency_key)
-        return queued.run, queued.created
-
-    @traced("queue_run")
-    async def create_regenerate_run(
-        self, thread_id: str, *, content: str, idempotency_key: str | None = None
-    ) -> tuple[Run, bool]:
-        """Queue a run answering the thread's last user message again, `content`; return it and whether it is new.
-
-        The run drops the last reply (the store keeps it as a branch) before it answers. Keyed
-        and refused like `create_message_run`.
-        """
-        queued = await self._create(thread_id, "regenerate", content=content, idempotency_key=idempotency_key)
-        return queued.run, queued.created
-
-    @traced("queue_run")
-    async def queue(
-        self,
-        thread_id: str,
-        kind: RunKind,
-        *,
-        content: str,
-        idempotency_key: str | None = None,
-        claim_events: int | None = None,
-        count_window: timedelta | None = None,
-        user_id: str | None = None,
-        run_id: str | None = None,
-        opening: Sequence[NewEvent] = (),
-        create_unless: str | None = None,
-    ) -> Queued:
-        """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
-
-        With `claim_events`, the run is created claimed by this worker and started (as
-        `start_reserving` would, with that many event ids reserved): the worker drives it at once,
-        with no transaction of its own to claim it; with `count_window` too, the user's messages
-        within that window, across their threads, are counted for it (for a rate limit); with
-        `opening` too, those events of the run (`run_id`, its id) are stored with it, the first
-        reserved ids theirs (`Claimed.opening`): the run's first events cost no transaction of
-        their own. With `user_id`, only a thread of that user is found (a request needs no read of
-        the thread to check whose it is); with `create_unless` too, a missing thread is created
-        as that user's (a chat's first message makes its thread in the same trip), unless
-        `create_unless` is the id of a thread of theirs: then `NotFound`, nothing written. Refused
-        like `create_message_run`.
-        """
-        return await self._create(
-            thread_id,
-            kind,
-            content=content,
-            idempotency_key=idempotency_key,
-            claim_events=claim_events,
-            count_window=count_window,
-            user_id=user_id,
-            run_id=run_id,
-            opening=opening,
-            create_unless=create_unless,
-        )
-
-    async def _create(
-        self,
-        thread_id: str,
-        kind: RunKind,
-        *,
-        content: str,
-        idempotency_key: str | None,
-        claim_events: int | None = None,
-        count_window: timedelta | None = None,
-        user_id: str | None = None,
-        run_id: str | None = None,
-        opening: Sequence[NewEvent] = (),
-        create_unless: str | None = None,
-    ) -> Queued:
+        thread_id, kind = new.thread_id, new.kind
         # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
         # refuses a run. The active run is read, not left to the unique index: an INSERT meeting
         # a run row another transaction is changing would wait for it while holding the thread's
         # lock, which that transaction may want next (a checkpoint locks the run, then the thread).
         with translate_errors(f"queueing a run on thread {thread_id!r}"):
-            since = None if count_window is None or claim_events is None else now_utc() - count_window
-            worker = None if claim_events is None else self.worker
             try:
                 refusal, state, row = await queue(
-                    self._engine,
-                    thread_id,
-                    kind,
-                    content,
-                    idempotency_key,
-                    worker,
-                    claim_events=claim_events,
-                    count_since=since,
-                    user_id=user_id,
-                    run_id=run_id,
-                    opening=opening,
-                    create_unless=create_unless,
+                    self._engine, new, claim, worker=None if claim is None else self.worker
                 )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.
-                existing = await self._keyed(thread_id, idempotency_key)
+                existing = await self._keyed(thread_id, new.idempotency_key)
                 if existing is not None:
                     return Queued(existing, False)
                 raise RunActive(f"thread {thread_id!r} already has a run in progress") from error
@@ -237,7 +138,7 @@ class Runs:
                 raise NotFound(f"no thread {thread_id!r}")
             case "keyed":
                 # Nothing changed, and the keyed run is read as it is now.
-                existing = await self._keyed(thread_id, idempotency_key)
+                existing = await self._keyed(thread_id, new.idempotency_key)
                 if existing is not None:
                     return Queued(existing, False)
                 raise RunActive(f"thread {thread_id!r} already has a run in progress")
@@ -250,14 +151,14 @@ class Runs:
         assert state is not None
         assert row is not None
         run = Run(**{name: row[name] for name in Run.__dataclass_fields__})
-        if claim_events is None:
+        if claim is None:
             return Queued(run, True)
         sent = None
-        if count_window is not None and state.sent is not None:
-            sent = (count_window, state.sent + (kind == "message"))
-        first = state.last_event_id - claim_events + 1
+        if claim.count_window is not None and state.sent is not None:
+            sent = (claim.count_window, state.sent + (kind == "message"))
+        first = state.last_event_id - claim.events + 1
         revision = StoredRevision(state.revision)
-        return Queued(run, True, Claimed(run, state.user_id, first, sent, revision, tuple(opening)))
+        return Queued(run, True, Claimed(run, state.user_id, first, sent, revision, tuple(claim.opening)))
 
     async def _keyed(self, thread_id: str, idempotency_key: str | None) -> Run | None:
         if idempotency_key is None:

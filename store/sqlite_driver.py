@@ -24,9 +24,8 @@ runs a turn's CPU work, a wait for it). Two things must not then happen on the l
   checkpoints off; once `CHECKPOINT_EVERY` units have written on the loop, units go to the thread
   again until one writes there, where the checkpoint is due.
 
-Measured (`bench.cpu_ab`, the AI SDK endpoint, 20 users): 0.87-0.90x the server's CPU a turn, and
-the first delta of one user alone 1 ms sooner; a store's load and save at 10 messages 0.2 ms
-sooner. The event log's writer keeps the thread while its process is busy: see `store.event_inserts`.
+It saves CPU a turn and brings the first delta sooner (figures in `docs/benchmarks.md`). The event
+log's writer keeps the thread while its process is busy: see `store.event_inserts`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest
 
 from agent import Runtime, run_step
-from store import Database, Thread
+from store import Database, NewRun, Thread
 from store.schema import RunRow, now_utc
 from stream import CollectingSink, StreamEvent, event_from_data
 
@@ -35,7 +35,9 @@ class App:
         return await self.db.threads.create(user_id=user_id, title="test")
 
     async def send(self, thread: Thread, content: str, *, sink: CollectingSink | None = None) -> str:
-        run, _ = await self.db.runs.create_message_run(thread.thread_id, content=content)
+        run = (
+            await self.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+        ).run
         await run_step(self.runtime, run.run_id, sink=sink)
         return run.run_id
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from inline_snapshot import snapshot
 
 from agent import InvalidArguments, decide, run_step
-from store import AlreadyDecided, ApprovalPending, NotFound, Thread
+from store import AlreadyDecided, ApprovalPending, NewRun, NotFound, Thread
 from stream import CollectingSink, ToolCall
 
 from .core_app import CoreFactory, moved
@@ -63,7 +63,7 @@ async def test_a_call_needing_approval_pauses_then_a_fresh_process_resumes_on_ap
     [call_id] = await first.pending(thread)
     assert await moved(first) == []
     with pytest.raises(ApprovalPending):
-        await first.db.runs.create_message_run(thread.thread_id, content="hello?")
+        await first.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hello?"))
 
     # A new process: nothing of the paused run is in memory.
     second = await core_factory(script)

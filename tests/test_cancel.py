@@ -28,7 +28,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from agent import Runtime, RuntimeOptions, cancel, interrupted_messages, run_step
 from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
-from store import LeaseLost, NewEvent, NoActiveRun, Run, Thread
+from store import LeaseLost, NewEvent, NewRun, NoActiveRun, Run, Thread
 from stream import RunFinished, RunStarted, TextDelta, ToolCall, ToolResult, event_from_data
 
 from .step_app import App, AppFactory, shapes
@@ -115,7 +115,11 @@ async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_
     held = Held(["Let ", "me ", "think ", "about ", "that"])
     runtime = _runtime(driver, held.model())
     thread = await driver.thread()
-    run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Tell me a story")
+    run = (
+        await driver.db.runs.queue(
+            NewRun(thread_id=thread.thread_id, kind="message", content="Tell me a story")
+        )
+    ).run
     task = asyncio.create_task(run_step(runtime, run.run_id))
     await asyncio.wait_for(held.streamed.wait(), DEADLINE)
     # The streamed words reach the log (a background write, a quarter of a second later).
@@ -164,7 +168,9 @@ async def test_a_streaming_run_is_cancelled_from_another_process_and_its_driver_
 
     # The thread is usable at once, and the next turn sees the interrupted reply.
     followup = _runtime(canceller, FunctionModel(stream_function=_echo_history))
-    next_run, _ = await canceller.db.runs.create_message_run(thread.thread_id, content="Go on")
+    next_run = (
+        await canceller.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Go on"))
+    ).run
     assert await run_step(followup, next_run.run_id) == "completed"
     assert shapes(await canceller.messages(thread)) == snapshot(
         ["request: user-prompt", "response: text", "request: user-prompt", "response: text"]
@@ -199,7 +205,9 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two:
     held = Held([], calls=[("lookup_order", {"order_id": "ORD-5678"}), ("slow_report", {"topic": "x"})])
     runtime = _runtime(driver, held.model(), Tool(slow_report))
     thread = await driver.thread()
-    run, _ = await driver.db.runs.create_message_run(thread.thread_id, content="Look it up")
+    run = (
+        await driver.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Look it up"))
+    ).run
     task = asyncio.create_task(run_step(runtime, run.run_id))
     await asyncio.wait_for(started.wait(), DEADLINE)
 
@@ -233,7 +241,7 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two:
 
 async def test_a_queued_run_is_cancelled_and_its_message_kept(app: App) -> None:
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Hello?")
+    run = (await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hello?"))).run
 
     cancelled = await cancel(app.db, thread.thread_id)
 

@@ -26,7 +26,7 @@ from agent import (
     open_runtime,
     run_step,
 )
-from store import Thread
+from store import NewRun, Thread
 from stream import CollectingSink
 
 from .core_app import CoreDeps, FakeApi, balance, core_app
@@ -54,7 +54,9 @@ async def opened(database_url: str) -> AsyncIterator[Opened]:
 
 async def send(runtime: Runtime, thread: Thread, content: str) -> tuple[str, list[str]]:
     """Run a message; its status and its events as transcript lines."""
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+    ).run
     sink = CollectingSink()
     status = await run_step(runtime, run.run_id, sink=sink)
     return status, lines(sink.events)

@@ -21,6 +21,7 @@ from store import (
     LeaseLost,
     NewEvent,
     NewRecord,
+    NewRun,
     NotFound,
     PendingCall,
     Run,
@@ -40,7 +41,7 @@ _runs = metadata.tables[RunRow.__tablename__]
 async def _running(db: Database) -> tuple[Run, int]:
     """A run of a new thread, claimed by `db`'s worker, and the first of its event ids."""
     thread = await db.threads.create(user_id="alice", title="t")
-    queued, _ = await db.runs.create_message_run(thread.thread_id, content="hello")
+    queued = (await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hello"))).run
     started = await db.runs.start_reserving(queued.run_id, events=8)
     assert started is not None
     run, _, first_id = started

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from store import Database
+from store import Database, NewRun
 from store.compiled import observing
 from store.schema import ThreadRow, metadata
 
@@ -30,7 +30,7 @@ async def _counter(db: Database, thread_id: str) -> int:
 
 async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="")
-    queued = await db.runs.queue(thread.thread_id, "message", content="hi")
+    queued = await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))
     assert queued.claimed is None
     statements: list[str] = []
     commits: list[int] = []
@@ -61,7 +61,7 @@ async def test_starting_a_run_claims_it_and_reserves_its_ids_in_one_trip(db: Dat
 
 async def test_a_run_that_may_not_be_started_is_left_as_it_was(db: Database, open_worker: OpenWorker) -> None:
     thread = await db.threads.create(user_id="alice", title="")
-    queued = await db.runs.queue(thread.thread_id, "message", content="hi")
+    queued = await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))
     assert await db.runs.start_reserving(queued.run.run_id, events=16) is not None
     held = await db.runs.get(queued.run.run_id)
     # Held by this worker's live lease: another worker gets nothing, and nothing changes.

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from inline_snapshot import snapshot
 
 from cli.purge import MAX_AGE, parse_age
-from store import Database
+from store import Database, NewRun
 from store.schema import ThreadRow, metadata, now_utc
 
 from .test_cli import run_cli, run_cli_reader_gone
@@ -107,7 +107,7 @@ async def test_purge_lists_then_erases_the_old_threads(database_url: str, tmp_pa
         old = await db.threads.create(user_id="alice", title="old")
         new = await db.threads.create(user_id="alice", title="new")
         busy = await db.threads.create(user_id="alice", title="busy")
-        await db.runs.create_message_run(busy.thread_id, content="queued, never driven")
+        await db.runs.queue(NewRun(thread_id=busy.thread_id, kind="message", content="queued, never driven"))
         async with db.engine.begin() as connection:
             await connection.execute(
                 _threads.update()

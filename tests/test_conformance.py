@@ -29,7 +29,7 @@ from pydantic_core import to_jsonable_python
 
 from agent import ChatApp, Runtime, decide, open_runtime, run_step
 from agent.pauses import names_deferred_requests
-from store import RunStatus
+from store import NewRun, RunStatus
 from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
 
 from .conformance import ROWS, Row, Scripted, feature_table
@@ -54,7 +54,11 @@ async def test_a_row_is_served_as_pydantic_ai_alone_runs_it(row: Row, kill: Kill
         runtime = await killer.open()
         thread = await runtime.db.threads.create(user_id="alice", title=row.feature)
         for prompt in row.prompts:
-            run, _ = await killer.runtime.db.runs.create_message_run(thread.thread_id, content=prompt)
+            run = (
+                await killer.runtime.db.runs.queue(
+                    NewRun(thread_id=thread.thread_id, kind="message", content=prompt)
+                )
+            ).run
             status = await killer.drive(run.run_id)
             while status == "awaiting_approval":
                 assert row.approvals

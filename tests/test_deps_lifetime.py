@@ -14,7 +14,7 @@ import pytest
 from pydantic_ai import Agent, RunContext, Tool
 
 from agent import ChatApp, RunScope, Runtime, decide, open_runtime, run_step
-from store import Thread
+from store import NewRun, Thread
 from stream import CollectingSink, StreamEvent
 
 from .scripted import Calls, Script
@@ -115,7 +115,9 @@ async def test_a_completed_run_has_its_deps_open_throughout_and_closed_after(
         stack, the_app(Script([Calls([("lookup", {"key": "k"})]), "Done."]), lifetimes, style), database_url
     )
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Look k up")
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Look k up"))
+    ).run
     assert await run_step(runtime, run.run_id) == "completed"
     assert lifetimes.ended == [(run.run_id, None)]
     [scope] = lifetimes.began
@@ -130,7 +132,9 @@ async def test_a_pause_closes_the_deps_and_the_resume_opens_its_own(
     app = the_app(Script([Calls([("wire", {"cents": 500})]), "Wired."]), lifetimes, style)
     runtime = await opened(stack, app, database_url)
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire 5")
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Wire 5"))
+    ).run
     assert await run_step(runtime, run.run_id) == "awaiting_approval"
     assert lifetimes.ended == [(run.run_id, None)]
     [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
@@ -151,7 +155,7 @@ async def test_a_failed_run_closes_its_deps_with_the_error(
         stack, the_app(Script([ValueError("a malformed response")]), lifetimes, style), database_url
     )
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Hi")
+    run = (await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hi"))).run
     assert await run_step(runtime, run.run_id) == "failed"
     assert lifetimes.ended == [(run.run_id, "ValueError")]
     assert not lifetimes.clients[0].open
@@ -164,7 +168,11 @@ async def test_a_cancelled_run_closes_its_deps_and_its_recovery_opens_new_ones(
     app = the_app(Script([Calls([("slow", {})]), "Done."]), lifetimes, style)
     runtime = await opened(stack, app, database_url)
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Take your time")
+    run = (
+        await runtime.db.runs.queue(
+            NewRun(thread_id=thread.thread_id, kind="message", content="Take your time")
+        )
+    ).run
     task = asyncio.create_task(run_step(runtime, run.run_id))
     await asyncio.wait_for(lifetimes.hanging.wait(), 30)
     task.cancel()
@@ -190,7 +198,9 @@ async def test_a_stopping_worker_closes_the_deps_of_the_run_it_puts_back(
         stack, the_app(Script([Calls([("lookup", {"key": "k"})]), "Done."]), lifetimes, style), database_url
     )
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Look k up")
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Look k up"))
+    ).run
 
     class StopAtTheCall(CollectingSink):
         async def emit(self, event: StreamEvent) -> None:
@@ -209,9 +219,13 @@ async def test_a_regenerated_reply_says_so_and_answers_the_same_message(
     lifetimes = Lifetimes()
     runtime = await opened(stack, the_app(Script(["Hello.", "Hi again."]), lifetimes, style), database_url)
     thread = await new_thread(runtime)
-    first, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Hi")
+    first = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hi"))
+    ).run
     assert await run_step(runtime, first.run_id) == "completed"
-    again, _ = await runtime.db.runs.create_regenerate_run(thread.thread_id, content="Hi")
+    again = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="regenerate", content="Hi"))
+    ).run
     assert await run_step(runtime, again.run_id) == "completed"
     assert [(s.kind, s.message) for s in lifetimes.began] == [("message", "Hi"), ("regenerate", "Hi")]
 
@@ -222,7 +236,7 @@ async def test_a_failing_exit_after_the_run_ended_is_logged_not_raised(
     lifetimes = Lifetimes(fail_exit=True)
     runtime = await opened(stack, the_app(Script(["Hello."]), lifetimes, style), database_url)
     thread = await new_thread(runtime)
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Hi")
+    run = (await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hi"))).run
     assert await run_step(runtime, run.run_id) == "completed"
     assert (await runtime.db.runs.get(run.run_id)).status == "completed"
     assert f"the deps of run {run.run_id} failed to close" in caplog.text

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from agent import ApprovalReview, ChatApp, Runtime, decide, load_app, open_runtime, run_step
-from store import Thread, idempotency_key
+from store import NewRun, Thread, idempotency_key
 from stream import CollectingSink
 
 from .live_server import REPO_ROOT, LiveServer, auth, sqlite_url
@@ -135,7 +135,9 @@ async def run(runtime: Runtime, run_id: str | None) -> list[str]:
 
 
 async def send(runtime: Runtime, thread: Thread, content: str) -> list[str]:
-    queued, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    queued = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+    ).run
     return await run(runtime, queued.run_id)
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 import anyio
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent.eventlog import EventLogSink
-from store import Database, EventLog, LeaseLost, NewEvent, Run, Worker
+from agent.eventlog import EventLogOptions, EventLogSink
+from store import Database, EventLog, LeaseLost, NewEvent, NewRun, Run, Worker
 from store.schema import RunRow, metadata, now_utc
 from stream import StoredEvent, TextDelta
 
@@ -89,7 +90,7 @@ async def workers(
 async def _running(db: Database) -> tuple[Run, int]:
     """A run this worker claimed, and the first of the 128 event ids it reserved."""
     thread = await db.threads.create(user_id="alice", title="t")
-    run, _ = await db.runs.create_message_run(thread.thread_id, content="hi")
+    run = (await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))).run
     started = await db.runs.start_reserving(run.run_id, events=128)
     assert started is not None
     return started[0], started[2]
@@ -115,18 +116,10 @@ def _sink(
 ) -> EventLogSink:
     """A sink of `run` (its worker's) through `log`, from the 128 ids it reserved at `first_id`
     unless `reserved` says otherwise; the rest as `EventLogSink` takes it."""
-    return EventLogSink(
-        log,
-        run.thread_id,
-        publish=published,
-        reserved=reserved or (first_id, 128),
-        run_id=run.run_id,
-        worker_id=run.lease_owner,
-        interval=interval,
-        last_id=last_id,
-        hurry=hurry,
-        quiet=quiet,
-    )
+    paced = EventLogOptions(publish=published, interval=interval)
+    paced = replace(paced, hurry=hurry) if hurry is not None else paced
+    paced = replace(paced, quiet=quiet) if quiet is not None else paced
+    return EventLogSink(log, run, reserved=reserved or (first_id, 128), last_id=last_id, options=paced)
 
 
 def _delta(run: Run, n: int, part_id: str = "p") -> TextDelta:

@@ -23,9 +23,9 @@ from sqlalchemy.engine import make_url
 
 from store import DatabaseUnavailable, SqlConversationStore, codec
 from store.compiled import observing
-from store.conversations import _meanwhile  # pyright: ignore[reportPrivateUsage]
 from store.engine import create_engine, normalize_url, reader
 from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, budget_from_env
+from store.primitives import _meanwhile  # pyright: ignore[reportPrivateUsage]
 
 from .conftest import MigratedDatabases
 from .store_conformance import dump, reply, transcript, turns, user

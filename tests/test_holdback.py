@@ -30,6 +30,7 @@ from agent.guardrails import (
     leak_guardrail,
 )
 from agent.holdback import HeldPart
+from store import NewRun
 from stream import CollectingSink, TextDelta, TextDone, TextWithdrawn, event_from_data
 
 from .conftest import MigratedDatabases
@@ -271,7 +272,11 @@ async def test_a_run_never_emits_nor_stores_a_leak(
     async with open_runtime(ChatApp(agent=_streaming(chunks)), url) as runtime:
         db = runtime.db
         thread = await db.threads.create(user_id="alice", title="leak")
-        run, _ = await db.runs.create_message_run(thread.thread_id, content="Why did my order fail?")
+        run = (
+            await db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Why did my order fail?")
+            )
+        ).run
         sink = CollectingSink()
         assert await run_step(runtime, run.run_id, sink=sink) == "completed"
         logged = [event_from_data(e.type, e.data) for e in await db.events.read(thread.thread_id)]

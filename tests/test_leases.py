@@ -18,7 +18,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelRequest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Database, LeaseLost, Run, Worker, record_checkpoint
+from store import Database, LeaseLost, NewRun, Run, Worker, record_checkpoint
 from store.leases import gone_from_this_host
 from store.schema import RunRow, ThreadRow, metadata
 
@@ -37,7 +37,7 @@ _threads = metadata.tables[ThreadRow.__tablename__]
 
 async def queued_run(db: Database, content: str = "Where is ORD-5678?") -> Run:
     thread = await db.threads.create(user_id="alice", title="t")
-    run, _ = await db.runs.create_message_run(thread.thread_id, content=content)
+    run = (await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))).run
     return run
 
 

@@ -14,7 +14,7 @@ from inline_snapshot import snapshot
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent import InvalidArguments, Runtime, decide, open_runtime, run_step
-from store import Conflict, Ledger, NotFound, Thread, idempotency_key
+from store import Conflict, Ledger, NewRun, NotFound, Thread, idempotency_key
 from stream import CollectingSink
 
 from .core_app import TRANSFERS, FakeApi, balance, core_app
@@ -115,7 +115,9 @@ async def test_an_external_effect_is_recorded_and_answered_again_without_a_secon
 ) -> None:
     api = FakeApi()
     runtime, thread = await booking_app(stack, database_url, api)
-    first, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Book TP-101")
+    first = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book TP-101"))
+    ).run
 
     transcript = await run(runtime, first.run_id)
 
@@ -136,7 +138,9 @@ async def test_an_external_effect_that_raises_is_recorded_failed(
 ) -> None:
     api = FakeApi(fail=True)
     runtime, thread = await booking_app(stack, database_url, api)
-    first, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Book TP-101")
+    first = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book TP-101"))
+    ).run
 
     transcript = await run(runtime, first.run_id)
 
@@ -152,7 +156,9 @@ async def test_an_effect_whose_process_died_midway_goes_to_a_person_not_again_to
 ) -> None:
     api = FakeApi(hang=asyncio.Event())
     runtime, thread = await booking_app(stack, database_url, api)
-    first, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Book TP-101")
+    first = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book TP-101"))
+    ).run
 
     # The API booked, and the run stops before its answer comes back (a crash, for the ledger).
     attempt = asyncio.create_task(run_step(runtime, first.run_id))
@@ -208,7 +214,7 @@ async def test_rejecting_an_unknown_outcome_tells_the_model_and_keeps_the_first_
     script = Script([Calls([("book", {"item": "TP-101"})]), "Understood."])
     runtime = await stack.enter_async_context(open_runtime(core_app(script, api=api), database_url))
     thread = await runtime.db.threads.create(user_id="ada", title="t")
-    await runtime.db.runs.create_message_run(thread.thread_id, content="Book TP-101")
+    await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book TP-101"))
     [queued] = [r for r in [await runtime.db.runs.active(thread.thread_id)] if r is not None]
     attempt = asyncio.create_task(run_step(runtime, queued.run_id))
     async with asyncio.timeout(30):
@@ -252,7 +258,9 @@ async def executed(runtime: Runtime, thread: Thread) -> list[str]:
 
 async def test_the_ledger_rows_go_with_their_thread(database_url: str, stack: AsyncExitStack) -> None:
     runtime, thread = await booking_app(stack, database_url, FakeApi())
-    first, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Book TP-101")
+    first = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book TP-101"))
+    ).run
     await run(runtime, first.run_id)
 
     await runtime.db.delete_thread(thread.thread_id)

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 import pytest
 from pydantic_ai.conversation import Conversation
 
-from store import Database, StoredRevision
+from store import Claim, Database, NewRun, StoredRevision
 
 from .messages import full_fidelity_conversation, full_fidelity_usage, realistic_turn
 from .statements import sent_statements
@@ -32,7 +32,7 @@ def _statements(db: Database) -> AbstractContextManager[list[str]]:
 
 
 async def _queued_revision(db: Database, thread_id: str) -> StoredRevision | None:
-    queued = await db.runs.queue(thread_id, "message", content="next", claim_events=8)
+    queued = await db.runs.queue(NewRun(thread_id=thread_id, kind="message", content="next"), Claim(events=8))
     assert queued.claimed is not None
     return queued.claimed.conversation
 
@@ -50,7 +50,7 @@ async def test_queueing_a_claimed_run_reads_the_conversations_revision(db: Datab
 
 async def test_an_unclaimed_run_carries_no_revision(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="")
-    queued = await db.runs.queue(thread.thread_id, "message", content="later")
+    queued = await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="later"))
     assert queued.claimed is None
 
 

@@ -1,6 +1,6 @@
 """A run queued and claimed at once has its first events stored by the queueing, in its own trace.
 
-`run_started` and `user_message` go into the queueing's transaction (`store.Runs.queue(opening=)`)
+`run_started` and `user_message` go into the queueing's transaction (`store.Claim.opening`)
 with the first ids the run reserves, stamped with the trace id of the run's span (started before
 the queueing: `agent.queue_run`); the run goes on from the next id, and its event writer
 waits its interval after that transaction as after any other. A run not claimed at queueing

@@ -20,7 +20,7 @@ from pydantic_ai import ApprovalRequired, ModelRetry, RunContext, Tool, ToolOutp
 
 from agent import ApprovalReview, ChatApp, Runtime, decide, open_runtime, run_step
 from agent.outputs import call_metadata, run_output
-from store import PendingCall, Thread, insert_pending
+from store import NewRun, PendingCall, Thread, insert_pending
 from stream import CollectingSink, RunFinished
 
 from .core_app import CoreDeps, core_app
@@ -67,7 +67,9 @@ async def opened(database_url: str) -> AsyncIterator[Any]:
 
 
 async def send(runtime: Runtime, thread: Thread, content: str) -> tuple[list[str], RunFinished]:
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+    ).run
     sink = CollectingSink()
     await run_step(runtime, run.run_id, sink=sink)
     finished = sink.events[-1]
@@ -265,7 +267,7 @@ async def test_describe_approval_reads_the_calls_metadata(opened: Any) -> None:
 async def test_the_store_refuses_metadata_json_cannot_hold(opened: Any) -> None:
     runtime = await opened(core_app(Script(["Hi."])))
     thread = await runtime.db.threads.create(user_id="ada", title="t")
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Hi")
+    run = (await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hi"))).run
     call = PendingCall("c1", "wire", {}, metadata={"ratio": math.nan})
 
     with pytest.raises(ValueError, match="JSON compliant"):

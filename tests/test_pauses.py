@@ -28,7 +28,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from agent import ChatApp, Runtime, decide, open_runtime, run_step
 from agent.pauses import names_deferred_requests
-from store import RunStatus
+from store import NewRun, RunStatus
 from stream import CollectingSink, RunFinished, StreamEvent, ToolResult, event_from_data
 
 from .conformance import City, NoCity, Reply, Scripted, make_city, shout, wire_tool
@@ -86,7 +86,11 @@ async def test_an_agent_with_an_output_validator_and_a_union_pauses_and_complete
     ]
     async with served(lambda m: validated(m, ran, City | NoCity), replies, database_url) as runtime:
         thread = await runtime.db.threads.create(user_id="ada", title="t")
-        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        run = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Wire bob 5")
+            )
+        ).run
         assert await run_step(runtime, run.run_id) == "awaiting_approval"
         assert ran["wire"] == 0
         [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
@@ -145,7 +149,11 @@ async def test_every_output_form_pauses_with_its_type_as_written(
     async with served(build, [WIRE, answer], database_url) as runtime:
         assert runtime.app.agent.output_type is output_type
         thread = await runtime.db.threads.create(user_id="ada", title=form)
-        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        run = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Wire bob 5")
+            )
+        ).run
         assert await run_step(runtime, run.run_id) == "awaiting_approval"
         assert await run_step(runtime, await approve_all(runtime, thread.thread_id)) == "completed"
         ends = await finished(runtime, thread.thread_id)
@@ -178,7 +186,11 @@ async def test_a_paused_run_survives_its_process_and_a_crash_in_its_resume(datab
     async with AsyncExitStack() as stack:
         first = await stack.enter_async_context(open_runtime(app, database_url))
         thread = await first.db.threads.create(user_id="ada", title="t")
-        run, _ = await first.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        run = (
+            await first.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Wire bob 5")
+            )
+        ).run
         assert await run_step(first, run.run_id) == "awaiting_approval"
     # The process that paused is gone; another one takes the decision and runs the resume.
     async with AsyncExitStack() as stack:
@@ -222,7 +234,11 @@ async def test_a_users_deferred_call_handler_answers_before_the_run_would_pause(
 
     async with served(build, [WIRE, [("final_result_City", {"name": "Paris"})]], database_url) as runtime:
         thread = await runtime.db.threads.create(user_id="ada", title="t")
-        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        run = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Wire bob 5")
+            )
+        ).run
         assert await run_step(runtime, run.run_id) == "completed"
         assert await runtime.db.approvals.list(thread_id=thread.thread_id) == []
 
@@ -245,7 +261,11 @@ async def test_a_handler_answering_only_part_of_a_step_fails_the_run_saying_why(
     both: Reply = [("wire", {"to": "bob", "cents": 500}), ("shout", {"text": "hi"})]
     async with served(build, [both, "Done."], database_url) as runtime:
         thread = await runtime.db.threads.create(user_id="ada", title="t")
-        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Wire bob 5")
+        run = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Wire bob 5")
+            )
+        ).run
         assert await run_step(runtime, run.run_id) == "failed"
         stored = await runtime.db.runs.get(run.run_id)
         pending = await runtime.db.approvals.list(thread_id=thread.thread_id)

@@ -9,7 +9,18 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from store import ApprovalPending, Database, NotFound, PendingCall, Queued, RunActive, Worker, insert_pending
+from store import (
+    ApprovalPending,
+    Claim,
+    Database,
+    NewRun,
+    NotFound,
+    PendingCall,
+    Queued,
+    RunActive,
+    Worker,
+    insert_pending,
+)
 from store.schema import ThreadRow, metadata
 
 from .conftest import MigratedDatabases
@@ -46,13 +57,10 @@ async def _thread_row(db: Database, thread_id: str) -> tuple[object, ...]:
 async def test_a_claimed_run_is_started_with_its_ids_and_its_users_count(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="")
     other = await db.threads.create(user_id="alice", title="")
-    await db.runs.create_message_run(other.thread_id, content="earlier")
+    await db.runs.queue(NewRun(thread_id=other.thread_id, kind="message", content="earlier"))
     queued = await db.runs.queue(
-        thread.thread_id,
-        "message",
-        content="Where is  ORD-5678?",
-        claim_events=8,
-        count_window=timedelta(hours=1),
+        NewRun(thread_id=thread.thread_id, kind="message", content="Where is  ORD-5678?"),
+        Claim(events=8, count_window=timedelta(hours=1)),
     )
     assert queued.created
     assert queued.claimed is not None
@@ -76,7 +84,8 @@ async def test_a_claimed_run_is_started_with_its_ids_and_its_users_count(db: Dat
 
 async def test_an_unclaimed_run_is_queued_free(db: Database) -> None:
     thread = await db.threads.create(user_id="alice", title="kept")
-    run, created = await db.runs.create_regenerate_run(thread.thread_id, content="again")
+    queued = await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="regenerate", content="again"))
+    run, created = queued.run, queued.created
     assert created
     assert (run.status, run.attempt, run.lease_owner, run.lease_expires_at, run.started_at) == (
         "queued",
@@ -91,18 +100,24 @@ async def test_an_unclaimed_run_is_queued_free(db: Database) -> None:
 
 async def test_a_refused_run_leaves_the_thread_as_it_was(db: Database) -> None:
     with pytest.raises(NotFound):
-        await db.runs.queue("no-such-thread", "message", content="hello", claim_events=8)
+        await db.runs.queue(
+            NewRun(thread_id="no-such-thread", kind="message", content="hello"), Claim(events=8)
+        )
 
     thread = await db.threads.create(user_id="alice", title="")
     first = await db.runs.queue(
-        thread.thread_id, "message", content="first", idempotency_key="k1", claim_events=8
+        NewRun(thread_id=thread.thread_id, kind="message", content="first", idempotency_key="k1"),
+        Claim(events=8),
     )
     before = await _thread_row(db, thread.thread_id)
     with pytest.raises(RunActive):
-        await db.runs.queue(thread.thread_id, "message", content="second", claim_events=8)
+        await db.runs.queue(
+            NewRun(thread_id=thread.thread_id, kind="message", content="second"), Claim(events=8)
+        )
     # The same key again: the run it queued, as it is now.
     again = await db.runs.queue(
-        thread.thread_id, "message", content="first", idempotency_key="k1", claim_events=8
+        NewRun(thread_id=thread.thread_id, kind="message", content="first", idempotency_key="k1"),
+        Claim(events=8),
     )
     assert (again.created, again.claimed, again.run) == (False, None, await db.runs.get(first.run.run_id))
     assert await _thread_row(db, thread.thread_id) == before
@@ -114,7 +129,9 @@ async def test_a_refused_run_leaves_the_thread_as_it_was(db: Database) -> None:
         )
     before = await _thread_row(db, thread.thread_id)
     with pytest.raises(ApprovalPending):
-        await db.runs.queue(thread.thread_id, "message", content="third", claim_events=8)
+        await db.runs.queue(
+            NewRun(thread_id=thread.thread_id, kind="message", content="third"), Claim(events=8)
+        )
     assert await _thread_row(db, thread.thread_id) == before
 
 
@@ -124,13 +141,16 @@ async def test_a_run_queued_for_a_user_finds_only_that_users_thread(db: Database
     for claim in (8, None):
         with pytest.raises(NotFound):
             await db.runs.queue(
-                thread.thread_id, "message", content="mine now", claim_events=claim, user_id="bob"
+                NewRun(thread_id=thread.thread_id, kind="message", content="mine now", user_id="bob"),
+                None if claim is None else Claim(events=claim),
             )
     assert await _thread_row(db, thread.thread_id) == before
     async with db.engine.connect() as connection:
         runs = (await connection.execute(sa.text("SELECT count(*) FROM runs"))).scalar_one()
     assert runs == 0
-    queued = await db.runs.queue(thread.thread_id, "message", content="mine", claim_events=8, user_id="alice")
+    queued = await db.runs.queue(
+        NewRun(thread_id=thread.thread_id, kind="message", content="mine", user_id="alice"), Claim(events=8)
+    )
     assert queued.claimed is not None
     assert (queued.run.content, queued.claimed.user_id) == ("mine", "alice")
 
@@ -139,24 +159,29 @@ async def test_of_concurrent_requests_with_one_key_one_queues_the_run(db: Databa
     thread = await db.threads.create(user_id="alice", title="")
     outcomes = await asyncio.gather(
         *(
-            db.runs.create_message_run(thread.thread_id, content="hi", idempotency_key="same")
+            db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="hi", idempotency_key="same")
+            )
             for _ in range(6)
         ),
         return_exceptions=True,
     )
-    created = [o for o in outcomes if isinstance(o, tuple) and o[1]]
+    created = [o for o in outcomes if isinstance(o, Queued) and o.created]
     assert len(created) == 1
-    run = created[0][0]
+    run = created[0].run
     for outcome in outcomes:
         assert isinstance(outcome, RunActive) or (
-            isinstance(outcome, tuple) and outcome[0].run_id == run.run_id
+            isinstance(outcome, Queued) and outcome.run.run_id == run.run_id
         )
     assert [r.run_id for r in await db.runs.of_thread(thread.thread_id)] == [run.run_id]
 
 
 async def test_a_run_queued_on_a_missing_thread_can_make_it(db: Database) -> None:
     queued = await db.runs.queue(
-        "chat-1", "message", content="Hello  there", claim_events=8, user_id="alice", create_unless="c1"
+        NewRun(
+            thread_id="chat-1", kind="message", content="Hello  there", user_id="alice", create_unless="c1"
+        ),
+        Claim(events=8),
     )
     assert queued.claimed is not None
     assert (queued.claimed.user_id, queued.claimed.first_event_id) == ("alice", 1)
@@ -166,7 +191,8 @@ async def test_a_run_queued_on_a_missing_thread_can_make_it(db: Database) -> Non
     # Made already: marked as any thread is, its title kept.
     await db.runs.finish(queued.run.run_id, "completed")
     again = await db.runs.queue(
-        "chat-1", "message", content="Later", claim_events=8, user_id="alice", create_unless="c1"
+        NewRun(thread_id="chat-1", kind="message", content="Later", user_id="alice", create_unless="c1"),
+        Claim(events=8),
     )
     assert again.claimed is not None
     assert again.claimed.first_event_id == 9
@@ -179,7 +205,10 @@ async def test_a_thread_is_not_made_for_a_chat_naming_a_thread_of_the_users_own(
     for thread_id, user_id, unless in (("chat-1", "alice", own.thread_id), ("chat-2", "alice", "c2")):
         with pytest.raises(NotFound):
             await db.runs.queue(
-                thread_id, "message", content="hi", claim_events=8, user_id=user_id, create_unless=unless
+                NewRun(
+                    thread_id=thread_id, kind="message", content="hi", user_id=user_id, create_unless=unless
+                ),
+                Claim(events=8),
             )
     with pytest.raises(NotFound):
         await db.threads.get("chat-1")
@@ -189,7 +218,8 @@ async def test_a_thread_is_not_made_for_a_chat_naming_a_thread_of_the_users_own(
     assert runs == 0
     # Bob's chat named by Alice's thread id is only a chat id: Bob's thread is made.
     queued = await db.runs.queue(
-        "chat-3", "message", content="hi", claim_events=8, user_id="bob", create_unless=own.thread_id
+        NewRun(thread_id="chat-3", kind="message", content="hi", user_id="bob", create_unless=own.thread_id),
+        Claim(events=8),
     )
     assert (await db.threads.get("chat-3", user_id="bob")).thread_id == queued.run.thread_id
 
@@ -198,13 +228,15 @@ async def test_of_concurrent_first_messages_of_a_chat_one_makes_its_thread_and_q
     def first(thread_id: str, key: str | None) -> Awaitable[Queued]:
         # The chat's own id (`create_unless`) is another than its thread's, as a derived thread's is.
         return db.runs.queue(
-            thread_id,
-            "message",
-            content="hi",
-            idempotency_key=key,
-            claim_events=8,
-            user_id="alice",
-            create_unless=f"id of {thread_id}",
+            NewRun(
+                thread_id=thread_id,
+                kind="message",
+                content="hi",
+                idempotency_key=key,
+                user_id="alice",
+                create_unless=f"id of {thread_id}",
+            ),
+            Claim(events=8),
         )
 
     # The same first message sent four times at once (one key): one thread, one run, each answer that run.

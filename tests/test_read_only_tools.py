@@ -15,6 +15,7 @@ import pytest
 from inline_snapshot import snapshot
 
 from agent import decide, run_step
+from store import NewRun
 from stream import CollectingSink, RunStarted, StreamEvent, ToolCall
 
 from .core_app import CoreFactory, FakeApi
@@ -58,7 +59,9 @@ async def test_a_side_effect_is_checkpointed_before_it_runs_with_the_lookups_bef
         Script([LOOKUP, Calls([("book", {"item": "a room"})]), "Booked."]), api=api, read_only_tools=READ_ONLY
     )
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Book a room")
+    run = (
+        await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book a room"))
+    ).run
     task = asyncio.create_task(run_step(app.runtime, run.run_id))
     await asyncio.wait_for(api.called.wait(), 30)
     # The booking is under way: the lookup's step and the booking's call were stored before it.
@@ -84,7 +87,9 @@ async def test_a_crash_after_a_read_only_step_asks_the_model_again(core_factory:
     script = Script([LOOKUP, LOOKUP, "Done."])
     app = await core_factory(script, read_only_tools=READ_ONLY)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Balance?")
+    run = (
+        await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Balance?"))
+    ).run
     # Dies once the lookup answered, before any checkpoint stored its step.
     sink = CrashingSink(on=lambda e: e.type == "tool_result")
     recovered = await crash_then_recover(
@@ -113,7 +118,9 @@ async def test_a_stopping_runtime_checkpoints_a_read_only_step_before_it_parks(
     script = Script([LOOKUP, "Done."])
     app = await core_factory(script, read_only_tools=READ_ONLY)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="Balance?")
+    run = (
+        await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Balance?"))
+    ).run
 
     class StopOnToolResult(CollectingSink):
         async def emit(self, event: StreamEvent) -> None:

@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agent import decide, run_step
-from store import NotFound, Thread, record_checkpoint
+from store import NewRun, NotFound, Thread, record_checkpoint
 from store.schema import ThreadRow, metadata, now_utc
 from stream import CollectingSink, StreamEvent
 
@@ -160,7 +160,7 @@ async def test_a_fork_of_a_deleted_thread_keeps_the_history_it_shares(core_facto
 async def test_a_checkpoint_after_the_thread_was_deleted_stores_nothing(core_factory: CoreFactory) -> None:
     app = await core_factory(Script([]))
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content="hello")
+    run = (await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hello"))).run
     await app.db.delete_thread(thread.thread_id)
 
     async def checkpoint(connection: AsyncConnection) -> None:
@@ -213,7 +213,7 @@ async def test_purge_erases_only_the_threads_idle_long_enough(core_factory: Core
     for thread in old:
         await app.send(thread, "hello")
     busy = await app.thread()
-    await app.db.runs.create_message_run(busy.thread_id, content="queued, never driven")
+    await app.db.runs.queue(NewRun(thread_id=busy.thread_id, kind="message", content="queued, never driven"))
     recent = await app.thread()
     await app.send(recent, "hello")
     await backdate(app, *old, busy, days=91)

@@ -17,7 +17,7 @@ from typing import TypeVar
 import pytest
 
 from agent import Runtime, RuntimeOptions, open_runtime, run_step
-from store import Run, Worker
+from store import NewRun, Run, Worker
 from worker import Runner
 
 from .conftest import MigratedDatabases
@@ -59,7 +59,9 @@ def _pausing(delay: float) -> Script:
 
 async def _queued(runtime: Runtime, content: str = "Send bob 25.50") -> Run:
     thread = await runtime.db.threads.create(user_id="alice", title="t")
-    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
+    ).run
     return run
 
 

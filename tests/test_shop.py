@@ -11,7 +11,7 @@ from inline_snapshot import snapshot
 
 from agent import decide, run_step
 from agent.demo import BusinessData
-from store import ApprovalPending
+from store import ApprovalPending, NewRun
 from stream import CollectingSink, StreamEvent, ToolCall, transcript
 
 from .step_app import App, AppFactory, shapes
@@ -154,7 +154,7 @@ async def test_refund_pauses_then_a_fresh_process_resumes_on_approval(app_factor
     [call_id] = await first.pending(thread)
     assert await refunded_cents(first, "ORD-5678") == 0
     with pytest.raises(ApprovalPending):
-        await first.db.runs.create_message_run(thread.thread_id, content="hello?")
+        await first.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hello?"))
 
     # A new process: nothing of the paused run is in memory.
     second = await app_factory()
@@ -305,7 +305,11 @@ async def test_regenerating_a_cancellation_that_paused_pauses_again_for_its_own_
     assert decision.resume_run_id is not None
     assert await run_step(app.runtime, decision.resume_run_id) == "completed"
 
-    run, _ = await app.db.runs.create_regenerate_run(thread.thread_id, content="Please cancel ORD-9012")
+    run = (
+        await app.db.runs.queue(
+            NewRun(thread_id=thread.thread_id, kind="regenerate", content="Please cancel ORD-9012")
+        )
+    ).run
 
     assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
     [again] = await app.pending(thread)

@@ -15,7 +15,7 @@ import aiosqlite
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import Database, NewEvent
+from store import Database, NewEvent, NewRun
 from store.compiled import checked_out
 from store.engine import create_engine, dispose, normalize_url
 from store.sqlite_driver import CHECKPOINT_EVERY, run_here, run_on_thread
@@ -159,7 +159,7 @@ async def test_the_event_logs_writer_keeps_the_drivers_thread_unless_the_process
     db = await Database.connect(await migrated_databases.empty("sqlite"))
     try:
         thread = await db.threads.create(user_id="alice", title="t")
-        run, _ = await db.runs.create_message_run(thread.thread_id, content="hi")
+        run = (await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))).run
         first = await db.events.reserve(thread.thread_id, 2)
         trips: list[int] = []
         for event_id, quiet in ((first, False), (first + 1, True)):

@@ -13,7 +13,7 @@ from pydantic_ai.messages import ModelRequest
 
 from agent import RuntimeOptions, Texts, run_step
 from agent.runtime import QUIET_RUNS
-from store import NotFound, RunActive
+from store import NewRun, NotFound, RunActive
 from stream import CollectingSink, StreamEvent, transcript
 
 from .core_app import CoreFactory
@@ -63,17 +63,17 @@ async def test_a_tool_call_and_its_result_are_streamed_then_answered(core_factor
 async def test_one_run_at_a_time_and_idempotency_keys(core_factory: CoreFactory) -> None:
     app = await core_factory(Script([], then="Hi."))
     thread = await app.thread()
-    run, created = await app.db.runs.create_message_run(thread.thread_id, content="hi", idempotency_key="k1")
-    again, created_again = await app.db.runs.create_message_run(
-        thread.thread_id, content="hi", idempotency_key="k1"
-    )
+    keyed = NewRun(thread_id=thread.thread_id, kind="message", content="hi", idempotency_key="k1")
+    first = await app.db.runs.queue(keyed)
+    run, created = first.run, first.created
+    second = await app.db.runs.queue(keyed)
+    again, created_again = second.run, second.created
     assert (created, created_again, again.run_id) == (True, False, run.run_id)
     with pytest.raises(RunActive):
-        await app.db.runs.create_message_run(thread.thread_id, content="another")
+        await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="another"))
     await run_step(app.runtime, run.run_id)
-    done, created_late = await app.db.runs.create_message_run(
-        thread.thread_id, content="hi", idempotency_key="k1"
-    )
+    late = await app.db.runs.queue(keyed)
+    done, created_late = late.run, late.created
     assert (done.run_id, created_late, done.status) == (run.run_id, False, "completed")
 
 
@@ -125,7 +125,7 @@ async def test_usage_limits_count_each_turn_not_the_whole_conversation(core_fact
 
 
 async def test_the_runtime_counts_the_runs_it_drives(core_factory: CoreFactory) -> None:
-    # While few runs are in flight, a reply's first word is stored at once (`EventLogSink`'s `hurry`).
+    # While few runs are in flight, a reply's first word is stored at once (`EventLogOptions.hurry`).
     app = await core_factory(Script([], then="Hello there, how can I help?"))
     first, second = await app.thread(), await app.thread()
     both_streaming, both_counted = asyncio.Event(), asyncio.Event()

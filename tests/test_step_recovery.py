@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from inline_snapshot import snapshot
 
 from agent import decide, run_step
+from store import NewRun
 from stream import CollectingSink, StreamEvent
 
 from .core_app import CoreFactory, moved
@@ -45,7 +46,7 @@ async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
     script = paying()
     app = await core_factory(script)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
+    run = (await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=ASK))).run
     sink = CrashingSink(at_flush=at_flush)
     recovered = await crash_then_recover(lambda: core_factory(script), run.run_id, sink)
     # No message lost, none repeated: the same history as a run that never crashed, and the model
@@ -82,7 +83,7 @@ async def test_a_resume_killed_after_the_transfer_does_not_transfer_twice(core_f
 async def test_a_cancelled_run_is_requeued_and_continues(core_factory: CoreFactory) -> None:
     app = await core_factory(paying())
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
+    run = (await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=ASK))).run
     tool_called = asyncio.Event()
 
     class SignallingSink(CollectingSink):
@@ -115,7 +116,7 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_facto
     script = paying()
     app = await core_factory(script)
     thread = await app.thread()
-    run, _ = await app.db.runs.create_message_run(thread.thread_id, content=ASK)
+    run = (await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=ASK))).run
 
     class StopOnToolResult(CollectingSink):
         async def emit(self, event: StreamEvent) -> None:

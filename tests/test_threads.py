@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import Database
+from store import Database, NewRun
 from store.threads import TITLE_LENGTH, title_from
 
 pytestmark = pytest.mark.anyio
@@ -21,10 +21,12 @@ async def test_a_thread_without_a_title_is_named_after_its_first_message(databas
             "I was charged twice for ORD-5678,\n  can you refund the second charge please? It was on my card"
         )
         for thread in (untitled, titled):
-            run, _ = await db.runs.create_message_run(thread.thread_id, content=first)
+            run = (await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=first))).run
             assert await db.runs.start_reserving(run.run_id, events=1) is not None
             await db.runs.finish(run.run_id, "completed")
-            await db.runs.create_message_run(thread.thread_id, content="And another thing")
+            await db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="And another thing")
+            )
 
         assert (await db.threads.get(untitled.thread_id)).title == (
             "I was charged twice for ORD-5678, can you refund the second…"

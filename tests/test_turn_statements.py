@@ -389,7 +389,7 @@ async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: ChatTurn, database_url:
 
 
 async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn) -> None:
-    # Its queueing makes the chat's thread in the same trip (`Runs.queue(create_unless=)`).
+    # Its queueing makes the chat's thread in the same trip (`NewRun.create_unless`).
     counted = (await ai_sdk_turn(first=True)).summary()
     assert counted["reads"] == []
     assert counted["write transactions (but the writer's)"] == 4

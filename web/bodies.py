@@ -92,8 +92,7 @@ async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> B
                 f"the body must be application/json, not {media_type or 'untyped'!r}",
             )
         # Straight from the bytes (pydantic's parser checks UTF-8 and JSON as strictly as `json.loads`
-        # does, and builds no dict): 0.6 of the time of the way below for the AI SDK's conversation
-        # of 10 turns (6.7 KB). Only a body that passes is taken from here (`tests/test_bodies.py`:
+        # does, and builds no dict): faster than the way below (docs/benchmarks.md). Only a body that passes is taken from here (`tests/test_bodies.py`:
         # the way below reads it alike); anything refused goes the way below, which says what is
         # wrong as it always has. A `\u` escape may spell unstorable text, which only it looks for.
         # Nor one that may hold a non-finite number: that parser reads `NaN`, `Infinity`, and `1e400`

@@ -95,7 +95,7 @@ async def queue_chat_message(
 
     Straight on the chat's derived thread, with no read of it: queueing finds only a thread of
     `user_id`, and makes it when missing unless the chat id names a thread of theirs
-    (`store.Runs.queue(create_unless=)`): a chat's every message, its first included, is queued in
+    (`store.NewRun.create_unless`): a chat's every message, its first included, is queued in
     one trip. Else (the chat is a thread of the user's own) the thread `chat_thread` finds.
     """
     if _valid_chat_id(chat_id):  # else `chat_thread` refuses it

@@ -93,11 +93,8 @@ class Settings:
     """Connections each of the process's two pools keeps (`DURABLE_CHAT_POOL_SIZE`).
 
     Enough for a worker's runs and its requests: a pool that keeps fewer than the load holds at
-    once opens a connection, and closes it on return, time after time. With 10 kept and 20 more
-    allowed, 200 demo turns of 20 users opened 51 sessions on PostgreSQL; with 20 and 10, none,
-    but 1,000 turns of 200 users opened about 300; with 30 and none (the same 30 at most), none,
-    and those turns took 14.4 s instead of 19-20 and 13.4 ms of the server's CPU a turn instead
-    of 16.0-16.7 (`python -m bench.pool`)."""
+    once opens a connection, and closes it on return, time after time, which costs the server
+    CPU and the turns time (`python -m bench.pool`; figures in `docs/benchmarks.md`)."""
     pool_max_overflow: int = 0
     """Connections each pool may open beyond `pool_size` under load (`DURABLE_CHAT_POOL_MAX_OVERFLOW`)."""
     pool_pre_ping: bool = False

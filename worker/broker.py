@@ -14,8 +14,8 @@ Deliberate choices:
   published and every new follower replays the log after subscribing, so a window of recent
   events would only duplicate what that replay reads; a thread's state (its followers and the
   newest id published while followed) goes when its last follower leaves. Memory follows the open
-  streams, not the threads ever active (a cache of 1,024 events for up to 10,000 threads grew a
-  soaking server by 8-13 MB a minute).
+  streams, not the threads ever active (a per-thread cache grew a soaking server steadily: see
+  "The broker keeps nothing for an unfollowed thread" in `docs/benchmarks.md`).
 - Ids only go up: while a thread is followed, an event whose id is not above the newest published
   is dropped (a copy of one already published, e.g. relayed from the log after this process
   published it).

@@ -1,0 +1,404 @@
+"""The storage primitives of `SqlConversationStore`, bound to one call of its public API.
+
+pydantic-ai's `ConversationStore` works out what a load reads and what a save writes, calling
+back five primitives. What one call knows besides its arguments (the record it starts from, the
+history a load read with its record, the run's checkpoint a save writes in its transaction) is
+handed to those primitives by hand: a `Call` value, held by the `Primitives` the call runs the
+ABC's algorithm on. Nothing travels on a ContextVar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationEntry,
+    ConversationRecord,
+    ConversationStore,
+)
+from sqlalchemy import exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import codec, histories
+from .checkpoints import Checkpoint
+from .engine import reader, translate_errors
+from .erasure import erase_conversation
+from .errors import CorruptData, NotFound
+from .histories import NO_STOP, RECORD_COLUMNS
+from .history_cache import CachedHistory, HistoryCache
+from .schema import ConversationEntryRow, ConversationRecordRow, metadata
+
+T = TypeVar("T")
+
+__all__ = ("ABSENT", "AlsoWrite", "Call", "Known", "PageCursor", "Prefetch", "Primitives", "Shared")
+
+_entries = metadata.tables[ConversationEntryRow.__tablename__]
+_records = metadata.tables[ConversationRecordRow.__tablename__]
+_NEWEST_FIRST = (_records.c.updated_at.desc(), _records.c.conversation_id.desc())
+_KNOWN_RECORDS = 4096
+
+AlsoWrite = Callable[[AsyncConnection], Awaitable[None]]
+"""More writes to commit in the same transaction as a save: a step's records, its run's progress."""
+
+
+class _Absent:
+    """A save's conversation is known not to be stored (a load just found it missing)."""
+
+
+ABSENT = _Absent()
+Known = ConversationRecord | _Absent | None
+"""What a call knows of the stored record before it asks: the record, that there is none, or nothing."""
+
+
+@dataclass
+class Prefetch:
+    """A load in progress: `read_record` reads the history in the same round trip and leaves it here."""
+
+    limit: int | None
+    head_id: str | None = None
+    history: CachedHistory | None = None
+
+
+@dataclass
+class Call:
+    """What one call of the public API hands the primitives besides their arguments."""
+
+    known: Known = None
+    """The record the call starts from, used by its first `read_record` only (a retry reads the database)."""
+    prefetch: Prefetch | None = None
+    """Set for a load: its record's read brings the history too."""
+    checkpoint: Checkpoint | None = None
+    """A run's checkpoint, written in the save's own trip."""
+    also: AlsoWrite | None = None
+    """More writes in the save's transaction."""
+
+
+@dataclass(frozen=True)
+class PageCursor:
+    """Where a page of conversations ended: the last one's save time and id."""
+
+    updated_at: datetime
+    conversation_id: str
+
+
+@dataclass
+class Shared:
+    """What a store keeps across calls: its engine, and what it remembers of recent conversations."""
+
+    engine: AsyncEngine
+    histories: HistoryCache
+    records: OrderedDict[str, ConversationRecord] = field(
+        default_factory=OrderedDict[str, ConversationRecord]
+    )
+    """The newest record loaded or saved of each recent conversation (see `SqlConversationStore`)."""
+    absent: OrderedDict[str, None] = field(default_factory=OrderedDict[str, None])
+    """Conversations a load just found missing."""
+
+    def __post_init__(self) -> None:
+        # Reads need no transaction: skipping BEGIN/ROLLBACK saves round trips on PostgreSQL.
+        self.reader = reader(self.engine)
+        # SQLite writes on the loop's own thread when it can: no trip to overlap with other work.
+        self.writes_inline = self.engine.dialect.name == "sqlite"
+
+    def remember(self, record: ConversationRecord) -> None:
+        self.records[record.conversation_id] = record
+        self.records.move_to_end(record.conversation_id)
+        while len(self.records) > _KNOWN_RECORDS:
+            self.records.popitem(last=False)
+
+    def mark_absent(self, conversation_id: str) -> None:
+        self.absent[conversation_id] = None
+        while len(self.absent) > _KNOWN_RECORDS:
+            self.absent.popitem(last=False)
+
+
+class Primitives(ConversationStore):
+    """The ABC's algorithm over this backend's primitives, for one `call` on the `shared` store."""
+
+    def __init__(self, shared: Shared, call: Call | None = None) -> None:
+        self.shared = shared
+        self.call = Call() if call is None else call
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        shared, call = self.shared, self.call
+        known = call.known
+        if known is ABSENT:
+            call.known = None  # once, as below
+            return None
+        if isinstance(known, ConversationRecord) and known.conversation_id == conversation_id:
+            call.known = None  # once: a retry inside the same save reads the database
+            return known
+        prefetch = call.prefetch
+        cached = shared.histories.head_of(conversation_id) if prefetch is not None else None
+        with translate_errors(f"reading conversation {conversation_id!r}"):
+            # A load: the history comes next; read what the cache lacks of it in the same trip.
+            row, rows = await histories.read_head(
+                shared.reader,
+                conversation_id,
+                cached_head=None if cached is None else cached.head_id,
+                limit=None if prefetch is None else prefetch.limit,
+                history=prefetch is not None,
+            )
+        record = None if row is None else codec.record_from_row(row)
+        if record is not None:
+            shared.remember(record)
+            if prefetch is not None and record.head_id is not None:
+                prefetch.head_id = record.head_id
+                prefetch.history = self._history_read(record, rows, cached, prefetch.limit)
+        elif prefetch is not None:
+            shared.mark_absent(conversation_id)
+        return record
+
+    def _history_read(
+        self,
+        record: ConversationRecord,
+        rows: list[tuple[Any, ...]] | None,
+        cached: CachedHistory | None,
+        limit: int | None,
+    ) -> CachedHistory | None:
+        """The history of `record` from the cache and the `rows` a load read, or `None` to read it again."""
+        assert record.head_id is not None
+        cache = self.shared.histories
+        if (hit := cache.get(record.head_id)) is not None:
+            return hit
+        if rows is None:
+            return None
+        stop = cached.head_id if cached is not None and limit is None else None
+        try:
+            read = histories.decode_chain(rows, record.head_id, limit=limit, stop=stop or NO_STOP)
+        except NotFound:
+            return None  # released meanwhile: `read_history` reads again, and the ABC retries
+        if limit is not None:
+            return read
+        whole = (
+            cached.extended(read.entries, read.sizes) if cached is not None and rows[0][1] == stop else read
+        )
+        cache.put(record.conversation_id, whole)
+        return whole
+
+    async def read_records(
+        self, *, scope: str | None = None, limit: int | None = None
+    ) -> Sequence[ConversationRecord]:
+        return await self.read_records_page(scope=scope, limit=limit)
+
+    async def read_records_page(
+        self, *, scope: str | None = None, limit: int | None = None, after: PageCursor | None = None
+    ) -> list[ConversationRecord]:
+        """Records newest save first, starting after `after` (the last record of the previous page)."""
+        query = sa.select(*RECORD_COLUMNS).order_by(*_NEWEST_FIRST)
+        if scope is not None:
+            query = query.where(_records.c.scope == scope)
+        if after is not None:
+            query = query.where(
+                sa.tuple_(_records.c.updated_at, _records.c.conversation_id)
+                < sa.tuple_(
+                    sa.literal(after.updated_at, ConversationRecordRow.updated_at.type), after.conversation_id
+                )
+            )
+        if limit is not None:
+            query = query.limit(limit)
+        with translate_errors("listing conversations"):
+            async with self.shared.reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [codec.record_from_row(row) for row in rows]
+
+    async def write_record(
+        self,
+        record: ConversationRecord,
+        *,
+        new_entries: Sequence[ConversationEntry] = (),
+        expected_revision: str | None,
+    ) -> None:
+        shared, call = self.shared, self.call
+        conversation_id = record.conversation_id
+        values = codec.record_values(record)
+        # Only the new messages are encoded: the stored ones are never read back for a save.
+        encoded = [
+            (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
+            for entry in new_entries
+        ]
+
+        async def write(target: AsyncEngine | AsyncConnection) -> None:
+            written = await histories.write(
+                target,
+                values,
+                entries=encoded,
+                expected_revision=expected_revision,
+                forked_from=record.forked_from,
+                checkpoint=call.checkpoint,
+            )
+            if not written:
+                raise ConversationConflict(conversation_id)
+
+        def saved() -> CachedHistory | None:
+            return self._history_saved(record, new_entries, encoded)
+
+        with translate_errors(f"saving conversation {conversation_id!r}"):
+            try:
+                if call.also is not None:
+                    async with shared.engine.begin() as connection:
+                        await write(connection)
+                        await call.also(connection)
+                    cached = saved()
+                elif shared.writes_inline or not shared.histories.enabled:
+                    await write(shared.engine)  # its own transaction (on SQLite, on the loop's thread)
+                    cached = saved()
+                else:
+                    # Alone, the write is its own transaction, committed in its one trip; the history
+                    # to cache is decoded while the database works.
+                    cached = await _meanwhile(write(shared.engine), saved)
+            except exc.IntegrityError as error:
+                # The record exists already, its head names an entry a concurrent delete released,
+                # or a fork's source was deleted since it was read: all a conflict with another writer.
+                raise ConversationConflict(conversation_id) from error
+        shared.remember(record)
+        if cached is not None:
+            shared.histories.put(conversation_id, cached)
+
+    def _history_saved(
+        self,
+        record: ConversationRecord,
+        new_entries: Sequence[ConversationEntry],
+        encoded: list[tuple[str, str | None, str, bytes]],
+    ) -> CachedHistory | None:
+        """The history a save stores, to cache once it commits: the cached one it extends (or
+        branches from) and the new entries, decoded from their bytes; `None` when not cached."""
+        cache = self.shared.histories
+        if not cache.enabled:
+            return None
+        base_id = new_entries[0].parent_id if new_entries else record.head_id
+        base: CachedHistory | None = CachedHistory((), ()) if base_id is None else cache.get(base_id)
+        for source in (record.conversation_id, record.forked_from):
+            if base is not None:
+                break
+            cached = cache.head_of(source) if source is not None else None
+            base = None if cached is None else cached.up_to(base_id)
+        if base is None:
+            return None  # read from the database at the next load
+        if encoded:
+            # The cache holds what a load from the database would give: the stored bytes, validated.
+            try:
+                messages = codec.decode_messages([(row[0], row[3]) for row in encoded], where="(just saved)")
+            except CorruptData:
+                return None
+            base = base.extended(
+                tuple(
+                    ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
+                    for entry, message in zip(new_entries, messages, strict=True)
+                ),
+                tuple(len(row[3]) for row in encoded),
+            )
+        return base
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        shared = self.shared
+        with translate_errors(f"deleting conversation {conversation_id!r}"):
+            try:
+                async with shared.engine.begin() as connection:
+                    if not await erase_conversation(connection, conversation_id, revision=expected_revision):
+                        raise ConversationConflict(conversation_id)
+            except exc.IntegrityError as error:
+                # A fork committed since the family was read points into the entries being released.
+                raise ConversationConflict(conversation_id) from error
+        shared.histories.forget(conversation_id)
+        shared.records.pop(conversation_id, None)
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        if not _is_uuid(entry_id):
+            raise NotFound(f"no conversation entry {entry_id!r}")
+        with translate_errors(f"reading entry {entry_id!r}"):
+            async with self.shared.reader.connect() as connection:
+                row = (
+                    await connection.execute(
+                        sa.select(_entries.c.entry_id, _entries.c.parent_id, _entries.c.message).where(
+                            _entries.c.entry_id == entry_id
+                        )
+                    )
+                ).one_or_none()
+        if row is None:
+            raise NotFound(f"no conversation entry {entry_id!r}")
+        (message,) = codec.decode_messages([(row.entry_id, row.message)], where="(read alone)")
+        return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
+
+    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
+        """The entries up to `head_id`, oldest first, or only the last `limit`: cached, or one recursive query."""
+        prefetch = self.call.prefetch
+        if prefetch is not None and prefetch.history is not None and prefetch.head_id == head_id:
+            history, prefetch.history = prefetch.history, None
+            if prefetch.limit is None or (limit is not None and limit <= prefetch.limit):
+                return _handed_out(history, limit)
+        if head_id is None or limit == 0:
+            return []
+        if not _is_uuid(head_id):
+            raise NotFound(f"no conversation entry {head_id!r}")
+        cache = self.shared.histories
+        if (hit := cache.get(head_id)) is not None:
+            return _handed_out(hit, limit)
+        with translate_errors(f"reading the history ending at entry {head_id!r}"):
+            rows = await histories.read_chain(self.shared.reader, head_id, limit=limit)
+        read = histories.decode_chain(rows, head_id, limit=limit)
+        if limit is None:
+            cache.put(None, read)
+        return _handed_out(read, limit)
+
+
+async def _meanwhile(trip: Coroutine[Any, Any, None], work: Callable[[], T]) -> T:
+    """`work()`, done on the loop while `trip` waits for the database, once `trip` succeeded.
+
+    The trip runs as a task that sends its statement before `work` starts, and its outcome comes
+    first, as if it had been awaited directly: a caller cancelled meanwhile cancels it, and should
+    `work` fail, its error is raised once the trip ended well.
+    """
+    task = asyncio.ensure_future(trip)
+    try:
+        await asyncio.sleep(0)  # the task's first step: its statement goes out
+    except BaseException:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+    try:
+        done = work()
+    except Exception:
+        await task
+        raise
+    await task
+    return done
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    # A trip cancelled on the way out of `_meanwhile`: its own outcome is not reported twice.
+    if not task.cancelled():
+        task.exception()
+
+
+def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationEntry]:
+    """A new list of `history`'s last `limit` entries, the last one's message a copy.
+
+    Messages are treated as immutable, with one exception: pydantic-ai fills in the run's metadata
+    on the last message of a history it continues when that is a request (`fill_run_metadata`),
+    so that one must not be the object the cache holds. Copying it shallowly is enough: pydantic-ai
+    replaces a message's lists rather than changing them.
+    """
+    kept = history.entries
+    entries = list(kept if limit is None else kept[max(len(kept) - limit, 0) :])
+    if entries:
+        last = entries[-1]
+        entries[-1] = ConversationEntry(id=last.id, parent_id=last.parent_id, message=copy.copy(last.message))
+    return entries
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,31 @@
+"""`Run`: one agent run of a thread as stored, from queued to its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .schema import RunKind, RunStatus
+
+__all__ = ("Run",)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a thread, as its row stores it."""
+
+    run_id: str
+    thread_id: str
+    kind: RunKind
+    status: RunStatus
+    content: str | None
+    idempotency_key: str | None
+    error: str | None
+    attempt: int
+    checkpoints: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None = None
+    """The worker that holds (or last held) the run; see `store.leases`."""
+    lease_expires_at: datetime | None = None
