@@ -54,7 +54,6 @@ from .engine import (
 )
 from .erasure import erase_conversation
 from .errors import CorruptData, NotFound
-from .histories import HISTORY as _HISTORY  # noqa: F401  # pyright: ignore[reportUnusedImport] - for bench/query_plans.py
 from .histories import NO_STOP
 from .histories import RECORD_COLUMNS as _RECORD_COLUMNS
 from .history_cache import CachedHistory, HistoryCache, budget_from_env
