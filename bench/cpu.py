@@ -26,9 +26,9 @@ from pathlib import Path
 from bench.cpu_report import AI_SDK, BASELINE, NATIVE, SIDES, Report, Round, render_cpu, render_first_delta
 from bench.harness.clients import Load, Measured, Protocol, measure
 from bench.harness.databases import Dialect, available, prepare_shop, scratch_database
-from bench.harness.options import parser, writes
+from bench.harness.options import parser, publish
 from bench.harness.pinning import pin_this_process, pinned
-from bench.harness.reports import Clock, command_line, environment, write_section
+from bench.harness.reports import Clock, command_line, environment
 from bench.harness.servers import (
     UNLIMITED,
     ServerProcess,
@@ -177,12 +177,11 @@ def main() -> int:
     lines = environment(
         command_line("bench.cpu", sys.argv[1:]), postgres=version, notes=[*report.notes, clock.line()]
     )
-    cpu, first = "\n".join(render_cpu(report, lines)), "\n".join(render_first_delta(report))
-    print(f"\n{cpu}\n\n{first}\n", flush=True)
-    if writes(arguments, full=not (arguments.quick or arguments.rounds or arguments.users)):
-        write_section(arguments.output, "server-cpu", cpu)
-        write_section(arguments.output, "first-delta-baseline", first)
-        print(f"wrote the server-cpu and first-delta-baseline sections of {arguments.output}", flush=True)
+    texts = {
+        "server-cpu": "\n".join(render_cpu(report, lines)),
+        "first-delta-baseline": "\n".join(render_first_delta(report)),
+    }
+    publish(arguments, texts, full=not (arguments.quick or arguments.rounds or arguments.users))
     return 0
 
 

@@ -25,8 +25,8 @@ from sqlalchemy.engine import make_url
 
 from bench.harness.clients import Load, run_load
 from bench.harness.databases import connected, postgres_database, postgres_version, prepare_shop
-from bench.harness.options import parser, writes
-from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import UNLIMITED, folder, ours_argv, raise_open_files_limit, server_env, serving
 
 SECTION = "pool-sessions"
@@ -147,11 +147,7 @@ def main() -> int:
         )
     version = asyncio.run(postgres_version(arguments.postgres))
     lines = environment(command_line("bench.pool", sys.argv[1:]), postgres=version, notes=[clock.line()])
-    text = render(results, arguments.users, arguments.turns, lines)
-    print(text)
-    if writes(arguments, full=True):
-        write_section(arguments.output, SECTION, text)
-        print(f"wrote the {SECTION} section of {arguments.output}")
+    publish(arguments, {SECTION: render(results, arguments.users, arguments.turns, lines)}, full=True)
     return 1 if any(found.errors for found in results) else 0
 
 

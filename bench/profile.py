@@ -30,9 +30,9 @@ from pathlib import Path
 
 from bench.harness.clients import Load, Protocol, run_load
 from bench.harness.databases import Dialect, available, scratch_database
-from bench.harness.options import parser, writes
+from bench.harness.options import parser, publish
 from bench.harness.pinning import CLIENT_CORE, pin_this_process, pinned
-from bench.harness.reports import command_line, environment, table, write_section
+from bench.harness.reports import command_line, environment, table
 from bench.harness.servers import UNLIMITED, ServerProcess, folder, ours_argv, server_env, serving, snapshot
 from bench.profile_categories import (
     CATEGORIES,
@@ -216,13 +216,9 @@ def main() -> int:
     pin_this_process()
     with folder("profile", keep=arguments.keep_logs) as logs:
         sections = asyncio.run(run(arguments, logs))
-    write = writes(arguments, full=not (arguments.quick or arguments.turns))
     prefix = "profile" if arguments.protocol == "native" else "profile-ai-sdk"
-    for database, lines in sections:
-        print("\n" + "\n".join(lines), flush=True)
-        if write:
-            write_section(arguments.output, f"{prefix}-{database.lower()}", "\n".join(lines))
-            print(f"wrote the {prefix}-{database.lower()} section of {arguments.output}", flush=True)
+    texts = {f"{prefix}-{database.lower()}": "\n".join(lines) for database, lines in sections}
+    publish(arguments, texts, full=not (arguments.quick or arguments.turns))
     return 0
 
 

@@ -31,8 +31,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bench.harness.databases import connected, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import command_line, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import command_line
 from bench.harness.servers import (
     SECRET,
     ServerProcess,
@@ -210,11 +210,8 @@ def main() -> int:
         warm_up_minutes=arguments.warm_up,
         census=census,
     )
-    print(text)
     section = f"soak-{database.lower()}" + ("" if arguments.history_cache_mb is None else "-small-cache")
-    if writes(arguments, full=True):
-        write_section(arguments.output, section, text)
-        print(f"wrote the {section} section of {arguments.output}")
+    publish(arguments, {section: text}, full=True)
     return 0 if not tally.errors and not trouble else 1
 
 

@@ -41,8 +41,8 @@ from agent import (
 )
 from agent.demo import shop_app
 from bench.harness.databases import Dialect, available, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import PACKAGES, Clock, command_line, environment, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import PACKAGES, Clock, command_line, environment
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.step_bare import Harness, run_bare
@@ -251,8 +251,7 @@ def main() -> int:
         packages=(*PACKAGES, "pydantic-ai-harness"),
         notes=[rounds, *notes, clock.line()],
     )
-    section = render(report, lines)
-    print("\n" + "\n".join(section), flush=True)
+    publish(arguments, {"step": "\n".join(render(report, lines))}, full=not arguments.quick)
     if arguments.profile and report.breakdown is not None and "ours" in report.breakdown.profiles:
         print(
             "\nOurs on SQLite under cProfile (the loop thread's CPU; cumulative times are unreliable across greenlets):"
@@ -260,9 +259,6 @@ def main() -> int:
         pstats.Stats(report.breakdown.profiles["ours"], stream=sys.stdout).strip_dirs().sort_stats(
             "tottime"
         ).print_stats(30)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "step", "\n".join(section))
-        print(f"\nWrote the step section of {arguments.output}")
     return 1 if arguments.strict and not report.passed else 0
 
 

@@ -30,8 +30,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bench.harness.databases import Dialect, available
-from bench.harness.options import parser, writes
-from bench.harness.reports import PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import PACKAGES, Clock, command_line, environment, table
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.store_messages import history
@@ -268,10 +268,7 @@ def main() -> int:
         command, postgres=version, packages=(*PACKAGES, *RIVALS), notes=[rounds, *notes, clock.line()]
     )
     text = "\n".join(["## Conversation store", "", *render(sections, settings, lines), *extra])
-    print("\n" + text, flush=True)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "store", text)
-        print(f"\nWrote the store section of {arguments.output}")
+    publish(arguments, {"store": text}, full=not arguments.quick)
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0
 

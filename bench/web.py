@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
+from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
 from bench.harness.databases import available, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table
 from bench.harness.servers import (
     bare_sse_argv,
     folder,
@@ -49,10 +49,9 @@ LATENCY_MARGIN = 0.010
 
 @dataclass
 class Phase:
-    """One server, one level of concurrent users."""
+    """One server (`baseline`, `SQLite` or `PostgreSQL`), one level of concurrent users."""
 
     system: str
-    """`baseline`, `SQLite` or `PostgreSQL`."""
     measured: Measured
     idle_rss_kb: int
     peak_rss_kb: int
@@ -66,30 +65,10 @@ class Phase:
         return self.measured.result
 
     @property
-    def users(self) -> int:
-        return self.load.users
-
-    @property
-    def cpu_per_turn(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.completed_turns)
-
-    @property
-    def server_busy(self) -> float:
-        """The server's CPU over the turns' wall time: 1.0 is one core, all the time."""
-        return ratio(self.measured.server_cpu, self.load.elapsed)
-
-    @property
-    def client_busy(self) -> float:
-        return ratio(self.measured.client_cpu, self.load.elapsed)
-
-    @property
     def ok(self) -> bool:
         load = self.load
-        return (
-            not load.errors
-            and load.completed_turns
-            == load.users * load.turns_per_user
-            == load.streams_open * load.turns_per_user
+        return not load.errors and load.completed_turns == load.users * load.turns_per_user == (
+            load.streams_open * load.turns_per_user
         )
 
 
@@ -122,7 +101,8 @@ async def run_phase(
     print(
         f"  {system:<10} {users:>4} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
         f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} ms, {load.error_count} "
-        f"errors, streams {load.streams_open}, server CPU {phase.server_busy:.0%}, client CPU {phase.client_busy:.0%}",
+        f"errors, streams {load.streams_open}, server CPU {measured.server_cores:.0%}, client CPU "
+        f"{measured.client_cores:.0%}",
         flush=True,
     )
     for kind, count in load.errors.items():
@@ -137,7 +117,7 @@ class Report:
     """Phases that could not run (a server that did not start)."""
 
     def phase(self, system: str, users: int) -> Phase | None:
-        return next((p for p in self.phases if (p.system, p.users) == (system, users)), None)
+        return next((p for p in self.phases if (p.system, p.load.users) == (system, users)), None)
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(p.system for p in self.phases if p.system != BASELINE))
@@ -146,7 +126,7 @@ class Report:
         """(users, ours, the baseline) for every level both measured."""
         found = [
             (u, self.phase(system, u), self.phase(BASELINE, u))
-            for u in sorted({p.users for p in self.phases})
+            for u in sorted({p.load.users for p in self.phases})
         ]
         return [(u, o, b) for u, o, b in found if o is not None and b is not None]
 
@@ -156,7 +136,7 @@ class Report:
         for system in self.systems():
             if (held := self.phase(system, STREAMS_TARGET)) is not None:
                 load = held.load
-                measured = f"{load.streams_open}/{held.users} streams open, {load.completed_turns}/{held.users * load.turns_per_user} turns, {load.error_count} errors"
+                measured = f"{load.streams_open}/{load.users} streams open, {load.completed_turns}/{load.users * load.turns_per_user} turns, {load.error_count} errors"
                 rows.append(
                     (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, held.ok)
                 )
@@ -177,9 +157,9 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
     rows = [
         [
             p.system,
-            p.users,
-            f"{p.load.streams_open}/{p.users}",
-            f"{p.load.completed_turns}/{p.users * p.load.turns_per_user}",
+            p.load.users,
+            f"{p.load.streams_open}/{p.load.users}",
+            f"{p.load.completed_turns}/{p.load.users * p.load.turns_per_user}",
             p.load.error_count,
             f"{p.load.turns_per_second:.1f}",
             *(
@@ -188,11 +168,11 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
             ),
             *(ms_short(median(values)) for values in (p.load.post_latency, p.load.turn_latency, p.alone)),
             f"{p.idle_rss_kb / 1024:.0f} / {p.peak_rss_kb / 1024:.0f}",
-            f"{p.cpu_per_turn * 1000:.1f}",
-            f"{p.server_busy:.0%}",
-            f"{p.client_busy:.0%}",
+            f"{p.measured.cpu_per_turn * 1000:.1f}",
+            f"{p.measured.server_cores:.0%}",
+            f"{p.measured.client_cores:.0%}",
         ]
-        for p in sorted(report.phases, key=lambda p: (p.users, p.system != BASELINE, p.system))
+        for p in sorted(report.phases, key=lambda p: (p.load.users, p.system != BASELINE, p.system))
     ]
     ratios = [
         [
@@ -264,14 +244,14 @@ def _analysis(report: Report) -> list[str]:
     """What dominates where a target is missed: the server's CPU, and the queue a closed loop makes."""
     out: list[str] = []
     for system, users, ours, base in ((s, *pair) for s in report.systems() for pair in report.pairs(s)):
-        o, b = ours.load, base.load
+        o, b, om, bm = ours.load, base.load, ours.measured, base.measured
         if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and ours.ok:
             continue
         out.append(
-            f"- {system}, {users} users: the server used {ours.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
-            f"the baseline's {base.cpu_per_turn * 1000:.1f} ms ({ours.cpu_per_turn / base.cpu_per_turn:.1f}x) and was "
-            f"busy {ours.server_busy:.0%} of a core (the baseline {base.server_busy:.0%}, the client "
-            f"{ours.client_busy:.0%} and {base.client_busy:.0%}). In this closed loop a user waits for the turns "
+            f"- {system}, {users} users: the server used {om.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
+            f"the baseline's {bm.cpu_per_turn * 1000:.1f} ms ({om.cpu_per_turn / bm.cpu_per_turn:.1f}x) and was "
+            f"busy {om.server_cores:.0%} of a core (the baseline {bm.server_cores:.0%}, the client "
+            f"{om.client_cores:.0%} and {bm.client_cores:.0%}). In this closed loop a user waits for the turns "
             f"ahead of it: users / turns/s = {ratio(users, o.turns_per_second):.2f} s, against a measured turn p50 of "
             f"{ms_short(median(o.turn_latency))} ms and first-delta p50 of {ms_short(median(o.first_delta))} ms "
             f"(POST p50 {ms_short(median(o.post_latency))} ms, the baseline's {ms_short(median(b.post_latency))} ms)."
@@ -285,9 +265,11 @@ def _analysis(report: Report) -> list[str]:
                 f"baseline's {ms_short(median(base))} ms (+{ms_short(median(mine) - median(base))} ms): what a turn "
                 "costs before its first word, without waiting for other users' turns."
             )
-    if out and (bound := [p for p in report.phases if p.system == BASELINE and p.client_busy > 0.85]):
+    if out and (
+        bound := [p for p in report.phases if p.system == BASELINE and p.measured.client_cores > 0.85]
+    ):
         out.append(
-            f"- The baseline at {', '.join(f'{p.users} users' for p in bound)} kept the load generator busy (client "
+            f"- The baseline at {', '.join(f'{p.load.users} users' for p in bound)} kept the load generator busy (client "
             "CPU over 85% of a core): its real capacity is higher than measured, so those ratios flatter ours."
         )
     if not out:
@@ -300,16 +282,11 @@ def _analysis(report: Report) -> list[str]:
 
 
 def _errors(report: Report) -> list[str]:
-    out: list[str] = []
-    for p in report.phases:
-        kinds = [
-            f"{kind} x{count} (e.g. {p.load.error_samples[kind][:200]!r})"
-            for kind, count in p.load.errors.items()
-        ]
-        kinds += [f"{status} x{count}" for status, count in sorted(p.statuses.items())]
-        if kinds or p.trouble:
-            out.append(f"- {p.system}, {p.users} users: " + "; ".join(kinds))
-            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(p.trouble))[:8]]
+    out = [
+        line
+        for p in report.phases
+        for line in trouble_lines(f"{p.system}, {p.load.users} users", p.load, p.statuses, p.trouble)
+    ]
     out += [f"- could not run: `{failure}`" for failure in report.failures]
     return (
         ["", "Errors seen (client side, the server's access log, the server's log):", "", *out] if out else []
@@ -369,11 +346,11 @@ def main() -> int:
     lines = environment(
         command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, *notes, clock.line()]
     )
-    section = render(report, lines)
-    print(f"\n{section}")
-    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.turns)):
-        write_section(arguments.output, "web", section)
-        print(f"wrote the web section of {arguments.output}", flush=True)
+    publish(
+        arguments,
+        {"web": render(report, lines)},
+        full=not (arguments.quick or arguments.users or arguments.turns),
+    )
     return 1 if arguments.strict and not report.passed else 0
 
 

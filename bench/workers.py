@@ -26,10 +26,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
+from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
 from bench.harness.databases import connected, postgres_database, postgres_version
-from bench.harness.options import parser, writes
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table
 from bench.harness.servers import (
     bare_sse_argv,
     folder,
@@ -68,14 +68,6 @@ class Row:
     @property
     def load(self) -> LoadResult:
         return self.measured.result
-
-    @property
-    def cpu_per_turn(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.completed_turns)
-
-    @property
-    def server_cores(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.elapsed)
 
 
 async def _count_connections(server: str, database: str, peak: list[int]) -> None:
@@ -135,7 +127,7 @@ async def run_one(
         f"  {system} x{workers}, {users} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
         f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} p95 "
         f"{ms_short(percentile(load.first_delta, 0.95))} ms, {load.error_count} errors, server CPU "
-        f"{row.server_cores:.2f} cores, machine {measured.machine_busy:.0%}",
+        f"{measured.server_cores:.2f} cores, machine {measured.machine_busy:.0%}",
         flush=True,
     )
     return row
@@ -155,9 +147,9 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
             ms_short(median(r.load.first_delta)),
             ms_short(percentile(r.load.first_delta, 0.95)),
             ms_short(median(r.load.turn_latency)),
-            f"{r.cpu_per_turn * 1000:.1f}",
-            f"{r.server_cores:.2f}",
-            f"{ratio(r.measured.client_cpu, r.load.elapsed):.2f}",
+            f"{r.measured.cpu_per_turn * 1000:.1f}",
+            f"{r.measured.server_cores:.2f}",
+            f"{r.measured.client_cores:.2f}",
             f"{r.measured.machine_busy:.0%}",
             r.connections or "-",
         ]
@@ -242,7 +234,7 @@ def _reading(rows: Sequence[Row]) -> list[str]:
             continue
         best = max(level, key=lambda r: r.load.turns_per_second)
         alone = (
-            f"One worker kept {one.server_cores:.2f} cores busy ({one.cpu_per_turn * 1000:.0f} ms of server CPU per turn) "
+            f"One worker kept {one.measured.server_cores:.2f} cores busy ({one.measured.cpu_per_turn * 1000:.0f} ms of server CPU per turn) "
             f"with the machine {one.measured.machine_busy:.0%} busy"
         )
         if best is one:
@@ -253,8 +245,8 @@ def _reading(rows: Sequence[Row]) -> list[str]:
             out.append(
                 f"- {users} users: the most turns/s came with {best.workers} workers, "
                 f"{best.load.turns_per_second / one.load.turns_per_second:.2f}x the single worker's "
-                f"{one.load.turns_per_second:.1f}/s. {alone}; the {best.workers} workers used {best.server_cores:.2f} cores "
-                f"({best.cpu_per_turn * 1000:.0f} ms per turn) and the machine was {best.measured.machine_busy:.0%} busy."
+                f"{one.load.turns_per_second:.1f}/s. {alone}; the {best.workers} workers used {best.measured.server_cores:.2f} cores "
+                f"({best.measured.cpu_per_turn * 1000:.0f} ms per turn) and the machine was {best.measured.machine_busy:.0%} busy."
             )
     if any(r.workers > 1 and r.measured.machine_busy >= 0.85 for r in ours):
         out.append(
@@ -264,24 +256,21 @@ def _reading(rows: Sequence[Row]) -> list[str]:
     one, more = [r for r in ours if r.workers == 1], [r for r in ours if r.workers > 1]
     if one and more:
         out.append(
-            f"- Server CPU per turn: {_span((r.cpu_per_turn * 1000 for r in one), '.0f')} ms with one worker, "
-            f"{_span((r.cpu_per_turn * 1000 for r in more), '.0f')} ms with more: each worker has its own pools, caches "
+            f"- Server CPU per turn: {_span((r.measured.cpu_per_turn * 1000 for r in one), '.0f')} ms with one worker, "
+            f"{_span((r.measured.cpu_per_turn * 1000 for r in more), '.0f')} ms with more: each worker has its own pools, caches "
             "and event loop, and more processes on the same cores mean more switching between them."
         )
     return ["", "### Reading", "", *out] if out else []
 
 
 def _errors(rows: Sequence[Row], failures: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for r in rows:
-        kinds = [
-            f"{kind} x{count} (e.g. {r.load.error_samples[kind][:200]!r})"
-            for kind, count in r.load.errors.items()
-        ]
-        kinds += [f"{status} x{count}" for status, count in sorted(r.statuses.items())]
-        if kinds or r.trouble:
-            out.append(f"- {r.system} x{r.workers}, {r.load.users} users: " + "; ".join(kinds))
-            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(r.trouble))[:6]]
+    out = [
+        line
+        for r in rows
+        for line in trouble_lines(
+            f"{r.system} x{r.workers}, {r.load.users} users", r.load, r.statuses, r.trouble
+        )
+    ]
     out += [f"- could not run: `{failure}`" for failure in failures]
     return ["", "Errors seen (client side, the access logs, the servers' logs):", "", *out] if out else []
 
@@ -343,15 +332,9 @@ def main() -> int:
         "(`DURABLE_CHAT_POOL_SIZE`, no overflow)"
     )
     command = command_line("bench.workers", sys.argv[1:])
-    section = render(
-        rows,
-        failures,
-        environment(command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, clock.line()]),
-    )
-    print(f"\n{section}")
-    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.workers)):
-        write_section(arguments.output, "workers", section)
-        print(f"wrote the workers section of {arguments.output}", flush=True)
+    lines = environment(command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, clock.line()])
+    full = not (arguments.quick or arguments.users or arguments.workers)
+    publish(arguments, {"workers": render(rows, failures, lines)}, full=full)
     return 0
 
 
