@@ -1,16 +1,6 @@
 """Server CPU per turn, and the first delta, of ours against pydantic-ai's own adapter on the same agent.
 
-    python -m bench.cpu [--quick] [--postgres URL | --no-postgres] [--users N…] [--rounds N] [--seconds S]
-                        [--budget S] [--no-write]
-
-Two server processes per database, both pinned to core 1, the clients in this process on core 0:
-the baseline (`bench.harness.adapter`: `VercelAIAdapter` serving the demo shop's agent, nothing
-stored) and ours (`durable-chat serve`), each on a database of its own with the shop's data (SQLite,
-and PostgreSQL in scratch databases). First one user alone takes turns on each side in turn (the
-first delta); then, at 20 and 200 concurrent users, the three sides (the baseline, ours over the
-native API, ours over the AI SDK endpoint) take rounds in a rotating order, each round's server CPU
-read from /proc. Writes the `server-cpu` and `first-delta-baseline` sections of `docs/benchmarks.md`.
-~7 minutes; `--quick` (SQLite, 20 users, 2 short rounds) under a minute.
+Both pinned to core 1, the clients on core 0, the sides rotating round by round (`bench/README.md`).
 """
 
 from __future__ import annotations

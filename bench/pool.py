@@ -1,14 +1,7 @@
 """PostgreSQL sessions a server opens under load, by pool size: what `DURABLE_CHAT_POOL_SIZE` is for.
 
-    python -m bench.pool [--postgres URL] [--users 200] [--turns 5] [--pools 10+20 20+10 30+0] [--no-write]
-
-A pool keeps `size` connections and opens up to `overflow` more under load, closing each of those
-when it is returned: a pool smaller than what the load uses at once keeps opening connections,
-each a new PostgreSQL session (a server process forked, authenticated, its caches cold). For each
-setting, a real `durable-chat serve` on a scratch database of its own, and `--users` users taking
-`--turns` demo turns each over the native API; the database's `sessions` counter
-(`pg_stat_database`, PostgreSQL 14 and later) is read before and after the turns, after a warm-up
-that opened what the pools keep. Writes the `pool-sessions` section of `docs/benchmarks.md`.
+The database's `sessions` counter (`pg_stat_database`, PostgreSQL 14 and later) before and after the
+turns, after a warm-up that opened what the pools keep.
 """
 
 from __future__ import annotations

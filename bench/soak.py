@@ -1,17 +1,7 @@
 """A soak: one real server under steady chat with approvals and reconnects, watched for leaks.
 
-    python -m bench.soak [--minutes 10] [--postgres URL] [--users 16] [--think 3] [--sample 10]
-                         [--history-cache-mb N] [--warm-up MINUTES] [--no-census] [--no-write]
-
-Starts `durable-chat serve` (demo model) on a fresh SQLite file, or with `--postgres` a scratch
-PostgreSQL database, and runs `bench.soak_users`' users against it for the given minutes. Every
-`--sample` seconds it records the server's resident memory, open file descriptors and database
-connections (SQLite: the descriptors on the database's files; PostgreSQL: the sessions
-`pg_stat_activity` lists for the scratch database). The server runs under `bench.soak_serve`,
-asked for a census (allocators, objects by type, the store's bounded caches) at the start, after
-the warm-up (the first fifth unless `--warm-up`), every minute after and at the end. Writes the
-`soak-sqlite` or `soak-postgresql` section (`…-small-cache` with `--history-cache-mb`): the samples
-a minute apart, the censuses, and a verdict on whether memory, files and connections stay flat.
+RSS, open files and database connections every `--sample` seconds, a census of the server's memory
+(`bench.soak_serve`) at the start, after the warm-up and every minute, and a verdict.
 """
 
 from __future__ import annotations

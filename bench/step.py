@@ -1,13 +1,7 @@
 """What durability costs a step: `run_step` against the same agent run with no persistence.
 
-    python -m bench.step [--quick] [--postgres URL | --no-postgres] [--no-write] [--profile] [--strict]
-
-Both sides run the demo model's 3-node turn ("Where is ORD-5678?": model, `lookup_order`, model),
-streamed and turned into the same stream events; only ours loads and checkpoints the conversation,
-keeps the run's row and appends its events to the log. They alternate turn by turn in one process
-on one database (SQLite, and PostgreSQL in a scratch database; the tool's order lookup reads it on
-both sides), with pydantic-ai-harness's `StepPersistence` as a third side on SQLite when installed
-(`bench.step_bare`). Writes the `step` section of `docs/benchmarks.md`.
+The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
+`StepPersistence` as a third side on SQLite when installed (`bench.step_bare`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The server under concurrent users over HTTP and SSE, against a bare Starlette SSE app.
 
-    python -m bench.web [--quick] [--postgres URL | --no-postgres] [--users N…] [--turns N] [--no-write] [--strict]
-
-50, 200 and 500 simulated users (50 with `--quick`), each with its own thread and open event
-stream, send the demo's 3-node turn "Where is ORD-5678?" turn after turn to a real server process
-(SQLite, and PostgreSQL in a scratch database), and the same load goes to the store-nothing SSE app
-(`bench.harness.bare_sse`). Each phase runs on a fresh server (and database), from a copy of the
-source tree taken at the start. Writes the `web` section of `docs/benchmarks.md`.
+Each phase on a fresh server and database, from a copy of the source tree taken at the start.
 """
 
 from __future__ import annotations

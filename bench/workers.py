@@ -1,14 +1,7 @@
-"""Several server processes on one PostgreSQL database: turns/s and first-delta latency with 1, 2 and 4 workers.
+"""Several server processes on one PostgreSQL database: turns/s and first delta with 1, 2 and 4 workers.
 
-    python -m bench.workers [--quick] [--postgres URL] [--workers 1 2 4] [--users 50 200] [--turns N]
-                            [--no-baseline] [--no-write]
-
-For each number of workers and each level of concurrent users (50 and 200; 20 with `--quick`), a
-fresh PostgreSQL database, that many real servers on it (their pools capped so that together they
-keep `CONNECTIONS`), and the harness's users spread over them round robin: each user creates its
-thread, follows its stream and posts its turns on one worker, which drives the runs posted to it.
-The store-nothing SSE app (`bench.harness.bare_sse`, one process) gets the same load at each level,
-as the floor. Writes the `workers` section of `docs/benchmarks.md`.
+Users spread over the workers round robin; their pools capped to keep `CONNECTIONS` in all; the bare
+SSE app as the floor.
 """
 
 from __future__ import annotations

@@ -2,12 +2,8 @@
 
     python -m bench.harness.adapter --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
 
-The same agent (the demo shop's, on its demo model, no delay) with the same deps (the shop's
-business data on the database at `--db`, already migrated and seeded, which `lookup_order` reads),
-served on `POST /api/ai-sdk/chat` by `VercelAIAdapter.dispatch_request` as pydantic-ai documents
-it, on uvicorn and Starlette with uvicorn's defaults (its access log included, as ours). Nothing
-stored: the client sends the whole conversation each turn, as the AI SDK's `useChat` does. The
-bearer token is checked as our server checks it, so both sides pay for authentication.
+The same agent and deps, stored nothing: the client resends the conversation each turn, as `useChat`
+does. The bearer token is checked as ours checks it.
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 
     python -m bench.harness.bare_sse --port N      (the secret from $DURABLE_CHAT_SECRET)
 
-The same routes, bearer tokens and stream events as the server's demo turn "Where is ORD-5678?"
-(`run_started`, `user_message`, `tool_call`, `tool_result`, a `text_delta` per word, `text_done`,
-`run_finished`), the event loop yielded between events, served by uvicorn and sse-starlette as
-the server is. Nothing else: threads live in a dict, a run is a task publishing its events straight
-to the thread's followers; no database, agent, event log or replay.
+The demo turn's events from memory, the event loop yielded between them; no database, agent or log.
 """
 
 from __future__ import annotations

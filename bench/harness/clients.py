@@ -1,14 +1,8 @@
 """Simulated users over HTTP and SSE, in this process, and what they saw; a round's CPU.
 
-Each user has its own `httpx.AsyncClient` (httpcore's pool scans every connection it holds on
-each request, which at hundreds of connections made one shared pool the clients' main cost).
-`native`: the user creates a thread and opens its event stream before the start (not counted),
-then posts "Where is ORD-5678?" and reads the stream to `run_finished`, turn after turn; a turn
-counts when its events are all there (increasing ids, the demo turn's shape, its `run_id`,
-`text_done` equal to its deltas, status `completed`). `ai-sdk`: a `useChat` client, one `POST
-/api/ai-sdk/chat` a turn resending the whole conversation (assistant messages rebuilt from the
-chunks), read to `finish`; a turn counts when its text names the order. Anything else is an
-error, by kind, with a sample.
+Each user has its own `httpx.AsyncClient` (one shared pool scans every connection on each request).
+`native`: a thread, its stream open before the start, every turn's events checked (`check_turn`);
+`ai-sdk`: a `useChat` client resending the conversation, a turn counting when its text names the order.
 """
 
 from __future__ import annotations
