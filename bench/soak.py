@@ -43,7 +43,7 @@ class Watch:
     """Samples a server: its memory and files from /proc, its database connections, and censuses when due."""
 
     def __init__(
-        self, server: ServerProcess, database_file: Path | None, census: Path | None, times: list[float]
+        self, server: ServerProcess, database_file: Path | None, census: Path, times: list[float]
     ) -> None:
         self.server, self.database_file, self.census, self.times = server, database_file, census, times
         self.started = time.monotonic()
@@ -85,7 +85,7 @@ class Watch:
             len(self.asked) < len(self.times)
             and time.monotonic() - self.started >= self.times[len(self.asked)]
         )
-        if self.census is None or not (last or due):
+        if not (last or due):
             return
         self.asked.append(time.monotonic() - self.started)
         self.server.process.send_signal(signal.SIGUSR1)
@@ -110,17 +110,15 @@ async def soak(
     arguments: argparse.Namespace, logs: Path
 ) -> tuple[list[Sample], Tally, ServerProcess, list[float]]:
     database = "PostgreSQL" if arguments.postgres else "SQLite"
-    census = None if arguments.no_census else logs / "census"
-    env = server_env({"DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl")})
+    census = logs / "census"
+    census.mkdir()
+    env = server_env({"DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl"), CENSUS_DIR_ENV: str(census)})
     if arguments.history_cache_mb is not None:
         env["DURABLE_CHAT_HISTORY_CACHE_MB"] = str(arguments.history_cache_mb)
-    if census is not None:
-        census.mkdir()
-        env[CENSUS_DIR_ENV] = str(census)
     tally, samples = Tally(), list[Sample]()
     async with AsyncExitStack() as stack:
         url = await stack.enter_async_context(scratch_database(database, logs, "soak", arguments.postgres))
-        argv = ours_argv(url, "cli" if census is None else "bench.soak_serve")
+        argv = ours_argv(url, "bench.soak_serve")
         server = await stack.enter_async_context(
             serving("soak", argv, env, logs, cwd=snapshot(logs / "source"))
         )
@@ -168,9 +166,6 @@ def main() -> int:
         metavar="MINUTES",
         help="how long the warm-up judged apart lasts (default: the first fifth)",
     )
-    options.add_argument(
-        "--no-census", action="store_true", help="run the bare CLI, without bench.soak_serve's censuses"
-    )
     arguments = options.parse_args()
     raise_open_files_limit()
     database = "PostgreSQL" if arguments.postgres else "SQLite"
@@ -181,9 +176,7 @@ def main() -> int:
     with folder("soak", keep=arguments.keep_logs) as logs:
         samples, tally, server, asked = asyncio.run(soak(arguments, logs))
         trouble, statuses = server.trouble()
-        census = (
-            [] if arguments.no_census else census_lines(logs / "census", [f"{at / 60:.1f}" for at in asked])
-        )
+        census = census_lines(logs / "census", [f"{at / 60:.1f}" for at in asked])
     text = render(
         database=database,
         minutes=arguments.minutes,

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import copy
 import gc
-import pstats
 import sys
 import time
 import uuid
@@ -228,9 +227,7 @@ async def run(arguments: argparse.Namespace, report: Report, notes: list[str], l
 
 
 def main() -> int:
-    options = parser("bench.step", __doc__, strict=True)
-    options.add_argument("--profile", action="store_true", help="also print the cProfile of ours' turns")
-    arguments = options.parse_args()
+    arguments = parser("bench.step", __doc__, strict=True).parse_args()
     settings = QUICK if arguments.quick else FULL
     clock, report, notes = Clock(), Report(settings.warmup, settings.repeats), list[str]()
     with folder("step", keep=arguments.keep_logs) as logs:
@@ -246,13 +243,6 @@ def main() -> int:
         notes=[rounds, *notes, clock.line()],
     )
     publish(arguments, {"step": "\n".join(render(report, lines))}, full=not arguments.quick)
-    if arguments.profile and report.breakdown is not None and "ours" in report.breakdown.profiles:
-        print(
-            "\nOurs on SQLite under cProfile (the loop thread's CPU; cumulative times are unreliable across greenlets):"
-        )
-        pstats.Stats(report.breakdown.profiles["ours"], stream=sys.stdout).strip_dirs().sort_stats(
-            "tottime"
-        ).print_stats(30)
     return 1 if arguments.strict and not report.passed else 0
 
 

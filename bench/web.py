@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
 from bench.harness.databases import available, scratch_database
 from bench.harness.options import parser, publish
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import (
     bare_sse_argv,
     folder,
@@ -183,25 +183,20 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         for users, ours, base in report.pairs(system)
     ]
     lines = [
-        "## Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
-        "",
-        "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
-        "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
-        "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
-        '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
-        "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
-        "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
-        "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
-        "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
-        "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
-        "the run.",
-        "",
-        "### Environment",
-        "",
-        *environment_lines,
-        "",
-        "### Results",
-        "",
+        *section(
+            "Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
+            "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
+            "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
+            "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
+            '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
+            "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
+            "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
+            "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
+            "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
+            "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
+            "the run.",
+            environment_lines,
+        ),
         "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
         "sending the POST to receiving the turn's first `text_delta`. CPU: the server process's, per completed "
         "turn, and its share of one core while the turns ran; the client's share is the load generator's. Alone: "

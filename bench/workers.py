@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
 from bench.harness.databases import connected, postgres_database, postgres_version
 from bench.harness.options import parser, publish
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import (
     bare_sse_argv,
     folder,
@@ -167,24 +167,19 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
                 ]
             )
     lines = [
-        "## Workers (PostgreSQL): 1, 2 and 4 server processes on one database",
-        "",
-        "Real server processes (`python -m cli serve --model demo`) on one fresh PostgreSQL database per measurement "
-        "(created and dropped by the benchmark), and the simulated users of the web benchmark (`bench/harness/clients.py`) "
-        "spread over them round robin: each user creates its thread, opens its event stream and posts its turns "
-        '("Where is ORD-5678?", the demo\'s 3-node turn) on one worker, so each worker drives the runs posted to it. '
-        "Every turn's events are checked as in the web benchmark. The baseline is the bare Starlette SSE app "
-        "(`bench/harness/bare_sse.py`, one process, no database) under the same load. The workers' connection pools "
-        "are capped so that together they stay within a share of the server's connections (see Settings): uncapped, "
-        "a worker opens up to 60, and two workers under 200 users exhausted a default PostgreSQL's 100 (`too many "
-        "clients already`).",
-        "",
-        "### Environment",
-        "",
-        *environment_lines,
-        "",
-        "### Results",
-        "",
+        *section(
+            "Workers (PostgreSQL): 1, 2 and 4 server processes on one database",
+            "Real server processes (`python -m cli serve --model demo`) on one fresh PostgreSQL database per measurement "
+            "(created and dropped by the benchmark), and the simulated users of the web benchmark (`bench/harness/clients.py`) "
+            "spread over them round robin: each user creates its thread, opens its event stream and posts its turns "
+            '("Where is ORD-5678?", the demo\'s 3-node turn) on one worker, so each worker drives the runs posted to it. '
+            "Every turn's events are checked as in the web benchmark. The baseline is the bare Starlette SSE app "
+            "(`bench/harness/bare_sse.py`, one process, no database) under the same load. The workers' connection pools "
+            "are capped so that together they stay within a share of the server's connections (see Settings): uncapped, "
+            "a worker opens up to 60, and two workers under 200 users exhausted a default PostgreSQL's 100 (`too many "
+            "clients already`).",
+            environment_lines,
+        ),
         "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
         "sending the POST to the turn's first `text_delta`. Server CPU: all the workers' processes together, per "
         "turn and in cores while the turns ran; machine: the share of all cores busy meanwhile, whoever used them "
