@@ -8,24 +8,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
-from bench.harness.databases import available, scratch_database
+from bench.harness.databases import available
 from bench.harness.options import parser, publish
+from bench.harness.phases import BASELINE, Phase, Plan, errors, find, run_plan
 from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
-from bench.harness.servers import (
-    bare_sse_argv,
-    folder,
-    ours_argv,
-    raise_open_files_limit,
-    server_env,
-    serving,
-    snapshot,
-)
+from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile, ratio, times
 
 LEVELS, QUICK_LEVELS = (50, 200, 500), (50,)
@@ -35,73 +26,9 @@ BUDGET_SECONDS = 450.0
 """The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
 ALONE_TURNS = 5
 """Turns of a single user before the load: the first-delta latency of an unloaded server."""
-BASELINE = "baseline"
 STREAMS_TARGET = 500
 LATENCY_MARGIN = 0.010
 """Ours' first-delta p50 may exceed the baseline's by this many seconds."""
-
-
-@dataclass
-class Phase:
-    """One server (`baseline`, `SQLite` or `PostgreSQL`), one level of concurrent users."""
-
-    system: str
-    measured: Measured
-    idle_rss_kb: int
-    peak_rss_kb: int
-    alone: list[float]
-    """First-delta latencies of one user alone on the server, before the load."""
-    trouble: list[str] = field(default_factory=list[str])
-    statuses: dict[str, int] = field(default_factory=dict[str, int])
-
-    @property
-    def load(self) -> LoadResult:
-        return self.measured.result
-
-    @property
-    def ok(self) -> bool:
-        load = self.load
-        return not load.errors and load.completed_turns == load.users * load.turns_per_user == (
-            load.streams_open * load.turns_per_user
-        )
-
-
-async def run_phase(
-    system: str, users: int, turns: int, deadline: float, postgres: str | None, logs: Path, source: Path
-) -> Phase:
-    """A fresh server warmed up by one turn, one user's turns alone, then `users` users' `turns` each."""
-    async with (
-        scratch_database(
-            "PostgreSQL" if system == "PostgreSQL" else "SQLite", logs, f"{system}-{users}", postgres
-        ) as url,
-        serving(
-            f"{system}-{users}",
-            bare_sse_argv() if system == BASELINE else ours_argv(url),
-            server_env(),
-            logs,
-            cwd=source,
-        ) as server,
-    ):
-        warm = await run_load(server.base_url, Load(users=1, turns=1, deadline=60))
-        alone = await run_load(server.base_url, Load(users=1, turns=ALONE_TURNS, deadline=60))
-        await asyncio.sleep(0.5)
-        idle = server.status("VmRSS") or 0
-        measured = await measure([server], Load(users=users, turns=turns, deadline=deadline))
-        peak = server.status("VmHWM") or 0
-    measured.result.add_errors(warm, "warm-up: ")
-    measured.result.add_errors(alone, "alone: ")
-    phase = Phase(system, measured, idle, peak, alone.first_delta, *server.trouble())
-    load = phase.load
-    print(
-        f"  {system:<10} {users:>4} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
-        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} ms, {load.error_count} "
-        f"errors, streams {load.streams_open}, server CPU {measured.server_cores:.0%}, client CPU "
-        f"{measured.client_cores:.0%}",
-        flush=True,
-    )
-    for kind, count in load.errors.items():
-        print(f"    error {kind} x{count}: {load.error_samples[kind]}", flush=True)
-    return phase
 
 
 @dataclass
@@ -111,7 +38,14 @@ class Report:
     """Phases that could not run (a server that did not start)."""
 
     def phase(self, system: str, users: int) -> Phase | None:
-        return next((p for p in self.phases if (p.system, p.load.users) == (system, users)), None)
+        return find(self.phases, system, users)
+
+    @staticmethod
+    def ok(phase: Phase) -> bool:
+        load = phase.load
+        return not load.errors and load.completed_turns == load.users * load.turns_per_user == (
+            load.streams_open * load.turns_per_user
+        )
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(p.system for p in self.phases if p.system != BASELINE))
@@ -132,7 +66,7 @@ class Report:
                 load = held.load
                 measured = f"{load.streams_open}/{load.users} streams open, {load.completed_turns}/{load.users * load.turns_per_user} turns, {load.error_count} errors"
                 rows.append(
-                    (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, held.ok)
+                    (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, self.ok(held))
                 )
             for users, ours, base in self.pairs(system):
                 mine, theirs = median(ours.load.first_delta), median(base.load.first_delta)
@@ -210,10 +144,7 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         "",
         "Ours / baseline:",
         "",
-        *table(
-            "database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms",
-            ratios,
-        ),
+        *table("database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms", ratios),
         "",
         "### Targets",
         "",
@@ -224,7 +155,11 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         "",
         f"**Verdict: {'PASS' if report.passed else 'FAIL'}**",
         *_analysis(report),
-        *_errors(report),
+        *errors(
+            report.phases,
+            report.failures,
+            "Errors seen (client side, the server's access log, the server's log):",
+        ),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -234,7 +169,7 @@ def _analysis(report: Report) -> list[str]:
     out: list[str] = []
     for system, users, ours, base in ((s, *pair) for s in report.systems() for pair in report.pairs(s)):
         o, b, om, bm = ours.load, base.load, ours.measured, base.measured
-        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and ours.ok:
+        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and report.ok(ours):
             continue
         out.append(
             f"- {system}, {users} users: the server used {om.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
@@ -270,43 +205,20 @@ def _analysis(report: Report) -> list[str]:
     return ["", intro, "", *out]
 
 
-def _errors(report: Report) -> list[str]:
-    out = [
-        line
-        for p in report.phases
-        for line in trouble_lines(f"{p.system}, {p.load.users} users", p.load, p.statuses, p.trouble)
-    ]
-    out += [f"- could not run: `{failure}`" for failure in report.failures]
-    return (
-        ["", "Errors seen (client side, the server's access log, the server's log):", "", *out] if out else []
-    )
-
-
 async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
-    source = snapshot(logs / "src")
     databases, version = await available(arguments.postgres, notes)
     systems = [BASELINE, *databases]
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     # Alternate which side goes first, so a drift in the machine's load spreads over both.
-    plan = [
-        (users, system)
-        for n, users in enumerate(levels)
-        for system in (systems if n % 2 == 0 else systems[::-1])
+    order = [
+        (users, system, 1) for n, users in enumerate(levels) for system in systems[:: 1 if n % 2 == 0 else -1]
     ]
-    budget_end = time.monotonic() + BUDGET_SECONDS
-    for number, (users, system) in enumerate(plan):
-        turns = arguments.turns or LEVEL_TURNS.get(users, 3)
-        if number == 0 or plan[number - 1][0] != users:
-            print(f"{users} concurrent users, {turns} turns each:", flush=True)
-        left = budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
-        deadline = max(20.0, min(users * turns * 0.3, left))
-        try:
-            report.phases.append(
-                await run_phase(system, users, turns, deadline, arguments.postgres, logs, source)
-            )
-        except (RuntimeError, OSError) as error:
-            print(f"  {system:<10} {users:>4} users: FAILED: {error}", flush=True)
-            report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
+    plan = Plan(order, BUDGET_SECONDS, LEVEL_TURNS, 3, 0.3, alone_turns=ALONE_TURNS)
+    source = snapshot(logs / "src")
+    found = await run_plan(
+        plan, arguments.turns, report.failures, postgres=arguments.postgres, logs=logs, source=source
+    )
+    report.phases += found
     return version
 
 

@@ -9,29 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Iterable, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
-from bench.harness.databases import connected, postgres_database, postgres_version
+from bench.harness.clients import LoadResult
+from bench.harness.databases import postgres_version
 from bench.harness.options import parser, publish
+from bench.harness.phases import BASELINE, Phase, Plan, errors, find, run_plan
 from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
-from bench.harness.servers import (
-    bare_sse_argv,
-    folder,
-    ours_argv,
-    raise_open_files_limit,
-    server_env,
-    serving,
-    snapshot,
-)
+from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile, ratio, times
 
 WORKERS, QUICK_WORKERS = (1, 2, 4), (1, 2)
@@ -43,90 +29,9 @@ CONNECTIONS = 60
 """PostgreSQL connections all the workers of one measurement keep together, split evenly between their
 two pools each (`DURABLE_CHAT_POOL_SIZE`): one worker's default, and 60% of a default server's 100.
 Uncapped, two workers under 200 users exhausted them (`too many clients already`)."""
-BASELINE = "baseline"
 
 
-@dataclass
-class Row:
-    """One system (the baseline, or ours on PostgreSQL) with some workers, at one level of users."""
-
-    system: str
-    workers: int
-    measured: Measured
-    connections: int
-    """The most connections the database had at once (0 for the baseline, which has none)."""
-    trouble: list[str] = field(default_factory=list[str])
-    statuses: dict[str, int] = field(default_factory=dict[str, int])
-
-    @property
-    def load(self) -> LoadResult:
-        return self.measured.result
-
-
-async def _count_connections(server: str, database: str, peak: list[int]) -> None:
-    """Sample how many connections the database has (every worker's pools), keeping the peak."""
-    async with connected(server) as admin:
-        while True:
-            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name")
-            peak[0] = max(peak[0], int(await admin.scalar(query, {"name": database}) or 0))
-            await asyncio.sleep(0.25)
-
-
-async def run_one(
-    system: str,
-    workers: int,
-    users: int,
-    turns: int,
-    postgres: str,
-    logs: Path,
-    source: Path,
-    deadline: float,
-) -> Row:
-    tag = f"{system}-{workers}w-{users}u"
-    peak = [0]
-    async with AsyncExitStack() as stack:
-        url = "" if system == BASELINE else await stack.enter_async_context(postgres_database(postgres))
-        argv = bare_sse_argv() if system == BASELINE else ours_argv(url)
-        env = server_env({"DURABLE_CHAT_POOL_SIZE": str(max(2, CONNECTIONS // workers // 2))})
-        # The first alone, so that only one process creates the schema.
-        servers = [await stack.enter_async_context(serving(f"{tag}-0", argv, env, logs, cwd=source))]
-        servers += await asyncio.gather(
-            *(
-                stack.enter_async_context(serving(f"{tag}-{n}", argv, env, logs, cwd=source))
-                for n in range(1, workers)
-            )
-        )
-        warm = [await run_load(server.base_url, Load(users=1, turns=1, deadline=60)) for server in servers]
-        sampler = (
-            asyncio.create_task(_count_connections(postgres, str(make_url(url).database), peak))
-            if url
-            else None
-        )
-        try:
-            measured = await measure(servers, Load(users=users, turns=turns, deadline=deadline))
-        finally:
-            if sampler is not None:
-                sampler.cancel()
-                await asyncio.gather(sampler, return_exceptions=True)
-    row = Row(system, workers, measured, peak[0])
-    for server, one in zip(servers, warm, strict=True):
-        measured.result.add_errors(one, "warm-up: ")
-        trouble, statuses = server.trouble()
-        row.trouble += trouble
-        for status, count in statuses.items():
-            row.statuses[status] = row.statuses.get(status, 0) + count
-    load = row.load
-    print(
-        f"  {system} x{workers}, {users} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
-        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} p95 "
-        f"{ms_short(percentile(load.first_delta, 0.95))} ms, {load.error_count} errors, server CPU "
-        f"{measured.server_cores:.2f} cores, machine {measured.machine_busy:.0%}",
-        flush=True,
-    )
-    return row
-
-
-def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequence[str]) -> str:
+def render(rows: Sequence[Phase], failures: Sequence[str], environment_lines: Sequence[str]) -> str:
     ordered = sorted(rows, key=lambda r: (r.load.users, r.system != BASELINE, r.workers))
     results = [
         [
@@ -150,8 +55,8 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
     ]
     against: list[Sequence[object]] = []
     for users in sorted({r.load.users for r in rows}):
-        base = _find(rows, BASELINE, 1, users)
-        one = _find(rows, "PostgreSQL", 1, users)
+        base = find(rows, BASELINE, users)
+        one = find(rows, "PostgreSQL", users)
         for r in (r for r in ordered if r.system != BASELINE and r.load.users == users):
             mine, single = r.load, one.load if one else LoadResult(0, 0)
             against.append(
@@ -196,13 +101,9 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
         "",
         *table("users | workers | turns/s | first delta p50 | first delta p95 | turns/s / baseline", against),
         *_reading(rows),
-        *_errors(rows, failures),
+        *errors(rows, failures, "Errors seen (client side, the access logs, the servers' logs):"),
     ]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _find(rows: Iterable[Row], system: str, workers: int, users: int) -> Row | None:
-    return next((r for r in rows if (r.system, r.workers, r.load.users) == (system, workers, users)), None)
 
 
 def _span(values: Iterable[float], spec: str) -> str:
@@ -211,13 +112,13 @@ def _span(values: Iterable[float], spec: str) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def _reading(rows: Sequence[Row]) -> list[str]:
+def _reading(rows: Sequence[Phase]) -> list[str]:
     """What the numbers say: how far more workers went, and what held them back."""
     out: list[str] = []
     ours = [r for r in rows if r.system != BASELINE]
     for users in sorted({r.load.users for r in ours}):
         level = [r for r in ours if r.load.users == users]
-        one = _find(rows, "PostgreSQL", 1, users)
+        one = find(rows, "PostgreSQL", users)
         if one is None or len(level) < 2 or not one.load.turns_per_second:
             continue
         best = max(level, key=lambda r: r.load.turns_per_second)
@@ -251,43 +152,20 @@ def _reading(rows: Sequence[Row]) -> list[str]:
     return ["", "### Reading", "", *out] if out else []
 
 
-def _errors(rows: Sequence[Row], failures: Sequence[str]) -> list[str]:
-    out = [
-        line
-        for r in rows
-        for line in trouble_lines(
-            f"{r.system} x{r.workers}, {r.load.users} users", r.load, r.statuses, r.trouble
-        )
-    ]
-    out += [f"- could not run: `{failure}`" for failure in failures]
-    return ["", "Errors seen (client side, the access logs, the servers' logs):", "", *out] if out else []
-
-
-async def run(arguments: argparse.Namespace, rows: list[Row], failures: list[str], logs: Path) -> None:
-    source = snapshot(logs / "src")
+async def run(arguments: argparse.Namespace, failures: list[str], logs: Path) -> list[Phase]:
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     counts = arguments.workers or (QUICK_WORKERS if arguments.quick else WORKERS)
     systems = [(BASELINE, 1)] if arguments.baseline else []
-    plan = [
-        (users, system, workers)
+    order = [
+        (users, system, n)
         for users in levels
-        for system, workers in [*systems, *(("PostgreSQL", w) for w in counts)]
+        for system, n in [*systems, *(("PostgreSQL", w) for w in counts)]
     ]
-    budget_end = time.monotonic() + BUDGET_SECONDS
-    for number, (users, system, workers) in enumerate(plan):
-        turns = arguments.turns or LEVEL_TURNS.get(users, 2)
-        if number == 0 or plan[number - 1][0] != users:
-            print(f"{users} concurrent users, {turns} turns each:", flush=True)
-        deadline = max(
-            20.0, min(users * turns * 0.5, budget_end - time.monotonic() - 15 * (len(plan) - number - 1))
-        )
-        try:
-            rows.append(
-                await run_one(system, workers, users, turns, arguments.postgres, logs, source, deadline)
-            )
-        except (RuntimeError, OSError, SQLAlchemyError) as error:
-            print(f"  {system} x{workers}, {users} users: FAILED: {error}", flush=True)
-            failures.append(f"{system} x{workers}, {users} users: {str(error)[-600:]}")
+    plan = Plan(order, BUDGET_SECONDS, LEVEL_TURNS, 2, 0.5, pool_connections=CONNECTIONS)
+    source = snapshot(logs / "src")
+    return await run_plan(
+        plan, arguments.turns, failures, postgres=arguments.postgres, logs=logs, source=source
+    )
 
 
 def main() -> int:
@@ -307,10 +185,10 @@ def main() -> int:
     if not arguments.postgres:
         options.error("needs a PostgreSQL server: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL")
     limit = raise_open_files_limit()
-    clock, rows, failures = Clock(), list[Row](), list[str]()
+    clock, failures = Clock(), list[str]()
     version = asyncio.run(postgres_version(arguments.postgres))
     with folder("workers", keep=arguments.keep_logs) as logs:
-        asyncio.run(run(arguments, rows, failures, logs))
+        rows = asyncio.run(run(arguments, failures, logs))
     turns = arguments.turns or ", ".join(f"{t} at {u} users" for u, t in LEVEL_TURNS.items())
     settings = (
         f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; users spread over "
