@@ -96,28 +96,13 @@ async def run_database(
                     m = await play(by_side[side], side, users, seconds=seconds)
                     load = m.result
                     _count(report, database, side, load.errors, load.error_samples)
-                    found = Round(
-                        *(
-                            database,
-                            users,
-                            side,
-                            number,
-                            m.server_cpu,
-                            m.client_cpu,
-                            load.elapsed,
-                            load.completed_turns,
-                        ),
-                        tuple(load.first_delta),
-                        load.error_count,
-                        m.server_wait,
-                        m.client_wait,
-                    )
+                    found = Round.of(database, users, side, number, m)
                     report.rounds.append(found)
                     busy = load.elapsed or 1e-9
                     print(
                         f"{database:<10} {users:>3} users round {number} {side:<22} {load.completed_turns:>4} turns "
                         f"{load.turns_per_second:6.1f}/s, CPU {found.cpu_per_turn * 1000:.1f} ms/turn, server busy "
-                        f"{m.server_cpu / busy:.0%}, client busy {m.client_cpu / busy:.0%}, waited for a core: server "
+                        f"{m.server_cores:.0%}, client busy {m.client_cores:.0%}, waited for a core: server "
                         f"{m.server_wait / busy:.0%} client {m.client_wait / busy:.0%}"
                         + (f", errors {dict(load.errors)}" if load.errors else ""),
                         flush=True,

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bench.harness.clients import Measured
 from bench.harness.reports import section, table
 from bench.harness.stats import median, ms, percentile, ratio, times
 from bench.harness.stats import paired_ratio as paired
@@ -53,6 +54,17 @@ class Round:
     @property
     def cpu_per_turn(self) -> float:
         return ratio(self.server_cpu, self.turns)
+
+    @classmethod
+    def of(cls, database: str, users: int, side: str, number: int, m: Measured) -> Round:
+        load = m.result
+        return cls(
+            *(database, users, side, number, m.server_cpu, m.client_cpu, load.elapsed, load.completed_turns),
+            tuple(load.first_delta),
+            load.error_count,
+            m.server_wait,
+            m.client_wait,
+        )
 
 
 @dataclass
