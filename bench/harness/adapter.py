@@ -8,11 +8,8 @@ does. The bearer token is checked as ours checks it.
 
 from __future__ import annotations
 
-import argparse
-import os
 import uuid
 
-import uvicorn
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -24,6 +21,8 @@ from agent import RunRecords, RunScope, ToolLedger
 from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
 from store import Ledger
 from web import InvalidToken, verify_token
+
+from .servers import baseline_main
 
 __all__ = ("create_app",)
 
@@ -63,15 +62,5 @@ def create_app(secret: str, database_url: str) -> Starlette:
     return Starlette(routes=routes)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--db", required=True, help="the database with the shop's business tables")
-    arguments = parser.parse_args()
-    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
-
-
 if __name__ == "__main__":
-    main()
+    baseline_main(__doc__, create_app)

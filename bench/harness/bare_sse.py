@@ -7,16 +7,13 @@ The demo turn's events from memory, the event loop yielded between them; no data
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import uvicorn
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from web import InvalidToken, verify_token
+
+from .servers import baseline_main
 
 __all__ = ("create_app",)
 
@@ -177,14 +176,5 @@ async def _run(thread: _Thread, run_id: str, content: str) -> None:
     thread.publish("run_finished", {"run_id": run_id, "status": "completed", "output": "".join(_WORDS)})
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    arguments = parser.parse_args()
-    app = create_app(os.environ["DURABLE_CHAT_SECRET"])
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
-
-
 if __name__ == "__main__":
-    main()
+    baseline_main(__doc__, lambda secret, _: create_app(secret))
