@@ -1,16 +1,6 @@
 """Server CPU per turn, and the first delta, of ours against pydantic-ai's own adapter on the same agent.
 
-    python -m bench.cpu [--quick] [--postgres URL | --no-postgres] [--users N…] [--rounds N] [--seconds S]
-                        [--budget S] [--no-write]
-
-Two server processes per database, both pinned to core 1, the clients in this process on core 0:
-the baseline (`bench.harness.adapter`: `VercelAIAdapter` serving the demo shop's agent, nothing
-stored) and ours (`durable-chat serve`), each on a database of its own with the shop's data (SQLite,
-and PostgreSQL in scratch databases). First one user alone takes turns on each side in turn (the
-first delta); then, at 20 and 200 concurrent users, the three sides (the baseline, ours over the
-native API, ours over the AI SDK endpoint) take rounds in a rotating order, each round's server CPU
-read from /proc. Writes the `server-cpu` and `first-delta-baseline` sections of `docs/benchmarks.md`.
-~7 minutes; `--quick` (SQLite, 20 users, 2 short rounds) under a minute.
+Both pinned to core 1, the clients on core 0, the sides rotating round by round (`bench/README.md`).
 """
 
 from __future__ import annotations
@@ -26,9 +16,9 @@ from pathlib import Path
 from bench.cpu_report import AI_SDK, BASELINE, NATIVE, SIDES, Report, Round, render_cpu, render_first_delta
 from bench.harness.clients import Load, Measured, Protocol, measure
 from bench.harness.databases import Dialect, available, prepare_shop, scratch_database
-from bench.harness.options import parser, writes
+from bench.harness.options import parser, publish
 from bench.harness.pinning import pin_this_process, pinned
-from bench.harness.reports import Clock, command_line, environment, write_section
+from bench.harness.reports import Clock, command_line, environment
 from bench.harness.servers import (
     UNLIMITED,
     ServerProcess,
@@ -106,28 +96,13 @@ async def run_database(
                     m = await play(by_side[side], side, users, seconds=seconds)
                     load = m.result
                     _count(report, database, side, load.errors, load.error_samples)
-                    found = Round(
-                        *(
-                            database,
-                            users,
-                            side,
-                            number,
-                            m.server_cpu,
-                            m.client_cpu,
-                            load.elapsed,
-                            load.completed_turns,
-                        ),
-                        tuple(load.first_delta),
-                        load.error_count,
-                        m.server_wait,
-                        m.client_wait,
-                    )
+                    found = Round.of(database, users, side, number, m)
                     report.rounds.append(found)
                     busy = load.elapsed or 1e-9
                     print(
                         f"{database:<10} {users:>3} users round {number} {side:<22} {load.completed_turns:>4} turns "
                         f"{load.turns_per_second:6.1f}/s, CPU {found.cpu_per_turn * 1000:.1f} ms/turn, server busy "
-                        f"{m.server_cpu / busy:.0%}, client busy {m.client_cpu / busy:.0%}, waited for a core: server "
+                        f"{m.server_cores:.0%}, client busy {m.client_cores:.0%}, waited for a core: server "
                         f"{m.server_wait / busy:.0%} client {m.client_wait / busy:.0%}"
                         + (f", errors {dict(load.errors)}" if load.errors else ""),
                         flush=True,
@@ -177,12 +152,11 @@ def main() -> int:
     lines = environment(
         command_line("bench.cpu", sys.argv[1:]), postgres=version, notes=[*report.notes, clock.line()]
     )
-    cpu, first = "\n".join(render_cpu(report, lines)), "\n".join(render_first_delta(report))
-    print(f"\n{cpu}\n\n{first}\n", flush=True)
-    if writes(arguments, full=not (arguments.quick or arguments.rounds or arguments.users)):
-        write_section(arguments.output, "server-cpu", cpu)
-        write_section(arguments.output, "first-delta-baseline", first)
-        print(f"wrote the server-cpu and first-delta-baseline sections of {arguments.output}", flush=True)
+    texts = {
+        "server-cpu": "\n".join(render_cpu(report, lines)),
+        "first-delta-baseline": "\n".join(render_first_delta(report)),
+    }
+    publish(arguments, texts, full=not (arguments.quick or arguments.rounds or arguments.users))
     return 0
 
 

@@ -1,14 +1,7 @@
 """Server CPU per turn of two versions of our code side by side: a git ref against the working tree.
 
-    python -m bench.cpu_ab [--base HEAD] [--protocol ai-sdk|native] [--users 20] [--rounds 8]
-                           [--seconds 2] [--alone 20] [--postgres URL]
-
-Both servers (`durable-chat serve` on SQLite, or with `--postgres` each on a scratch database of
-that server) are pinned to core 1 and take rounds in alternating order, as `bench.cpu` runs its
-sides; each round's CPU is read from /proc. Then one user alone takes `--alone` turns on each in
-turn (the first delta). Prints the medians and the ratio; writes nothing. For A/B work, such as a
-change measured before and after: the alternation spreads other load over both sides, but a
-figure is only as quiet as the machine was.
+Both pinned, in alternating rounds as `bench.cpu` runs its sides, then one user's first delta on each.
+Prints; writes nothing.
 """
 
 from __future__ import annotations

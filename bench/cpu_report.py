@@ -7,7 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.harness.reports import table
+from bench.harness.clients import Measured
+from bench.harness.reports import section, table
 from bench.harness.stats import median, ms, percentile, ratio, times
 from bench.harness.stats import paired_ratio as paired
 
@@ -53,6 +54,17 @@ class Round:
     @property
     def cpu_per_turn(self) -> float:
         return ratio(self.server_cpu, self.turns)
+
+    @classmethod
+    def of(cls, database: str, users: int, side: str, number: int, m: Measured) -> Round:
+        load = m.result
+        return cls(
+            *(database, users, side, number, m.server_cpu, m.client_cpu, load.elapsed, load.completed_turns),
+            tuple(load.first_delta),
+            load.error_count,
+            m.server_wait,
+            m.client_wait,
+        )
 
 
 @dataclass
@@ -121,29 +133,24 @@ def render_cpu(report: Report, environment_lines: Sequence[str]) -> list[str]:
         else []
     )
     return [
-        "## Server CPU per turn: ours against pydantic-ai's own adapter",
-        "",
-        "Both servers serve the demo shop's agent on its demo model with the same deps, each in its own process "
-        'pinned to one core (core 1; the clients on core 0): the 3-node turn "Where is ORD-5678?" (model, '
-        "`lookup_order`, model). **Baseline**: pydantic-ai's `VercelAIAdapter.dispatch_request` on uvicorn and "
-        "Starlette, nothing stored, the client sending the whole conversation each turn (`bench/harness/adapter.py`). "
-        "**Ours**: a real `durable-chat serve`, tracing at its default, over the native API (`POST …/messages`, the "
-        "thread's SSE stream to `run_finished`) and the AI SDK endpoint (one `POST /api/ai-sdk/chat` per turn). The "
-        "sides take rounds in turn, the order rotating; a round's CPU is the server's utime+stime (`/proc/PID/stat`, "
-        "every thread) over the round, divided by the turns completed in it. Ratios are medians of per-round ratios "
-        "(a round of ours against the baseline's round of the same number). *Busy* is CPU over the round's wall "
-        "time; *kept off its core* the time the server's main thread was runnable but waiting for its core "
-        "(`/proc/PID/schedstat`): other work on that core (another process pinned there, or the server's own "
-        "threads). A server kept off its core, or neither busy nor kept off it (waiting on its clients or its "
-        "database), still has its own CPU per turn, measured at a lighter load; a client near 100% busy or often kept "
-        "off its core would be the bottleneck.",
-        "",
-        "### Environment",
-        "",
-        *environment_lines,
-        "",
-        "### Results",
-        "",
+        *section(
+            "Server CPU per turn: ours against pydantic-ai's own adapter",
+            "Both servers serve the demo shop's agent on its demo model with the same deps, each in its own process "
+            'pinned to one core (core 1; the clients on core 0): the 3-node turn "Where is ORD-5678?" (model, '
+            "`lookup_order`, model). **Baseline**: pydantic-ai's `VercelAIAdapter.dispatch_request` on uvicorn and "
+            "Starlette, nothing stored, the client sending the whole conversation each turn (`bench/harness/adapter.py`). "
+            "**Ours**: a real `durable-chat serve`, tracing at its default, over the native API (`POST …/messages`, the "
+            "thread's SSE stream to `run_finished`) and the AI SDK endpoint (one `POST /api/ai-sdk/chat` per turn). The "
+            "sides take rounds in turn, the order rotating; a round's CPU is the server's utime+stime (`/proc/PID/stat`, "
+            "every thread) over the round, divided by the turns completed in it. Ratios are medians of per-round ratios "
+            "(a round of ours against the baseline's round of the same number). *Busy* is CPU over the round's wall "
+            "time; *kept off its core* the time the server's main thread was runnable but waiting for its core "
+            "(`/proc/PID/schedstat`): other work on that core (another process pinned there, or the server's own "
+            "threads). A server kept off its core, or neither busy nor kept off it (waiting on its clients or its "
+            "database), still has its own CPU per turn, measured at a lighter load; a client near 100% busy or often kept "
+            "off its core would be the bottleneck.",
+            environment_lines,
+        ),
         *table(
             "database | users | server | rounds | turns | CPU ms/turn | turns/s per core | turns/s achieved | server busy "
             "| client busy | server / client kept off its core | first delta p50 / p99 (ms) | errors",

@@ -1,14 +1,7 @@
 """PostgreSQL sessions a server opens under load, by pool size: what `DURABLE_CHAT_POOL_SIZE` is for.
 
-    python -m bench.pool [--postgres URL] [--users 200] [--turns 5] [--pools 10+20 20+10 30+0] [--no-write]
-
-A pool keeps `size` connections and opens up to `overflow` more under load, closing each of those
-when it is returned: a pool smaller than what the load uses at once keeps opening connections,
-each a new PostgreSQL session (a server process forked, authenticated, its caches cold). For each
-setting, a real `durable-chat serve` on a scratch database of its own, and `--users` users taking
-`--turns` demo turns each over the native API; the database's `sessions` counter
-(`pg_stat_database`, PostgreSQL 14 and later) is read before and after the turns, after a warm-up
-that opened what the pools keep. Writes the `pool-sessions` section of `docs/benchmarks.md`.
+The database's `sessions` counter (`pg_stat_database`, PostgreSQL 14 and later) before and after the
+turns, after a warm-up that opened what the pools keep.
 """
 
 from __future__ import annotations
@@ -25,8 +18,8 @@ from sqlalchemy.engine import make_url
 
 from bench.harness.clients import Load, run_load
 from bench.harness.databases import connected, postgres_database, postgres_version, prepare_shop
-from bench.harness.options import parser, writes
-from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.servers import UNLIMITED, folder, ours_argv, raise_open_files_limit, server_env, serving
 
 SECTION = "pool-sessions"
@@ -92,23 +85,18 @@ def render(results: Sequence[Measured], users: int, turns: int, environment_line
     ]
     return "\n".join(
         [
-            "## PostgreSQL sessions opened under load, by pool size",
-            "",
-            "Each pool setting (`DURABLE_CHAT_POOL_SIZE`+`DURABLE_CHAT_POOL_MAX_OVERFLOW`) on a real `durable-chat "
-            f"serve` with a scratch database of its own; {users} users take {turns} demo turns each over the native "
-            "API (POST and the thread's stream), after a warm-up of 2 turns each. New sessions: the database's "
-            "`sessions` counter (`pg_stat_database`) after the turns less before them, our own reading of it left "
-            "out. A connection opened beyond the pool size is closed when it is returned, so a pool smaller than "
-            "what the load uses at once opens a new session again and again, which costs the server CPU: its CPU "
-            "per turn is its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
-            "(the server is not pinned: a figure to compare between the rows of one run).",
-            "",
-            "### Environment",
-            "",
-            *environment_lines,
-            "",
-            "### Results",
-            "",
+            *section(
+                "PostgreSQL sessions opened under load, by pool size",
+                "Each pool setting (`DURABLE_CHAT_POOL_SIZE`+`DURABLE_CHAT_POOL_MAX_OVERFLOW`) on a real `durable-chat "
+                f"serve` with a scratch database of its own; {users} users take {turns} demo turns each over the native "
+                "API (POST and the thread's stream), after a warm-up of 2 turns each. New sessions: the database's "
+                "`sessions` counter (`pg_stat_database`) after the turns less before them, our own reading of it left "
+                "out. A connection opened beyond the pool size is closed when it is returned, so a pool smaller than "
+                "what the load uses at once opens a new session again and again, which costs the server CPU: its CPU "
+                "per turn is its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
+                "(the server is not pinned: a figure to compare between the rows of one run).",
+                environment_lines,
+            ),
             *table(
                 "pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns "
                 "| server CPU ms/turn | errors",
@@ -147,11 +135,7 @@ def main() -> int:
         )
     version = asyncio.run(postgres_version(arguments.postgres))
     lines = environment(command_line("bench.pool", sys.argv[1:]), postgres=version, notes=[clock.line()])
-    text = render(results, arguments.users, arguments.turns, lines)
-    print(text)
-    if writes(arguments, full=True):
-        write_section(arguments.output, SECTION, text)
-        print(f"wrote the {SECTION} section of {arguments.output}")
+    publish(arguments, {SECTION: render(results, arguments.users, arguments.turns, lines)}, full=True)
     return 1 if any(found.errors for found in results) else 0
 
 

@@ -1,17 +1,7 @@
 """Where the server's CPU goes per turn: py-spy on a real server, in issue 14's categories.
 
-    python -m bench.profile [--turns 300] [--users 20] [--protocol native|ai-sdk]
-                            [--postgres URL | --no-postgres] [--quick] [--no-write]
-
-A real `durable-chat serve` (SQLite, and PostgreSQL in a scratch database; not with `--quick`),
-pinned to core 1, tracing at its default, takes the demo's 3-node turn from `--users` users over
-the native API (`--protocol ai-sdk`: the AI SDK endpoint, one POST a turn resending the
-conversation) while `py-spy record --nonblocking` samples its Python stacks. Its CPU in that
-window comes from /proc: the loop thread's user time is shared out by its samples' categories
-(`bench.profile_categories`), its system time is the kernel's row, the other threads' CPU is
-shared out by theirs, and garbage collection is timed in the server (`bench.profile_serve`).
-Samples of a blocked thread, or in a system call, are left out. Writes `profile-sqlite` and
-`profile-postgresql` (`profile-ai-sdk-…` with `--protocol ai-sdk`). ~1 minute per database.
+The server's CPU from /proc, shared out by its samples' categories (`bench.profile_categories`);
+garbage collection timed in the server (`bench.profile_serve`); blocked samples left out.
 """
 
 from __future__ import annotations
@@ -30,9 +20,9 @@ from pathlib import Path
 
 from bench.harness.clients import Load, Protocol, run_load
 from bench.harness.databases import Dialect, available, scratch_database
-from bench.harness.options import parser, writes
+from bench.harness.options import parser, publish
 from bench.harness.pinning import CLIENT_CORE, pin_this_process, pinned
-from bench.harness.reports import command_line, environment, table, write_section
+from bench.harness.reports import command_line, environment, table
 from bench.harness.servers import UNLIMITED, ServerProcess, folder, ours_argv, server_env, serving, snapshot
 from bench.profile_categories import (
     CATEGORIES,
@@ -216,13 +206,9 @@ def main() -> int:
     pin_this_process()
     with folder("profile", keep=arguments.keep_logs) as logs:
         sections = asyncio.run(run(arguments, logs))
-    write = writes(arguments, full=not (arguments.quick or arguments.turns))
     prefix = "profile" if arguments.protocol == "native" else "profile-ai-sdk"
-    for database, lines in sections:
-        print("\n" + "\n".join(lines), flush=True)
-        if write:
-            write_section(arguments.output, f"{prefix}-{database.lower()}", "\n".join(lines))
-            print(f"wrote the {prefix}-{database.lower()} section of {arguments.output}", flush=True)
+    texts = {f"{prefix}-{database.lower()}": "\n".join(lines) for database, lines in sections}
+    publish(arguments, texts, full=not (arguments.quick or arguments.turns))
     return 0
 
 

@@ -1,13 +1,7 @@
 """`python -m cli …` with its garbage collections timed: how `bench.profile` runs the server.
 
-    BENCH_GC_FILE=/path python -m bench.profile_serve serve --port N --db URL --model demo
-
-A sampling profiler that reads Python stacks only (py-spy without `--native`, which pauses the
-server for every sample and slowed it several times over here) cannot see the collector, so
-`gc.callbacks` time every collection (CPU of the thread it runs on) and a thread writes the
-running totals to `$BENCH_GC_FILE` as JSON (`{"seconds", "collections"}`, and each per generation:
-`gen0_seconds`, `gen0_collections`, …) four times a second,
-for the benchmark to read before and after its window. Nothing else changes.
+py-spy without `--native` cannot see the collector, so `gc.callbacks` time each collection and a
+thread writes the totals to `$BENCH_GC_FILE` as JSON four times a second.
 """
 
 from __future__ import annotations

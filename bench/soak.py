@@ -1,17 +1,7 @@
 """A soak: one real server under steady chat with approvals and reconnects, watched for leaks.
 
-    python -m bench.soak [--minutes 10] [--postgres URL] [--users 16] [--think 3] [--sample 10]
-                         [--history-cache-mb N] [--warm-up MINUTES] [--no-census] [--no-write]
-
-Starts `durable-chat serve` (demo model) on a fresh SQLite file, or with `--postgres` a scratch
-PostgreSQL database, and runs `bench.soak_users`' users against it for the given minutes. Every
-`--sample` seconds it records the server's resident memory, open file descriptors and database
-connections (SQLite: the descriptors on the database's files; PostgreSQL: the sessions
-`pg_stat_activity` lists for the scratch database). The server runs under `bench.soak_serve`,
-asked for a census (allocators, objects by type, the store's bounded caches) at the start, after
-the warm-up (the first fifth unless `--warm-up`), every minute after and at the end. Writes the
-`soak-sqlite` or `soak-postgresql` section (`…-small-cache` with `--history-cache-mb`): the samples
-a minute apart, the censuses, and a verdict on whether memory, files and connections stay flat.
+RSS, open files and database connections every `--sample` seconds, a census of the server's memory
+(`bench.soak_serve`) at the start, after the warm-up and every minute, and a verdict.
 """
 
 from __future__ import annotations
@@ -31,8 +21,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bench.harness.databases import connected, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import command_line, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import command_line
 from bench.harness.servers import (
     SECRET,
     ServerProcess,
@@ -53,7 +43,7 @@ class Watch:
     """Samples a server: its memory and files from /proc, its database connections, and censuses when due."""
 
     def __init__(
-        self, server: ServerProcess, database_file: Path | None, census: Path | None, times: list[float]
+        self, server: ServerProcess, database_file: Path | None, census: Path, times: list[float]
     ) -> None:
         self.server, self.database_file, self.census, self.times = server, database_file, census, times
         self.started = time.monotonic()
@@ -95,7 +85,7 @@ class Watch:
             len(self.asked) < len(self.times)
             and time.monotonic() - self.started >= self.times[len(self.asked)]
         )
-        if self.census is None or not (last or due):
+        if not (last or due):
             return
         self.asked.append(time.monotonic() - self.started)
         self.server.process.send_signal(signal.SIGUSR1)
@@ -120,17 +110,15 @@ async def soak(
     arguments: argparse.Namespace, logs: Path
 ) -> tuple[list[Sample], Tally, ServerProcess, list[float]]:
     database = "PostgreSQL" if arguments.postgres else "SQLite"
-    census = None if arguments.no_census else logs / "census"
-    env = server_env({"DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl")})
+    census = logs / "census"
+    census.mkdir()
+    env = server_env({"DURABLE_CHAT_TRACE_FILE": str(logs / "traces.jsonl"), CENSUS_DIR_ENV: str(census)})
     if arguments.history_cache_mb is not None:
         env["DURABLE_CHAT_HISTORY_CACHE_MB"] = str(arguments.history_cache_mb)
-    if census is not None:
-        census.mkdir()
-        env[CENSUS_DIR_ENV] = str(census)
     tally, samples = Tally(), list[Sample]()
     async with AsyncExitStack() as stack:
         url = await stack.enter_async_context(scratch_database(database, logs, "soak", arguments.postgres))
-        argv = ours_argv(url, "cli" if census is None else "bench.soak_serve")
+        argv = ours_argv(url, "bench.soak_serve")
         server = await stack.enter_async_context(
             serving("soak", argv, env, logs, cwd=snapshot(logs / "source"))
         )
@@ -178,9 +166,6 @@ def main() -> int:
         metavar="MINUTES",
         help="how long the warm-up judged apart lasts (default: the first fifth)",
     )
-    options.add_argument(
-        "--no-census", action="store_true", help="run the bare CLI, without bench.soak_serve's censuses"
-    )
     arguments = options.parse_args()
     raise_open_files_limit()
     database = "PostgreSQL" if arguments.postgres else "SQLite"
@@ -191,9 +176,7 @@ def main() -> int:
     with folder("soak", keep=arguments.keep_logs) as logs:
         samples, tally, server, asked = asyncio.run(soak(arguments, logs))
         trouble, statuses = server.trouble()
-        census = (
-            [] if arguments.no_census else census_lines(logs / "census", [f"{at / 60:.1f}" for at in asked])
-        )
+        census = census_lines(logs / "census", [f"{at / 60:.1f}" for at in asked])
     text = render(
         database=database,
         minutes=arguments.minutes,
@@ -210,11 +193,8 @@ def main() -> int:
         warm_up_minutes=arguments.warm_up,
         census=census,
     )
-    print(text)
     section = f"soak-{database.lower()}" + ("" if arguments.history_cache_mb is None else "-small-cache")
-    if writes(arguments, full=True):
-        write_section(arguments.output, section, text)
-        print(f"wrote the {section} section of {arguments.output}")
+    publish(arguments, {section: text}, full=True)
     return 0 if not tally.errors and not trouble else 1
 
 

@@ -1,13 +1,8 @@
 """`python -m cli …` that takes a census of its memory when asked: how `bench.soak` runs the server.
 
-    BENCH_CENSUS_DIR=/path python -m bench.soak_serve serve --port N --db URL --model demo
-
-On every SIGUSR1 it writes, from a thread of its own and after a full garbage collection,
-`types-N.json` (the objects the collector tracks, counted and sized by type) and `taken-N.json`
-(resident memory, the blocks Python's allocator has out, pymalloc's arenas, glibc's `mallinfo2`,
-and the conversation stores' bounded caches: the history cache's charge and size, the records
-known), then `done-N`. The stores are found by wrapping `SqlConversationStore.__init__` before
-the CLI builds one; nothing else changes (the core has no hook for this).
+On SIGUSR1, after a full collection, it writes `types-N.json` (objects by type), `taken-N.json`
+(allocators and the stores' bounded caches, found by wrapping `SqlConversationStore.__init__`), then
+`done-N`, in `$BENCH_CENSUS_DIR`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`bench.soak`'s users: they chat, decide approvals and drop their streams, for minutes.
 
-Each user loops until the deadline: sometimes a new thread; a message (a refund, a double
-cancellation, an order or FAQ question, a greeting); the thread's event stream followed up to the
-run's end, with `Last-Event-ID` on every (re)connection, about one time in three dropped mid-run
-and reopened; when the run pauses, each pending call approved or rejected at random and the
-resumed run followed likewise; then a think time. Every stream is checked for ids that go
-backwards or repeat. What goes wrong is counted by kind, with a sample each.
+Every (re)connection resumes with `Last-Event-ID`; every stream is checked for ids that go backwards
+or repeat; what goes wrong is counted by kind, with a sample each.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """What durability costs a step: `run_step` against the same agent run with no persistence.
 
-    python -m bench.step [--quick] [--postgres URL | --no-postgres] [--no-write] [--profile] [--strict]
-
-Both sides run the demo model's 3-node turn ("Where is ORD-5678?": model, `lookup_order`, model),
-streamed and turned into the same stream events; only ours loads and checkpoints the conversation,
-keeps the run's row and appends its events to the log. They alternate turn by turn in one process
-on one database (SQLite, and PostgreSQL in a scratch database; the tool's order lookup reads it on
-both sides), with pydantic-ai-harness's `StepPersistence` as a third side on SQLite when installed
-(`bench.step_bare`). Writes the `step` section of `docs/benchmarks.md`.
+The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
+`StepPersistence` as a third side on SQLite when installed (`bench.step_bare`).
 """
 
 from __future__ import annotations
@@ -16,7 +10,6 @@ import argparse
 import asyncio
 import copy
 import gc
-import pstats
 import sys
 import time
 import uuid
@@ -41,8 +34,8 @@ from agent import (
 )
 from agent.demo import shop_app
 from bench.harness.databases import Dialect, available, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import PACKAGES, Clock, command_line, environment, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import PACKAGES, Clock, command_line, environment
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.step_bare import Harness, run_bare
@@ -237,9 +230,7 @@ async def run(arguments: argparse.Namespace, report: Report, notes: list[str], l
 
 
 def main() -> int:
-    options = parser("bench.step", __doc__, strict=True)
-    options.add_argument("--profile", action="store_true", help="also print the cProfile of ours' turns")
-    arguments = options.parse_args()
+    arguments = parser("bench.step", __doc__, strict=True).parse_args()
     settings = QUICK if arguments.quick else FULL
     clock, report, notes = Clock(), Report(settings.warmup, settings.repeats), list[str]()
     with folder("step", keep=arguments.keep_logs) as logs:
@@ -254,18 +245,7 @@ def main() -> int:
         packages=(*PACKAGES, "pydantic-ai-harness"),
         notes=[rounds, *notes, clock.line()],
     )
-    section = render(report, lines)
-    print("\n" + "\n".join(section), flush=True)
-    if arguments.profile and report.breakdown is not None and "ours" in report.breakdown.profiles:
-        print(
-            "\nOurs on SQLite under cProfile (the loop thread's CPU; cumulative times are unreliable across greenlets):"
-        )
-        pstats.Stats(report.breakdown.profiles["ours"], stream=sys.stdout).strip_dirs().sort_stats(
-            "tottime"
-        ).print_stats(30)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "step", "\n".join(section))
-        print(f"\nWrote the step section of {arguments.output}")
+    publish(arguments, {"step": "\n".join(render(report, lines))}, full=not arguments.quick)
     return 1 if arguments.strict and not report.passed else 0
 
 

@@ -1,16 +1,5 @@
-"""The step's other sides: the same agent driven the same way with nothing stored or logged, and
-that turn with pydantic-ai-harness's `StepPersistence` when it is installed.
-
-It mirrors `agent.step`'s loop node for node: `Agent.iter`, every node's events streamed with
-`node.stream`, and the same typed stream events built from them, then dropped. What it leaves
-out is what the step adds for durability: loading and checkpointing the conversation, the run's
-bookkeeping, and appending events to the log. What the agent does besides is kept: the runtime's
-capabilities (model retries, tool failures, hiding blocked turns) and its input and output
-guardrails run on both sides.
-
-pydantic-ai-harness pins an older pydantic-ai than ours, so it is installed for the benchmark only
-and without its dependencies (`make bench-tools`: `pip install --no-deps pydantic-ai-harness`); its
-capability then runs on the pydantic-ai we use. Without it, its column is left out.
+"""The step's other sides: the same agent driven as `agent.step` drives it, with nothing stored or
+logged, and that turn with pydantic-ai-harness's `StepPersistence` when it is installed.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Where a step's time goes: wall time of each store call, CPU per turn, and CPU by package.
 
-The store calls are timed by wrapping the methods of one `Database`'s objects (the instances only,
-for the benchmark); a call the store no longer has is left out and named in the report. CPU is the
-event loop thread's (`time.thread_time`) and the whole process's, which adds the database driver's
-thread (aiosqlite). cProfile's cumulative times are unreliable across SQLAlchemy's greenlet
-switches, so its profile is summed by own time per package.
+cProfile's cumulative times are unreliable across SQLAlchemy's greenlet switches, so its profile is
+summed by own time per package.
 """
 
 from __future__ import annotations

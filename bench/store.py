@@ -1,16 +1,7 @@
 """Our `SqlConversationStore` against floors and rival stores measured in the same run.
 
-    python -m bench.store [--quick] [--postgres URL | --no-postgres] [--no-write] [--strict]
-
-Two workloads on SQLite, and on PostgreSQL in scratch databases (`bench.store_workloads`): one turn
-(load the whole history, append, save) at 10, 100 and 1,000 messages, and 50 conversations taking
-turns at once; the floors and rivals are in `bench.store_systems` and `bench.store_rivals`. Also how
-a turn's cost grows with its history: an in-process turn of pydantic-ai's `Agent` on a
-`FunctionModel` with no persistence (the baseline) against the same turn with our store's load and
-save around it, at 10 and 1,000 messages, alternating. pydantic-ai's own turn grows with the
-history and no store can remove that; what ours adds must not: (ours at 1,000 - the baseline's
-growth from 10 to 1,000) / ours at 10 is the flatness ratio. Writes the `store` section of
-`docs/benchmarks.md`.
+The workloads are in `bench.store_workloads`, the floors in `bench.store_systems` and the rivals in
+`bench.store_rivals`; how a turn's cost grows with its history is measured here.
 """
 
 from __future__ import annotations
@@ -30,8 +21,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bench.harness.databases import Dialect, available
-from bench.harness.options import parser, writes
-from bench.harness.reports import PACKAGES, Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import PACKAGES, Clock, command_line, environment, table
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.store_messages import history
@@ -268,10 +259,7 @@ def main() -> int:
         command, postgres=version, packages=(*PACKAGES, *RIVALS), notes=[rounds, *notes, clock.line()]
     )
     text = "\n".join(["## Conversation store", "", *render(sections, settings, lines), *extra])
-    print("\n" + text, flush=True)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "store", text)
-        print(f"\nWrote the store section of {arguments.output}")
+    publish(arguments, {"store": text}, full=not arguments.quick)
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0
 

@@ -1,8 +1,5 @@
-"""Deterministic, realistic chat turns for the store benchmark.
-
-Our own generator rather than `tests/messages.py`: the benchmark's numbers must not move when a
-test helper changes. Turn `i` is always the same messages, byte for byte, so every system is fed
-the same content and two runs store the same bytes.
+"""Deterministic, realistic chat turns for the store benchmark: turn `i` is always the same bytes
+(not `tests/messages.py`, so that a test helper's change moves no figure).
 """
 
 from __future__ import annotations

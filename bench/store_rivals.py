@@ -1,7 +1,6 @@
 """Other frameworks' conversation persistence, fed the same turns converted to their own message shapes.
 
-Both are optional (`pip install -e '.[bench]'`): `open_*` raises `Unavailable` with the reason when
-a package is missing, and the benchmark carries on without that system.
+Both optional (the `bench` extra): `open_*` raises `Unavailable` with the reason when one is missing.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """What the store benchmark drives: one storage system, fed turns by key, timed per load and save.
 
-Every system converts the pydantic-ai messages to its own form in `prepare`, outside the timed
-part, so a turn's timing holds only what it does to load a history and store the new messages.
-Each system gets a database of its own (a URL: `sqlite+aiosqlite:///…` or `postgresql+asyncpg://…`).
-
-The floors write the same rows a store needs at the least with the bare driver: *raw* stores
-message JSON made ahead of time and parses nothing (the database alone); *fair* also validates
-every loaded row back into messages and serializes the new ones, as any store of pydantic-ai
-messages must (the fair floor for ours). On SQLite the fair floor is the stdlib's synchronous
-`sqlite3`, as the targets are set against; `aiosqlite` runs each statement on a worker thread, a
-hop costlier than a small query, so the *async* floor is the fair one through it, to tell that
-cost apart from our store's own.
+Each converts the messages to its own form in `prepare`, outside the timed part. The floors write the
+rows a store needs at the least with the bare driver: *raw* parses nothing, *fair* validates and
+serializes the messages as any store must, *async* is the fair one through aiosqlite.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The store benchmark's two workloads, run over every system in the same process and interleaved,
-and what they measured.
+"""The store benchmark's two workloads, every system in the same process, interleaved, rotating.
 
-The machine is shared and noisy, so no system (and no history size) is measured in one block.
-Per-size workload: every conversation is filled first, then each round takes one turn of every
-system at every size, in an order that rotates from round to round. Concurrent workload: each
-repetition runs every system once, again in rotating order. Ratios are medians of paired ratios:
-two systems' turns of the same round (or their runs of the same repetition) ran back to back.
-
-What is alive before the timing starts (the in-memory store's conversations, every system's
-prepared messages) is frozen out of the garbage collector: otherwise each full collection walks
-all of it, some 150 ms here, inside whichever system's turn happens to trigger it.
+What is alive before the timing starts is frozen out of the garbage collector: otherwise each full
+collection walks all of it inside whichever system's turn triggers it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The server under concurrent users over HTTP and SSE, against a bare Starlette SSE app.
 
-    python -m bench.web [--quick] [--postgres URL | --no-postgres] [--users N…] [--turns N] [--no-write] [--strict]
-
-50, 200 and 500 simulated users (50 with `--quick`), each with its own thread and open event
-stream, send the demo's 3-node turn "Where is ORD-5678?" turn after turn to a real server process
-(SQLite, and PostgreSQL in a scratch database), and the same load goes to the store-nothing SSE app
-(`bench.harness.bare_sse`). Each phase runs on a fresh server (and database), from a copy of the
-source tree taken at the start. Writes the `web` section of `docs/benchmarks.md`.
+Each phase on a fresh server and database, from a copy of the source tree taken at the start.
 """
 
 from __future__ import annotations
@@ -14,24 +8,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
-from bench.harness.databases import available, scratch_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
-from bench.harness.servers import (
-    bare_sse_argv,
-    folder,
-    ours_argv,
-    raise_open_files_limit,
-    server_env,
-    serving,
-    snapshot,
-)
+from bench.harness.databases import available
+from bench.harness.options import parser, publish
+from bench.harness.phases import BASELINE, Phase, Plan, errors, find, run_plan
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
+from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile, ratio, times
 
 LEVELS, QUICK_LEVELS = (50, 200, 500), (50,)
@@ -41,93 +26,9 @@ BUDGET_SECONDS = 450.0
 """The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
 ALONE_TURNS = 5
 """Turns of a single user before the load: the first-delta latency of an unloaded server."""
-BASELINE = "baseline"
 STREAMS_TARGET = 500
 LATENCY_MARGIN = 0.010
 """Ours' first-delta p50 may exceed the baseline's by this many seconds."""
-
-
-@dataclass
-class Phase:
-    """One server, one level of concurrent users."""
-
-    system: str
-    """`baseline`, `SQLite` or `PostgreSQL`."""
-    measured: Measured
-    idle_rss_kb: int
-    peak_rss_kb: int
-    alone: list[float]
-    """First-delta latencies of one user alone on the server, before the load."""
-    trouble: list[str] = field(default_factory=list[str])
-    statuses: dict[str, int] = field(default_factory=dict[str, int])
-
-    @property
-    def load(self) -> LoadResult:
-        return self.measured.result
-
-    @property
-    def users(self) -> int:
-        return self.load.users
-
-    @property
-    def cpu_per_turn(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.completed_turns)
-
-    @property
-    def server_busy(self) -> float:
-        """The server's CPU over the turns' wall time: 1.0 is one core, all the time."""
-        return ratio(self.measured.server_cpu, self.load.elapsed)
-
-    @property
-    def client_busy(self) -> float:
-        return ratio(self.measured.client_cpu, self.load.elapsed)
-
-    @property
-    def ok(self) -> bool:
-        load = self.load
-        return (
-            not load.errors
-            and load.completed_turns
-            == load.users * load.turns_per_user
-            == load.streams_open * load.turns_per_user
-        )
-
-
-async def run_phase(
-    system: str, users: int, turns: int, deadline: float, postgres: str | None, logs: Path, source: Path
-) -> Phase:
-    """A fresh server warmed up by one turn, one user's turns alone, then `users` users' `turns` each."""
-    async with (
-        scratch_database(
-            "PostgreSQL" if system == "PostgreSQL" else "SQLite", logs, f"{system}-{users}", postgres
-        ) as url,
-        serving(
-            f"{system}-{users}",
-            bare_sse_argv() if system == BASELINE else ours_argv(url),
-            server_env(),
-            logs,
-            cwd=source,
-        ) as server,
-    ):
-        warm = await run_load(server.base_url, Load(users=1, turns=1, deadline=60))
-        alone = await run_load(server.base_url, Load(users=1, turns=ALONE_TURNS, deadline=60))
-        await asyncio.sleep(0.5)
-        idle = server.status("VmRSS") or 0
-        measured = await measure([server], Load(users=users, turns=turns, deadline=deadline))
-        peak = server.status("VmHWM") or 0
-    measured.result.add_errors(warm, "warm-up: ")
-    measured.result.add_errors(alone, "alone: ")
-    phase = Phase(system, measured, idle, peak, alone.first_delta, *server.trouble())
-    load = phase.load
-    print(
-        f"  {system:<10} {users:>4} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
-        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} ms, {load.error_count} "
-        f"errors, streams {load.streams_open}, server CPU {phase.server_busy:.0%}, client CPU {phase.client_busy:.0%}",
-        flush=True,
-    )
-    for kind, count in load.errors.items():
-        print(f"    error {kind} x{count}: {load.error_samples[kind]}", flush=True)
-    return phase
 
 
 @dataclass
@@ -137,7 +38,14 @@ class Report:
     """Phases that could not run (a server that did not start)."""
 
     def phase(self, system: str, users: int) -> Phase | None:
-        return next((p for p in self.phases if (p.system, p.users) == (system, users)), None)
+        return find(self.phases, system, users)
+
+    @staticmethod
+    def ok(phase: Phase) -> bool:
+        load = phase.load
+        return not load.errors and load.completed_turns == load.users * load.turns_per_user == (
+            load.streams_open * load.turns_per_user
+        )
 
     def systems(self) -> list[str]:
         return list(dict.fromkeys(p.system for p in self.phases if p.system != BASELINE))
@@ -146,7 +54,7 @@ class Report:
         """(users, ours, the baseline) for every level both measured."""
         found = [
             (u, self.phase(system, u), self.phase(BASELINE, u))
-            for u in sorted({p.users for p in self.phases})
+            for u in sorted({p.load.users for p in self.phases})
         ]
         return [(u, o, b) for u, o, b in found if o is not None and b is not None]
 
@@ -156,9 +64,9 @@ class Report:
         for system in self.systems():
             if (held := self.phase(system, STREAMS_TARGET)) is not None:
                 load = held.load
-                measured = f"{load.streams_open}/{held.users} streams open, {load.completed_turns}/{held.users * load.turns_per_user} turns, {load.error_count} errors"
+                measured = f"{load.streams_open}/{load.users} streams open, {load.completed_turns}/{load.users * load.turns_per_user} turns, {load.error_count} errors"
                 rows.append(
-                    (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, held.ok)
+                    (f"{system}: {STREAMS_TARGET} concurrent streams held, no error", measured, self.ok(held))
                 )
             for users, ours, base in self.pairs(system):
                 mine, theirs = median(ours.load.first_delta), median(base.load.first_delta)
@@ -177,9 +85,9 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
     rows = [
         [
             p.system,
-            p.users,
-            f"{p.load.streams_open}/{p.users}",
-            f"{p.load.completed_turns}/{p.users * p.load.turns_per_user}",
+            p.load.users,
+            f"{p.load.streams_open}/{p.load.users}",
+            f"{p.load.completed_turns}/{p.load.users * p.load.turns_per_user}",
             p.load.error_count,
             f"{p.load.turns_per_second:.1f}",
             *(
@@ -188,11 +96,11 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
             ),
             *(ms_short(median(values)) for values in (p.load.post_latency, p.load.turn_latency, p.alone)),
             f"{p.idle_rss_kb / 1024:.0f} / {p.peak_rss_kb / 1024:.0f}",
-            f"{p.cpu_per_turn * 1000:.1f}",
-            f"{p.server_busy:.0%}",
-            f"{p.client_busy:.0%}",
+            f"{p.measured.cpu_per_turn * 1000:.1f}",
+            f"{p.measured.server_cores:.0%}",
+            f"{p.measured.client_cores:.0%}",
         ]
-        for p in sorted(report.phases, key=lambda p: (p.users, p.system != BASELINE, p.system))
+        for p in sorted(report.phases, key=lambda p: (p.load.users, p.system != BASELINE, p.system))
     ]
     ratios = [
         [
@@ -209,25 +117,20 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         for users, ours, base in report.pairs(system)
     ]
     lines = [
-        "## Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
-        "",
-        "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
-        "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
-        "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
-        '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
-        "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
-        "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
-        "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
-        "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
-        "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
-        "the run.",
-        "",
-        "### Environment",
-        "",
-        *environment_lines,
-        "",
-        "### Results",
-        "",
+        *section(
+            "Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
+            "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
+            "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
+            "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
+            '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
+            "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
+            "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
+            "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
+            "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
+            "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
+            "the run.",
+            environment_lines,
+        ),
         "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
         "sending the POST to receiving the turn's first `text_delta`. CPU: the server process's, per completed "
         "turn, and its share of one core while the turns ran; the client's share is the load generator's. Alone: "
@@ -241,10 +144,7 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         "",
         "Ours / baseline:",
         "",
-        *table(
-            "database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms",
-            ratios,
-        ),
+        *table("database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms", ratios),
         "",
         "### Targets",
         "",
@@ -255,7 +155,11 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         "",
         f"**Verdict: {'PASS' if report.passed else 'FAIL'}**",
         *_analysis(report),
-        *_errors(report),
+        *errors(
+            report.phases,
+            report.failures,
+            "Errors seen (client side, the server's access log, the server's log):",
+        ),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -264,14 +168,14 @@ def _analysis(report: Report) -> list[str]:
     """What dominates where a target is missed: the server's CPU, and the queue a closed loop makes."""
     out: list[str] = []
     for system, users, ours, base in ((s, *pair) for s in report.systems() for pair in report.pairs(s)):
-        o, b = ours.load, base.load
-        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and ours.ok:
+        o, b, om, bm = ours.load, base.load, ours.measured, base.measured
+        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and report.ok(ours):
             continue
         out.append(
-            f"- {system}, {users} users: the server used {ours.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
-            f"the baseline's {base.cpu_per_turn * 1000:.1f} ms ({ours.cpu_per_turn / base.cpu_per_turn:.1f}x) and was "
-            f"busy {ours.server_busy:.0%} of a core (the baseline {base.server_busy:.0%}, the client "
-            f"{ours.client_busy:.0%} and {base.client_busy:.0%}). In this closed loop a user waits for the turns "
+            f"- {system}, {users} users: the server used {om.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
+            f"the baseline's {bm.cpu_per_turn * 1000:.1f} ms ({om.cpu_per_turn / bm.cpu_per_turn:.1f}x) and was "
+            f"busy {om.server_cores:.0%} of a core (the baseline {bm.server_cores:.0%}, the client "
+            f"{om.client_cores:.0%} and {bm.client_cores:.0%}). In this closed loop a user waits for the turns "
             f"ahead of it: users / turns/s = {ratio(users, o.turns_per_second):.2f} s, against a measured turn p50 of "
             f"{ms_short(median(o.turn_latency))} ms and first-delta p50 of {ms_short(median(o.first_delta))} ms "
             f"(POST p50 {ms_short(median(o.post_latency))} ms, the baseline's {ms_short(median(b.post_latency))} ms)."
@@ -285,9 +189,11 @@ def _analysis(report: Report) -> list[str]:
                 f"baseline's {ms_short(median(base))} ms (+{ms_short(median(mine) - median(base))} ms): what a turn "
                 "costs before its first word, without waiting for other users' turns."
             )
-    if out and (bound := [p for p in report.phases if p.system == BASELINE and p.client_busy > 0.85]):
+    if out and (
+        bound := [p for p in report.phases if p.system == BASELINE and p.measured.client_cores > 0.85]
+    ):
         out.append(
-            f"- The baseline at {', '.join(f'{p.users} users' for p in bound)} kept the load generator busy (client "
+            f"- The baseline at {', '.join(f'{p.load.users} users' for p in bound)} kept the load generator busy (client "
             "CPU over 85% of a core): its real capacity is higher than measured, so those ratios flatter ours."
         )
     if not out:
@@ -299,48 +205,20 @@ def _analysis(report: Report) -> list[str]:
     return ["", intro, "", *out]
 
 
-def _errors(report: Report) -> list[str]:
-    out: list[str] = []
-    for p in report.phases:
-        kinds = [
-            f"{kind} x{count} (e.g. {p.load.error_samples[kind][:200]!r})"
-            for kind, count in p.load.errors.items()
-        ]
-        kinds += [f"{status} x{count}" for status, count in sorted(p.statuses.items())]
-        if kinds or p.trouble:
-            out.append(f"- {p.system}, {p.users} users: " + "; ".join(kinds))
-            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(p.trouble))[:8]]
-    out += [f"- could not run: `{failure}`" for failure in report.failures]
-    return (
-        ["", "Errors seen (client side, the server's access log, the server's log):", "", *out] if out else []
-    )
-
-
 async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
-    source = snapshot(logs / "src")
     databases, version = await available(arguments.postgres, notes)
     systems = [BASELINE, *databases]
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     # Alternate which side goes first, so a drift in the machine's load spreads over both.
-    plan = [
-        (users, system)
-        for n, users in enumerate(levels)
-        for system in (systems if n % 2 == 0 else systems[::-1])
+    order = [
+        (users, system, 1) for n, users in enumerate(levels) for system in systems[:: 1 if n % 2 == 0 else -1]
     ]
-    budget_end = time.monotonic() + BUDGET_SECONDS
-    for number, (users, system) in enumerate(plan):
-        turns = arguments.turns or LEVEL_TURNS.get(users, 3)
-        if number == 0 or plan[number - 1][0] != users:
-            print(f"{users} concurrent users, {turns} turns each:", flush=True)
-        left = budget_end - time.monotonic() - 15 * (len(plan) - number - 1)
-        deadline = max(20.0, min(users * turns * 0.3, left))
-        try:
-            report.phases.append(
-                await run_phase(system, users, turns, deadline, arguments.postgres, logs, source)
-            )
-        except (RuntimeError, OSError) as error:
-            print(f"  {system:<10} {users:>4} users: FAILED: {error}", flush=True)
-            report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
+    plan = Plan(order, BUDGET_SECONDS, LEVEL_TURNS, 3, 0.3, alone_turns=ALONE_TURNS)
+    source = snapshot(logs / "src")
+    found = await run_plan(
+        plan, arguments.turns, report.failures, postgres=arguments.postgres, logs=logs, source=source
+    )
+    report.phases += found
     return version
 
 
@@ -369,11 +247,11 @@ def main() -> int:
     lines = environment(
         command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, *notes, clock.line()]
     )
-    section = render(report, lines)
-    print(f"\n{section}")
-    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.turns)):
-        write_section(arguments.output, "web", section)
-        print(f"wrote the web section of {arguments.output}", flush=True)
+    publish(
+        arguments,
+        {"web": render(report, lines)},
+        full=not (arguments.quick or arguments.users or arguments.turns),
+    )
     return 1 if arguments.strict and not report.passed else 0
 
 

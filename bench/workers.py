@@ -1,14 +1,7 @@
-"""Several server processes on one PostgreSQL database: turns/s and first-delta latency with 1, 2 and 4 workers.
+"""Several server processes on one PostgreSQL database: turns/s and first delta with 1, 2 and 4 workers.
 
-    python -m bench.workers [--quick] [--postgres URL] [--workers 1 2 4] [--users 50 200] [--turns N]
-                            [--no-baseline] [--no-write]
-
-For each number of workers and each level of concurrent users (50 and 200; 20 with `--quick`), a
-fresh PostgreSQL database, that many real servers on it (their pools capped so that together they
-keep `CONNECTIONS`), and the harness's users spread over them round robin: each user creates its
-thread, follows its stream and posts its turns on one worker, which drives the runs posted to it.
-The store-nothing SSE app (`bench.harness.bare_sse`, one process) gets the same load at each level,
-as the floor. Writes the `workers` section of `docs/benchmarks.md`.
+Users spread over the workers round robin; their pools capped to keep `CONNECTIONS` in all; the bare
+SSE app as the floor.
 """
 
 from __future__ import annotations
@@ -16,29 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from collections.abc import Iterable, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-
-from bench.harness.clients import Load, LoadResult, Measured, measure, run_load
-from bench.harness.databases import connected, postgres_database, postgres_version
-from bench.harness.options import parser, writes
-from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, table, write_section
-from bench.harness.servers import (
-    bare_sse_argv,
-    folder,
-    ours_argv,
-    raise_open_files_limit,
-    server_env,
-    serving,
-    snapshot,
-)
+from bench.harness.clients import LoadResult
+from bench.harness.databases import postgres_version
+from bench.harness.options import parser, publish
+from bench.harness.phases import BASELINE, Phase, Plan, errors, find, run_plan
+from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
+from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile, ratio, times
 
 WORKERS, QUICK_WORKERS = (1, 2, 4), (1, 2)
@@ -50,98 +29,9 @@ CONNECTIONS = 60
 """PostgreSQL connections all the workers of one measurement keep together, split evenly between their
 two pools each (`DURABLE_CHAT_POOL_SIZE`): one worker's default, and 60% of a default server's 100.
 Uncapped, two workers under 200 users exhausted them (`too many clients already`)."""
-BASELINE = "baseline"
 
 
-@dataclass
-class Row:
-    """One system (the baseline, or ours on PostgreSQL) with some workers, at one level of users."""
-
-    system: str
-    workers: int
-    measured: Measured
-    connections: int
-    """The most connections the database had at once (0 for the baseline, which has none)."""
-    trouble: list[str] = field(default_factory=list[str])
-    statuses: dict[str, int] = field(default_factory=dict[str, int])
-
-    @property
-    def load(self) -> LoadResult:
-        return self.measured.result
-
-    @property
-    def cpu_per_turn(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.completed_turns)
-
-    @property
-    def server_cores(self) -> float:
-        return ratio(self.measured.server_cpu, self.load.elapsed)
-
-
-async def _count_connections(server: str, database: str, peak: list[int]) -> None:
-    """Sample how many connections the database has (every worker's pools), keeping the peak."""
-    async with connected(server) as admin:
-        while True:
-            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name")
-            peak[0] = max(peak[0], int(await admin.scalar(query, {"name": database}) or 0))
-            await asyncio.sleep(0.25)
-
-
-async def run_one(
-    system: str,
-    workers: int,
-    users: int,
-    turns: int,
-    postgres: str,
-    logs: Path,
-    source: Path,
-    deadline: float,
-) -> Row:
-    tag = f"{system}-{workers}w-{users}u"
-    peak = [0]
-    async with AsyncExitStack() as stack:
-        url = "" if system == BASELINE else await stack.enter_async_context(postgres_database(postgres))
-        argv = bare_sse_argv() if system == BASELINE else ours_argv(url)
-        env = server_env({"DURABLE_CHAT_POOL_SIZE": str(max(2, CONNECTIONS // workers // 2))})
-        # The first alone, so that only one process creates the schema.
-        servers = [await stack.enter_async_context(serving(f"{tag}-0", argv, env, logs, cwd=source))]
-        servers += await asyncio.gather(
-            *(
-                stack.enter_async_context(serving(f"{tag}-{n}", argv, env, logs, cwd=source))
-                for n in range(1, workers)
-            )
-        )
-        warm = [await run_load(server.base_url, Load(users=1, turns=1, deadline=60)) for server in servers]
-        sampler = (
-            asyncio.create_task(_count_connections(postgres, str(make_url(url).database), peak))
-            if url
-            else None
-        )
-        try:
-            measured = await measure(servers, Load(users=users, turns=turns, deadline=deadline))
-        finally:
-            if sampler is not None:
-                sampler.cancel()
-                await asyncio.gather(sampler, return_exceptions=True)
-    row = Row(system, workers, measured, peak[0])
-    for server, one in zip(servers, warm, strict=True):
-        measured.result.add_errors(one, "warm-up: ")
-        trouble, statuses = server.trouble()
-        row.trouble += trouble
-        for status, count in statuses.items():
-            row.statuses[status] = row.statuses.get(status, 0) + count
-    load = row.load
-    print(
-        f"  {system} x{workers}, {users} users: {load.completed_turns}/{users * turns} turns in {load.elapsed:.1f}s = "
-        f"{load.turns_per_second:.1f}/s, first delta p50 {ms_short(median(load.first_delta))} p95 "
-        f"{ms_short(percentile(load.first_delta, 0.95))} ms, {load.error_count} errors, server CPU "
-        f"{row.server_cores:.2f} cores, machine {measured.machine_busy:.0%}",
-        flush=True,
-    )
-    return row
-
-
-def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequence[str]) -> str:
+def render(rows: Sequence[Phase], failures: Sequence[str], environment_lines: Sequence[str]) -> str:
     ordered = sorted(rows, key=lambda r: (r.load.users, r.system != BASELINE, r.workers))
     results = [
         [
@@ -155,9 +45,9 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
             ms_short(median(r.load.first_delta)),
             ms_short(percentile(r.load.first_delta, 0.95)),
             ms_short(median(r.load.turn_latency)),
-            f"{r.cpu_per_turn * 1000:.1f}",
-            f"{r.server_cores:.2f}",
-            f"{ratio(r.measured.client_cpu, r.load.elapsed):.2f}",
+            f"{r.measured.cpu_per_turn * 1000:.1f}",
+            f"{r.measured.server_cores:.2f}",
+            f"{r.measured.client_cores:.2f}",
             f"{r.measured.machine_busy:.0%}",
             r.connections or "-",
         ]
@@ -165,8 +55,8 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
     ]
     against: list[Sequence[object]] = []
     for users in sorted({r.load.users for r in rows}):
-        base = _find(rows, BASELINE, 1, users)
-        one = _find(rows, "PostgreSQL", 1, users)
+        base = find(rows, BASELINE, users)
+        one = find(rows, "PostgreSQL", users)
         for r in (r for r in ordered if r.system != BASELINE and r.load.users == users):
             mine, single = r.load, one.load if one else LoadResult(0, 0)
             against.append(
@@ -182,24 +72,19 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
                 ]
             )
     lines = [
-        "## Workers (PostgreSQL): 1, 2 and 4 server processes on one database",
-        "",
-        "Real server processes (`python -m cli serve --model demo`) on one fresh PostgreSQL database per measurement "
-        "(created and dropped by the benchmark), and the simulated users of the web benchmark (`bench/harness/clients.py`) "
-        "spread over them round robin: each user creates its thread, opens its event stream and posts its turns "
-        '("Where is ORD-5678?", the demo\'s 3-node turn) on one worker, so each worker drives the runs posted to it. '
-        "Every turn's events are checked as in the web benchmark. The baseline is the bare Starlette SSE app "
-        "(`bench/harness/bare_sse.py`, one process, no database) under the same load. The workers' connection pools "
-        "are capped so that together they stay within a share of the server's connections (see Settings): uncapped, "
-        "a worker opens up to 60, and two workers under 200 users exhausted a default PostgreSQL's 100 (`too many "
-        "clients already`).",
-        "",
-        "### Environment",
-        "",
-        *environment_lines,
-        "",
-        "### Results",
-        "",
+        *section(
+            "Workers (PostgreSQL): 1, 2 and 4 server processes on one database",
+            "Real server processes (`python -m cli serve --model demo`) on one fresh PostgreSQL database per measurement "
+            "(created and dropped by the benchmark), and the simulated users of the web benchmark (`bench/harness/clients.py`) "
+            "spread over them round robin: each user creates its thread, opens its event stream and posts its turns "
+            '("Where is ORD-5678?", the demo\'s 3-node turn) on one worker, so each worker drives the runs posted to it. '
+            "Every turn's events are checked as in the web benchmark. The baseline is the bare Starlette SSE app "
+            "(`bench/harness/bare_sse.py`, one process, no database) under the same load. The workers' connection pools "
+            "are capped so that together they stay within a share of the server's connections (see Settings): uncapped, "
+            "a worker opens up to 60, and two workers under 200 users exhausted a default PostgreSQL's 100 (`too many "
+            "clients already`).",
+            environment_lines,
+        ),
         "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
         "sending the POST to the turn's first `text_delta`. Server CPU: all the workers' processes together, per "
         "turn and in cores while the turns ran; machine: the share of all cores busy meanwhile, whoever used them "
@@ -216,13 +101,9 @@ def render(rows: Sequence[Row], failures: Sequence[str], environment_lines: Sequ
         "",
         *table("users | workers | turns/s | first delta p50 | first delta p95 | turns/s / baseline", against),
         *_reading(rows),
-        *_errors(rows, failures),
+        *errors(rows, failures, "Errors seen (client side, the access logs, the servers' logs):"),
     ]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _find(rows: Iterable[Row], system: str, workers: int, users: int) -> Row | None:
-    return next((r for r in rows if (r.system, r.workers, r.load.users) == (system, workers, users)), None)
 
 
 def _span(values: Iterable[float], spec: str) -> str:
@@ -231,18 +112,18 @@ def _span(values: Iterable[float], spec: str) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def _reading(rows: Sequence[Row]) -> list[str]:
+def _reading(rows: Sequence[Phase]) -> list[str]:
     """What the numbers say: how far more workers went, and what held them back."""
     out: list[str] = []
     ours = [r for r in rows if r.system != BASELINE]
     for users in sorted({r.load.users for r in ours}):
         level = [r for r in ours if r.load.users == users]
-        one = _find(rows, "PostgreSQL", 1, users)
+        one = find(rows, "PostgreSQL", users)
         if one is None or len(level) < 2 or not one.load.turns_per_second:
             continue
         best = max(level, key=lambda r: r.load.turns_per_second)
         alone = (
-            f"One worker kept {one.server_cores:.2f} cores busy ({one.cpu_per_turn * 1000:.0f} ms of server CPU per turn) "
+            f"One worker kept {one.measured.server_cores:.2f} cores busy ({one.measured.cpu_per_turn * 1000:.0f} ms of server CPU per turn) "
             f"with the machine {one.measured.machine_busy:.0%} busy"
         )
         if best is one:
@@ -253,8 +134,8 @@ def _reading(rows: Sequence[Row]) -> list[str]:
             out.append(
                 f"- {users} users: the most turns/s came with {best.workers} workers, "
                 f"{best.load.turns_per_second / one.load.turns_per_second:.2f}x the single worker's "
-                f"{one.load.turns_per_second:.1f}/s. {alone}; the {best.workers} workers used {best.server_cores:.2f} cores "
-                f"({best.cpu_per_turn * 1000:.0f} ms per turn) and the machine was {best.measured.machine_busy:.0%} busy."
+                f"{one.load.turns_per_second:.1f}/s. {alone}; the {best.workers} workers used {best.measured.server_cores:.2f} cores "
+                f"({best.measured.cpu_per_turn * 1000:.0f} ms per turn) and the machine was {best.measured.machine_busy:.0%} busy."
             )
     if any(r.workers > 1 and r.measured.machine_busy >= 0.85 for r in ours):
         out.append(
@@ -264,53 +145,27 @@ def _reading(rows: Sequence[Row]) -> list[str]:
     one, more = [r for r in ours if r.workers == 1], [r for r in ours if r.workers > 1]
     if one and more:
         out.append(
-            f"- Server CPU per turn: {_span((r.cpu_per_turn * 1000 for r in one), '.0f')} ms with one worker, "
-            f"{_span((r.cpu_per_turn * 1000 for r in more), '.0f')} ms with more: each worker has its own pools, caches "
+            f"- Server CPU per turn: {_span((r.measured.cpu_per_turn * 1000 for r in one), '.0f')} ms with one worker, "
+            f"{_span((r.measured.cpu_per_turn * 1000 for r in more), '.0f')} ms with more: each worker has its own pools, caches "
             "and event loop, and more processes on the same cores mean more switching between them."
         )
     return ["", "### Reading", "", *out] if out else []
 
 
-def _errors(rows: Sequence[Row], failures: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for r in rows:
-        kinds = [
-            f"{kind} x{count} (e.g. {r.load.error_samples[kind][:200]!r})"
-            for kind, count in r.load.errors.items()
-        ]
-        kinds += [f"{status} x{count}" for status, count in sorted(r.statuses.items())]
-        if kinds or r.trouble:
-            out.append(f"- {r.system} x{r.workers}, {r.load.users} users: " + "; ".join(kinds))
-            out += [f"  - server log: `{line[:300]}`" for line in list(dict.fromkeys(r.trouble))[:6]]
-    out += [f"- could not run: `{failure}`" for failure in failures]
-    return ["", "Errors seen (client side, the access logs, the servers' logs):", "", *out] if out else []
-
-
-async def run(arguments: argparse.Namespace, rows: list[Row], failures: list[str], logs: Path) -> None:
-    source = snapshot(logs / "src")
+async def run(arguments: argparse.Namespace, failures: list[str], logs: Path) -> list[Phase]:
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     counts = arguments.workers or (QUICK_WORKERS if arguments.quick else WORKERS)
     systems = [(BASELINE, 1)] if arguments.baseline else []
-    plan = [
-        (users, system, workers)
+    order = [
+        (users, system, n)
         for users in levels
-        for system, workers in [*systems, *(("PostgreSQL", w) for w in counts)]
+        for system, n in [*systems, *(("PostgreSQL", w) for w in counts)]
     ]
-    budget_end = time.monotonic() + BUDGET_SECONDS
-    for number, (users, system, workers) in enumerate(plan):
-        turns = arguments.turns or LEVEL_TURNS.get(users, 2)
-        if number == 0 or plan[number - 1][0] != users:
-            print(f"{users} concurrent users, {turns} turns each:", flush=True)
-        deadline = max(
-            20.0, min(users * turns * 0.5, budget_end - time.monotonic() - 15 * (len(plan) - number - 1))
-        )
-        try:
-            rows.append(
-                await run_one(system, workers, users, turns, arguments.postgres, logs, source, deadline)
-            )
-        except (RuntimeError, OSError, SQLAlchemyError) as error:
-            print(f"  {system} x{workers}, {users} users: FAILED: {error}", flush=True)
-            failures.append(f"{system} x{workers}, {users} users: {str(error)[-600:]}")
+    plan = Plan(order, BUDGET_SECONDS, LEVEL_TURNS, 2, 0.5, pool_connections=CONNECTIONS)
+    source = snapshot(logs / "src")
+    return await run_plan(
+        plan, arguments.turns, failures, postgres=arguments.postgres, logs=logs, source=source
+    )
 
 
 def main() -> int:
@@ -330,10 +185,10 @@ def main() -> int:
     if not arguments.postgres:
         options.error("needs a PostgreSQL server: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL")
     limit = raise_open_files_limit()
-    clock, rows, failures = Clock(), list[Row](), list[str]()
+    clock, failures = Clock(), list[str]()
     version = asyncio.run(postgres_version(arguments.postgres))
     with folder("workers", keep=arguments.keep_logs) as logs:
-        asyncio.run(run(arguments, rows, failures, logs))
+        rows = asyncio.run(run(arguments, failures, logs))
     turns = arguments.turns or ", ".join(f"{t} at {u} users" for u, t in LEVEL_TURNS.items())
     settings = (
         f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; users spread over "
@@ -343,15 +198,9 @@ def main() -> int:
         "(`DURABLE_CHAT_POOL_SIZE`, no overflow)"
     )
     command = command_line("bench.workers", sys.argv[1:])
-    section = render(
-        rows,
-        failures,
-        environment(command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, clock.line()]),
-    )
-    print(f"\n{section}")
-    if writes(arguments, full=not (arguments.quick or arguments.users or arguments.workers)):
-        write_section(arguments.output, "workers", section)
-        print(f"wrote the workers section of {arguments.output}", flush=True)
+    lines = environment(command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, clock.line()])
+    full = not (arguments.quick or arguments.users or arguments.workers)
+    publish(arguments, {"workers": render(rows, failures, lines)}, full=full)
     return 0
 
 

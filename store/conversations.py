@@ -40,7 +40,6 @@ from .engine import (
 )
 from .erasure import erase_conversation
 from .errors import CorruptData
-from .histories import HISTORY as _HISTORY  # noqa: F401  # pyright: ignore[reportUnusedImport] - for bench/query_plans.py
 from .history_cache import HistoryCache, budget_from_env
 from .migrate import upgrade
 from .primitives import ABSENT, AlsoWrite, Call, Known, PageCursor, Prefetch, Primitives, Shared

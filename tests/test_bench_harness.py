@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.clients import Event, assistant_message, check_turn, sse_events
-from bench.harness.options import POSTGRES_ENV, parser, writes
+from bench.harness.clients import Event, LoadResult, Measured, assistant_message, check_turn, sse_events
+from bench.harness.options import POSTGRES_ENV, parser, publish, writes
+from bench.harness.phases import Phase, errors
 from bench.harness.reports import command_line, table, write_section
 from bench.harness.stats import median, ms, ms_short, paired_ratio, percentile, ratio, times
 
@@ -193,3 +194,44 @@ def test_the_assistant_message_holds_the_steps_the_tool_call_with_its_result_and
             {"type": "text", "text": "Order X shipped.", "state": "done"},
         ],
     }
+
+
+def test_a_full_run_prints_and_writes_every_section_and_a_partial_one_only_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "benchmarks.md"
+    options = parser("bench.x", "A benchmark.")
+    sections = {"x-sqlite": "## On SQLite\n\n1.0 ms", "x-postgresql": "## On PostgreSQL\n\n2.0 ms"}
+    publish(options.parse_args(["--quick", "--output", str(output)]), sections, full=False)
+    assert not output.exists()
+    assert "## On SQLite\n\n1.0 ms\n## On PostgreSQL\n\n2.0 ms" in capsys.readouterr().out
+    publish(options.parse_args(["--output", str(output)]), sections, full=True)
+    written = output.read_text()
+    assert "<!-- bench:x-sqlite -->\n## On SQLite\n\n1.0 ms\n<!-- /bench:x-sqlite -->" in written
+    assert "<!-- bench:x-postgresql -->\n## On PostgreSQL\n\n2.0 ms\n<!-- /bench:x-postgresql -->" in written
+
+
+def test_what_went_wrong_in_a_phase_is_listed_by_kind_status_and_log_line() -> None:
+    result = LoadResult(users=20, turns_per_user=1)
+    result.error("stalled stream", "no event for 120s during a turn")
+    result.error("stalled stream", "again")
+    measured = Measured(result, server_cpu=1.0, client_cpu=0.5)
+    log = ["WARNING: slow", "WARNING: slow", *(f"ERROR {n}" for n in range(10))]
+    phase = Phase("PostgreSQL", 2, measured, statuses={"503": 3, "409": 1}, trouble=log)
+    assert phase.label == "PostgreSQL x2, 20 users"
+    assert Phase("SQLite", 1, measured).label == "SQLite, 20 users"
+    clean = Phase("baseline", 1, Measured(LoadResult(users=20, turns_per_user=1), 0.0, 0.0))
+    lines = errors([phase, clean], ["SQLite, 50 users: did not start"], "Errors:")
+    assert lines[:4] == [
+        "",
+        "Errors:",
+        "",
+        "- PostgreSQL x2, 20 users: stalled stream x2 (e.g. 'no event for 120s during a turn'); 409 x1; 503 x3",
+    ]
+    # Each log line once, eight at most; a phase with nothing wrong is not listed.
+    assert lines[4:12] == [
+        "  - server log: `WARNING: slow`",
+        *(f"  - server log: `ERROR {n}`" for n in range(7)),
+    ]
+    assert lines[12:] == ["- could not run: `SQLite, 50 users: did not start`"]
+    assert errors([clean], [], "Errors:") == []

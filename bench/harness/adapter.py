@@ -2,21 +2,14 @@
 
     python -m bench.harness.adapter --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
 
-The same agent (the demo shop's, on its demo model, no delay) with the same deps (the shop's
-business data on the database at `--db`, already migrated and seeded, which `lookup_order` reads),
-served on `POST /api/ai-sdk/chat` by `VercelAIAdapter.dispatch_request` as pydantic-ai documents
-it, on uvicorn and Starlette with uvicorn's defaults (its access log included, as ours). Nothing
-stored: the client sends the whole conversation each turn, as the AI SDK's `useChat` does. The
-bearer token is checked as our server checks it, so both sides pay for authentication.
+The same agent and deps, stored nothing: the client resends the conversation each turn, as `useChat`
+does. The bearer token is checked as ours checks it.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import uuid
 
-import uvicorn
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -28,6 +21,8 @@ from agent import RunRecords, RunScope, ToolLedger
 from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
 from store import Ledger
 from web import InvalidToken, verify_token
+
+from .servers import baseline_main
 
 __all__ = ("create_app",)
 
@@ -67,15 +62,5 @@ def create_app(secret: str, database_url: str) -> Starlette:
     return Starlette(routes=routes)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--db", required=True, help="the database with the shop's business tables")
-    arguments = parser.parse_args()
-    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
-
-
 if __name__ == "__main__":
-    main()
+    baseline_main(__doc__, create_app)

@@ -2,25 +2,18 @@
 
     python -m bench.harness.bare_sse --port N      (the secret from $DURABLE_CHAT_SECRET)
 
-The same routes, bearer tokens and stream events as the server's demo turn "Where is ORD-5678?"
-(`run_started`, `user_message`, `tool_call`, `tool_result`, a `text_delta` per word, `text_done`,
-`run_finished`), the event loop yielded between events, served by uvicorn and sse-starlette as
-the server is. Nothing else: threads live in a dict, a run is a task publishing its events straight
-to the thread's followers; no database, agent, event log or replay.
+The demo turn's events from memory, the event loop yielded between them; no database, agent or log.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import uvicorn
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from web import InvalidToken, verify_token
+
+from .servers import baseline_main
 
 __all__ = ("create_app",)
 
@@ -181,14 +176,5 @@ async def _run(thread: _Thread, run_id: str, content: str) -> None:
     thread.publish("run_finished", {"run_id": run_id, "status": "completed", "output": "".join(_WORDS)})
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    arguments = parser.parse_args()
-    app = create_app(os.environ["DURABLE_CHAT_SECRET"])
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
-
-
 if __name__ == "__main__":
-    main()
+    baseline_main(__doc__, lambda secret, _: create_app(secret))

@@ -1,14 +1,8 @@
 """Simulated users over HTTP and SSE, in this process, and what they saw; a round's CPU.
 
-Each user has its own `httpx.AsyncClient` (httpcore's pool scans every connection it holds on
-each request, which at hundreds of connections made one shared pool the clients' main cost).
-`native`: the user creates a thread and opens its event stream before the start (not counted),
-then posts "Where is ORD-5678?" and reads the stream to `run_finished`, turn after turn; a turn
-counts when its events are all there (increasing ids, the demo turn's shape, its `run_id`,
-`text_done` equal to its deltas, status `completed`). `ai-sdk`: a `useChat` client, one `POST
-/api/ai-sdk/chat` a turn resending the whole conversation (assistant messages rebuilt from the
-chunks), read to `finish`; a turn counts when its text names the order. Anything else is an
-error, by kind, with a sample.
+Each user has its own `httpx.AsyncClient` (one shared pool scans every connection on each request).
+`native`: a thread, its stream open before the start, every turn's events checked (`check_turn`);
+`ai-sdk`: a `useChat` client resending the conversation, a turn counting when its text names the order.
 """
 
 from __future__ import annotations
@@ -31,6 +25,7 @@ from web import issue_token
 
 from .pinning import core_wait, machine_ticks
 from .servers import SECRET, ServerProcess
+from .stats import ratio
 
 __all__ = (
     "PROMPT",
@@ -43,6 +38,7 @@ __all__ = (
     "measure",
     "run_load",
     "sse_events",
+    "trouble_lines",
 )
 
 PROMPT = "Where is ORD-5678?"
@@ -405,6 +401,19 @@ class Measured:
     machine_busy: float = 0.0
     """The share of all the machine's cores busy during the turns, whoever used them."""
 
+    @property
+    def cpu_per_turn(self) -> float:
+        return ratio(self.server_cpu, self.result.completed_turns)
+
+    @property
+    def server_cores(self) -> float:
+        """The servers' CPU over the turns' wall time: 1.0 is one core, all the time."""
+        return ratio(self.server_cpu, self.result.elapsed)
+
+    @property
+    def client_cores(self) -> float:
+        return ratio(self.client_cpu, self.result.elapsed)
+
 
 async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float = 0.0) -> Measured:
     """`load` over `servers` (round robin), with their CPU and this process's read around the turns.
@@ -435,3 +444,19 @@ async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float
     server_cpu = sum(server.cpu_seconds() for server in servers) - marks.get("server", 0.0)
     machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
     return Measured(result, server_cpu, client_cpu, *waits, machine_busy=machine)
+
+
+def trouble_lines(label: str, result: LoadResult, statuses: dict[str, int], log: Sequence[str]) -> list[str]:
+    """A report's list items for what went wrong in one measurement: the clients' errors by kind, the
+    access log's non-2xx answers by status, and (a few of) the servers' log lines."""
+    kinds = [
+        f"{kind} x{count} (e.g. {result.error_samples[kind][:200]!r})"
+        for kind, count in result.errors.items()
+    ]
+    kinds += [f"{status} x{count}" for status, count in sorted(statuses.items())]
+    if not kinds and not log:
+        return []
+    return [
+        f"- {label}: " + "; ".join(kinds),
+        *(f"  - server log: `{line[:300]}`" for line in dict.fromkeys(log)),
+    ][:9]

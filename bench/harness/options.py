@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from .reports import DOCS
+from .reports import DOCS, write_section
 
-__all__ = ("POSTGRES_ENV", "parser", "writes")
+__all__ = ("POSTGRES_ENV", "parser", "publish", "writes")
 
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 
@@ -62,3 +63,12 @@ def parser(
 def writes(arguments: argparse.Namespace, *, full: bool) -> bool:
     """Whether to write the sections: as `--write`/`--no-write` say, else only a `full` run does."""
     return full if arguments.write is None else bool(arguments.write)
+
+
+def publish(arguments: argparse.Namespace, sections: Mapping[str, str], *, full: bool) -> None:
+    """Print the sections (by name), and write them to `--output` when the run writes (`writes`)."""
+    print("", *sections.values(), sep="\n", flush=True)
+    if writes(arguments, full=full):
+        for name, text in sections.items():
+            write_section(arguments.output, name, text)
+        print(f"wrote {', '.join(sections)} in {arguments.output}", flush=True)

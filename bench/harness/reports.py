@@ -21,6 +21,7 @@ __all__ = (
     "command_line",
     "environment",
     "machine",
+    "section",
     "table",
     "write_section",
 )
@@ -46,6 +47,11 @@ def write_section(path: Path, name: str, text: str) -> None:
     else:
         document = document.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(document, encoding="utf-8")
+
+
+def section(title: str, method: str, environment_lines: Sequence[str]) -> list[str]:
+    """A section's head: its title, how it measures, its environment, and the heading of its results."""
+    return [f"## {title}", "", method, "", "### Environment", "", *environment_lines, "", "### Results", ""]
 
 
 def table(header: str | Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:

@@ -3,6 +3,7 @@ watched (CPU and memory from /proc, trouble in their logs), each from a copy of 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -14,12 +15,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from starlette.types import ASGIApp
 
 from .reports import ROOT
 
@@ -29,6 +31,7 @@ __all__ = (
     "ServerProcess",
     "adapter_argv",
     "bare_sse_argv",
+    "baseline_main",
     "folder",
     "ours_argv",
     "raise_open_files_limit",
@@ -83,6 +86,22 @@ def bare_sse_argv() -> list[str]:
 def adapter_argv(database_url: str) -> list[str]:
     """pydantic-ai's own adapter serving the shop's agent (`bench.harness.adapter`)."""
     return [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
+
+
+def baseline_main(doc: str | None, create_app: Callable[[str, str], ASGIApp]) -> None:
+    """A baseline server's command: `create_app(secret, --db URL)` on uvicorn at `--port N`, the secret
+    from $DURABLE_CHAT_SECRET, no lifespan (as `python -m cli serve` has none of theirs to run)."""
+    import uvicorn  # the servers' own dependency, not the benchmarks'
+
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--db", default="", help="the database with the shop's business tables (the adapter's)"
+    )
+    arguments = parser.parse_args()
+    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
+    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 
 def snapshot(target: Path) -> Path:
