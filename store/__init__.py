@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
     from .records import NewRecord, Record, Records
+    from .retention import delegated_scope
     from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
@@ -100,6 +101,7 @@ __all__ = (
     "append_events",
     "cancel_run",
     "current_revision",
+    "delegated_scope",
     "finish_run",
     "head_revision",
     "idempotency_key",
@@ -150,6 +152,7 @@ _EXPORTS = {
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "records": ("NewRecord", "Record", "Records"),
+    "retention": ("delegated_scope",),
     "runs": (
         "Claimed",
         "Queued",

@@ -1,0 +1,43 @@
+"""Hand-offs: `transfer_to_<name>` tools that make another agent the thread's speaker.
+
+A transfer is stored on the thread (`threads.agent`) as the tool runs, with an `agent_changed`
+event; the agent that transferred finishes its turn, and the thread's next turns are answered by
+the new one, with the conversation so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic_ai import FunctionToolset, Tool
+from pydantic_ai.agent import AbstractAgent
+
+__all__ = ("transfer_tool_name", "transfer_tools")
+
+
+def transfer_tool_name(agent_name: str) -> str:
+    """The name of the tool that hands the conversation to `agent_name`."""
+    return f"transfer_to_{agent_name}"
+
+
+def transfer_tools(
+    speakers: list[AbstractAgent[Any, Any]], current: str, transfer: Callable[[str], Awaitable[None]]
+) -> FunctionToolset[Any]:
+    """The tools of the agent `current`: one per other agent of `speakers`, calling `transfer(name)`."""
+
+    def tool(name: str, description: str | None) -> Tool[Any]:
+        async def hand_off() -> str:
+            await transfer(name)
+            return f"The conversation is now with {name}; it answers the user's next message."
+
+        about = f"Hand the conversation to the {name} agent" + (f" ({description})" if description else "")
+        return Tool(hand_off, name=transfer_tool_name(name), description=about + ".", takes_ctx=False)
+
+    return FunctionToolset(
+        [
+            tool(agent.name, getattr(agent, "description", None))
+            for agent in speakers
+            if agent.name is not None and agent.name != current
+        ]
+    )

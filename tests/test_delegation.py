@@ -1,0 +1,176 @@
+"""`RunScope.delegate` (`agent/delegation.py`): agents run as sub-runs of a tool call at one, two and
+three levels, streamed with their tags, checkpointed as their own conversations, their approvals
+pausing the whole run and their decisions resuming the innermost agent. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+from agent import InvalidArguments, Runtime, decide, open_runtime, run_step
+from agent.delegation import sub_conversation_id
+from stream import ApprovalRequired, RunFinished, StreamEvent, TextDone, ToolResult, event_from_data
+
+from .agent_chains import Chain
+
+pytestmark = pytest.mark.anyio
+
+
+async def logged(runtime: Runtime, thread_id: str) -> list[StreamEvent]:
+    return [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread_id)]
+
+
+async def start(runtime: Runtime, content: str = "Book Paris") -> tuple[str, str]:
+    thread = await runtime.db.threads.create(user_id="ada", title="t")
+    run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+    return thread.thread_id, run.run_id
+
+
+def returns(messages: list[Any]) -> list[tuple[str, object]]:
+    return [
+        (part.tool_name, part.content)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+async def test_delegation_runs_each_level_as_a_tagged_checkpointed_sub_run(
+    database_url: str, depth: int
+) -> None:
+    chain = Chain(depth)
+    async with open_runtime(chain.app(), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        events = await logged(runtime, thread_id)
+        conversations = {
+            name: await runtime.db.conversations.load(sub_conversation_id(thread_id, f"{parent}_0_0"))
+            for parent, name in itertools.pairwise(chain.names)
+        }
+
+    names = chain.names
+    assert chain.ran == Counter({f"charge {names[-1]}": 1, **{f"ask {name}": 1 for name in names[1:]}})
+    assert isinstance(end := events[-1], RunFinished)
+    assert (end.run_id, end.status, end.output) == (run_id, "completed", "travel done")
+    # Every event of a sub-run says which agent produced it and under which call.
+    for parent, name in itertools.pairwise(names):
+        tagged = [e for e in events if e.agent == name]
+        assert tagged
+        assert all(e.parent_tool_call_id == f"{parent}_0_0" for e in tagged)
+        assert [e.text for e in tagged if isinstance(e, TextDone)] == [f"{name} done"]
+    assert [e.agent for e in events if e.parent_tool_call_id is None] == [None] * len(
+        [e for e in events if e.parent_tool_call_id is None]
+    )
+    # A sub-run's result is its output, given to its parent's model as the call's result.
+    results = [(e.agent, e.tool_name, e.content) for e in events if isinstance(e, ToolResult)]
+    assert results[0] == (names[-1], "charge", f"{names[-1]} charged {100 * (depth + 1)}")
+    assert results[-1] == (None, f"ask_{names[1]}", f"{names[1]} done")
+    # Each sub-run's messages are kept with the thread, as a conversation of its own.
+    for name, conversation in conversations.items():
+        assert conversation is not None
+        assert conversation.messages[-1].parts[0].content == f"{name} done"  # pyright: ignore[reportAttributeAccessIssue]
+
+
+async def decide_all(runtime: Runtime, thread_id: str, **decision: Any) -> str:
+    resume = None
+    for approval in await runtime.db.approvals.list(thread_id=thread_id, status="pending"):
+        made = await decide(runtime.db, thread_id, approval.tool_call_id, decided_by="ada", **decision)
+        resume = made.resume_run_id or resume
+    assert resume is not None
+    return resume
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("decision", "expected"),
+    [
+        ({"decision": "approved"}, "charged {cents}"),
+        ({"decision": "approved", "override_args": {"cents": 7}}, "charged 7"),
+        ({"decision": "rejected", "reason": "too dear"}, "The reviewer rejected this call: too dear"),
+    ],
+)
+async def test_a_nested_approval_pauses_the_whole_run_and_resumes_the_innermost_agent(
+    database_url: str, depth: int, decision: dict[str, Any], expected: str
+) -> None:
+    chain = Chain(depth, approval=True)
+    innermost, cents = chain.names[-1], 100 * (depth + 1)
+    app = chain.app()  # its scripted models remember what they answered, as a provider's would
+    async with open_runtime(app, database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "awaiting_approval"
+        [pending] = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+        paused = await logged(runtime, thread_id)
+    # A new runtime: the pause is all in storage.
+    async with open_runtime(app, database_url) as runtime:
+        resume = await decide_all(runtime, thread_id, **decision)
+        assert await run_step(runtime, resume) == "completed"
+        events = await logged(runtime, thread_id)
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, f"{chain.names[-2]}_0_0"))
+
+    assert (pending.tool_name, pending.args, pending.agent, pending.path) == (
+        "charge",
+        {"cents": cents},
+        innermost,
+        chain.names,
+    )
+    [required] = [e for e in paused if isinstance(e, ApprovalRequired)]
+    assert [(c.tool_name, c.agent, c.path) for c in required.approvals] == [
+        ("charge", innermost, list(chain.names))
+    ]
+    assert chain.ran[f"charge {innermost}"] == (0 if decision["decision"] == "rejected" else 1)
+    assert isinstance(end := events[-1], RunFinished)
+    assert (end.run_id, end.status, end.output) == (resume, "completed", "travel done")
+    assert inner is not None
+    [(_, content)] = [r for r in returns(inner.messages) if r[0] == "charge"]
+    assert expected.format(cents=cents) in str(content)
+    # The delegating tools ran again on the resume; the charge ran at most once.
+    assert all(chain.ran[f"ask {name}"] == 2 for name in chain.names[1:])
+
+
+async def test_edited_arguments_are_validated_against_the_inner_agents_schema(database_url: str) -> None:
+    chain = Chain(2, approval=True)
+    async with open_runtime(chain.app(), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "awaiting_approval"
+        [pending] = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+        with pytest.raises(InvalidArguments) as raised:
+            await decide(
+                runtime.db,
+                thread_id,
+                pending.tool_call_id,
+                decision="approved",
+                decided_by="ada",
+                override_args={"cents": "many"},
+            )
+    assert raised.value.tool_name == "charge"
+
+
+async def test_parallel_calls_at_several_levels_wait_and_are_decided_one_by_one(database_url: str) -> None:
+    chain = Chain(2, approval=True, parallel=True)
+    async with open_runtime(chain.app(), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "awaiting_approval"
+        pending = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+        assert sorted((p.agent, p.tool_name, p.args["cents"]) for p in pending) == [
+            ("booking", "charge", 200),
+            ("payments", "charge", 300),
+            ("travel", "charge", 100),
+        ]
+        resumes = [
+            (
+                await decide(runtime.db, thread_id, p.tool_call_id, decision="approved", decided_by="ada")
+            ).resume_run_id
+            for p in pending
+        ]
+        assert resumes[:-1] == [None, None]
+        assert resumes[-1] is not None
+        assert await run_step(runtime, resumes[-1]) == "completed"
+    assert chain.ran == Counter(
+        {"charge travel": 1, "charge booking": 1, "charge payments": 1, "ask booking": 2, "ask payments": 2}
+    )
