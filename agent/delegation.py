@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import DeferredToolRequests, RunContext
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
@@ -94,6 +94,9 @@ class Delegations:
             conversation = Conversation(conversation_id=conversation_id)
         requests = conversation.deferred_tool_requests
         deferred = None if requests is None else await stored_decisions(self.db, self.thread_id, requests)
+        if requests is not None and deferred is not None and _undecided(requests, deferred):
+            # Paused before its parent did (the run stopped in between): it still waits, as it was.
+            raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
         sub = _SubRun(self, path, parent, conversation)
         output = await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
         await self.db.ledger.once(
@@ -181,8 +184,10 @@ class _SubRun:
         finally:
             delegations.paths.pop(run_id, None)
         if isinstance(result.output, DeferredToolRequests):
-            calls = held_calls(result.output, self.schemas.schemas, agent=self.path[-1], path=self.path)
-            await self.save(messages, deferred=result.output)
+            requests = result.output
+            calls = held_calls(requests, self.schemas.schemas, agent=self.path[-1], path=self.path)
+            held = {**requests.metadata, _HELD: {DELEGATED: encode_calls(calls)}}
+            await self.save(messages, deferred=replace(requests, metadata=held))
             # The parent call pauses in its turn; its run shows the reviewer these calls, not it.
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
         await self.save(messages)
@@ -234,6 +239,15 @@ class _SubRun:
                 content=to_jsonable_python(part.content, fallback=str),
             )
         )
+
+
+_HELD = "durable_chat_held"
+"""The key of a paused sub-run's stored `DeferredToolRequests.metadata` that keeps the calls it held."""
+
+
+def _undecided(requests: DeferredToolRequests, results: DeferredToolResults) -> bool:
+    decided = {*results.approvals, *results.calls}
+    return any(call.tool_call_id not in decided for call in [*requests.approvals, *requests.calls])
 
 
 def _output_key(parent: str) -> str:

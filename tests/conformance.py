@@ -85,7 +85,7 @@ class Scripted:
             ]
         )
         index = self.answered.setdefault(key, len(self.answered))
-        assert index < len(self.replies), f"the script has no reply {index + 1}"
+        assert index < len(self.replies), f"the script has no reply {index + 1}: {key}"
         return index
 
     async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -4,18 +4,30 @@ pausing the whole run and their decisions resuming the innermost agent. On SQLit
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
-from agent import InvalidArguments, Runtime, decide, open_runtime, run_step
+from agent import ChatApp, InvalidArguments, Runtime, decide, open_runtime, run_step
 from agent.delegation import sub_conversation_id
-from stream import ApprovalRequired, RunFinished, StreamEvent, TextDone, ToolResult, event_from_data
+from store import RunStatus
+from stream import (
+    ApprovalRequired,
+    CollectingSink,
+    RunFinished,
+    StreamEvent,
+    TextDone,
+    ToolResult,
+    event_from_data,
+)
 
 from .agent_chains import Chain
+from .conformance import Scripted
 
 pytestmark = pytest.mark.anyio
 
@@ -173,4 +185,97 @@ async def test_parallel_calls_at_several_levels_wait_and_are_decided_one_by_one(
         assert await run_step(runtime, resumes[-1]) == "completed"
     assert chain.ran == Counter(
         {"charge travel": 1, "charge booking": 1, "charge payments": 1, "ask booking": 2, "ask payments": 2}
+    )
+
+
+class CancelAt(CollectingSink):
+    """Cancels the run's task as it gets its `at`-th event (from 1; never for 0)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    async def emit(self, event: StreamEvent) -> None:
+        await super().emit(event)
+        if len(self.events) == self.at:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+
+
+async def drive(runtime: Runtime, run_id: str, at: int) -> RunStatus:
+    """Drive the run, cancelled at its `at`-th event, then again until it ends or pauses."""
+    task = asyncio.create_task(run_step(runtime, run_id, sink=CancelAt(at)))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        status = (await runtime.db.runs.get(run_id)).status
+        if status != "queued":  # cancelled at its last event, after its end was stored
+            return status
+    return await run_step(runtime, run_id)
+
+
+async def counted(runtime: Runtime, run_id: str) -> int:
+    sink = CollectingSink()
+    await run_step(runtime, run_id, sink=sink)
+    return len(sink.events)
+
+
+async def test_a_nested_run_cancelled_at_any_event_continues_with_inner_effects_once(
+    database_url: str,
+) -> None:
+    chain = Chain(2, approval=True)
+    async with open_runtime(chain.app(), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        paused_events = await counted(runtime, run_id)
+        resumed_events = await counted(runtime, await decide_all(runtime, thread_id, decision="approved"))
+        for phase, events in (("message", paused_events), ("resume", resumed_events)):
+            for at in range(1, events + 1):
+                before = chain.ran.copy()
+                thread_id, run_id = await start(runtime)
+                if phase == "resume":
+                    assert await run_step(runtime, run_id) == "awaiting_approval"
+                    resume = await decide_all(runtime, thread_id, decision="approved")
+                    assert await drive(runtime, resume, at) == "completed", (phase, at)
+                else:
+                    assert await drive(runtime, run_id, at) == "awaiting_approval", (phase, at)
+                    [pending] = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+                    assert pending.path == chain.names
+                    resume = await decide_all(runtime, thread_id, decision="approved")
+                    assert await run_step(runtime, resume) == "completed", (phase, at)
+                assert chain.ran["charge payments"] - before["charge payments"] == 1, (phase, at)
+                inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, "booking_0_0"))
+                assert inner is not None
+                assert [r[0] for r in returns(inner.messages)] == ["charge"], (phase, at)
+                outer = await runtime.db.conversations.load(thread_id)
+                assert outer is not None
+                assert [r[0] for r in returns(outer.messages)] == ["ask_booking"], (phase, at)
+
+
+async def test_a_plain_agent_run_inside_a_tool_that_meets_an_approval_names_scope_delegate(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = Agent(Scripted([[("charge", {"cents": 5})]], prefix="inner").model(), name="inner")
+
+    @inner.tool_plain(requires_approval=True)
+    def charge(cents: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Charge `cents`."""
+        return f"charged {cents}"
+
+    outer = Agent(Scripted([[("ask", {"task": "pay"})], "sorry"], prefix="outer").model(), name="outer")
+
+    @outer.tool_plain
+    async def ask(task: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Ask the inner agent."""
+        return (await inner.run(task)).output
+
+    async with open_runtime(ChatApp(agent=outer), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        events = await logged(runtime, thread_id)
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.outcome == "failed"
+    assert "scope.delegate(ctx, agent, prompt)" in str(result.content)
+    assert any(
+        "scope.delegate" in record.getMessage() for record in caplog.records if record.levelname == "ERROR"
     )
