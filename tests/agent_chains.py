@@ -3,11 +3,18 @@ the last charges through the ledger, with or without approval. Call ids are pref
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent import ChatApp, RunScope
@@ -71,4 +78,79 @@ class Chain:
             ran[f"ask {name}"] += 1
             return await ctx.deps.delegate(ctx, to, task, deps=ctx.deps)
 
-        built.tool(ask, name=f"ask_{name}")
+        built.tool(name=f"ask_{name}")(ask)
+
+
+def by_history(name: str, replies: list[Reply]) -> FunctionModel:
+    """A model that answers the n-th reply to a history holding n responses: the same after a restart.
+
+    Call ids are `<name>_<n>_<index>`, as `Scripted`'s are.
+    """
+
+    def index(messages: list[ModelMessage]) -> int:
+        return sum(isinstance(message, ModelResponse) for message in messages)
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        n = index(messages)
+        reply = replies[n]
+        if isinstance(reply, str):
+            yield reply
+            return
+        for i, (tool, args) in enumerate(reply):
+            yield {i: DeltaToolCall(name=tool, json_args=json.dumps(args), tool_call_id=f"{name}_{n}_{i}")}
+
+    return FunctionModel(stream_function=stream, model_name="by-history")
+
+
+def live_app() -> ChatApp[RunScope]:
+    """Travel → booking → payments, the charge needing approval, for a real server (`--app`).
+
+    Each charge appends a line to the file `AGENT_CHAIN_EFFECTS` names, once, through the ledger.
+    """
+    effects = Path(os.environ["AGENT_CHAIN_EFFECTS"])
+    names = NAMES[:3]
+    agents = {
+        name: Agent(
+            by_history(
+                name,
+                [
+                    [
+                        (
+                            f"ask_{names[i + 1]}" if i < 2 else "charge",
+                            {"task": "go"} if i < 2 else {"cents": 300},
+                        )
+                    ],
+                    f"{name} done",
+                ],
+            ),
+            name=name,
+            deps_type=RunScope,
+        )
+        for i, name in enumerate(names)
+    }
+
+    async def charge(ctx: RunContext[RunScope], cents: int) -> str:
+        """Charge `cents`."""
+
+        async def effect(connection: AsyncConnection) -> str:
+            _append(effects, f"charged {cents}\n")
+            return f"charged {cents}"
+
+        return await ctx.deps.ledger.once(ctx, effect)
+
+    agents["payments"].tool(requires_approval=True)(charge)
+    for outer, inner in itertools.pairwise(names):
+
+        def ask(to: str) -> Callable[[RunContext[RunScope], str], Awaitable[str]]:
+            async def delegated(ctx: RunContext[RunScope], task: str) -> str:
+                return await ctx.deps.delegate(ctx, agents[to], task, deps=ctx.deps)
+
+            return delegated
+
+        agents[outer].tool(name=f"ask_{inner}")(ask(inner))
+    return ChatApp(agent=agents["travel"], deps=lambda scope: scope)
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as file:
+        file.write(text)
