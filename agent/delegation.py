@@ -40,6 +40,7 @@ from stream import Sink, StreamEvent, TextDelta, TextDone, ToolCall, ToolResult
 
 from .approvals import DELEGATED, call_args, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
+from .handoffs import said_by
 from .merge import unsaved
 from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import call_id
@@ -164,6 +165,8 @@ class _SubRun:
             ) as agent_run:
                 self.new = agent_run.new_messages
                 async for node in agent_run:
+                    if agent.is_call_tools_node(node):
+                        said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
                     if not isinstance(node, End):
                         await self.save(self.messages())
                     if agent.is_model_request_node(node):

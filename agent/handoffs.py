@@ -12,8 +12,17 @@ from typing import Any
 
 from pydantic_ai import FunctionToolset, Tool
 from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.messages import ModelResponse
 
-__all__ = ("transfer_tool_name", "transfer_tools")
+__all__ = ("SAID_BY", "said_by", "transfer_tool_name", "transfer_tools")
+
+SAID_BY = "durable_chat_agent"
+"""The key of a stored reply's `provider_details` that names the agent that gave it."""
+
+
+def said_by(response: ModelResponse, agent: str) -> None:
+    """Mark `response` as `agent`'s, in place (a checkpoint finds the messages it stores by identity)."""
+    response.provider_details = {**(response.provider_details or {}), SAID_BY: agent}
 
 
 def transfer_tool_name(agent_name: str) -> str:

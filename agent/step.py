@@ -71,7 +71,7 @@ from .eventlog import (
     logged_tool_events,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .handoffs import transfer_tools
+from .handoffs import said_by, transfer_tools
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
@@ -358,6 +358,8 @@ class _Step:
                 async for node in agent_run:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
+                    if self.tags.agent is not None and agent.is_call_tools_node(node):
+                        said_by(node.model_response, self.tags.agent)  # before any checkpoint stores it
                     # The end's checkpoint is the pause's or the completion's, one transaction; a
                     # tool step's results are stored as the next request goes out (`sending`).
                     due = not (isinstance(node, End) or answers_last_response(node) or checkpoints.answering)

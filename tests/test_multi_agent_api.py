@@ -135,6 +135,9 @@ async def test_a_hand_off_and_back_survives_a_restart(database_url: str, tmp_pat
         log = [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread_id)]
 
     assert first["agent"] == "billing"
+    # Each stored reply says which agent gave it.
+    said = [m["provider_details"]["durable_chat_agent"] for m in third["messages"] if m["kind"] == "response"]
+    assert said == ["router", "router", "billing", "billing", "billing"]
     assert second["agent"] == "billing"
     assert third["agent"] == "router"
     assert [t.get("agent") for t in listed] == ["router"]
