@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.usage import UsageLimits
 
 from agent import ChatApp, InvalidArguments, Runtime, decide, open_runtime, run_step, sub_conversation_id
 from store import RunStatus
@@ -301,3 +303,15 @@ async def test_a_plain_agent_run_inside_a_tool_that_meets_an_approval_names_scop
     assert any(
         "scope.delegate" in record.getMessage() for record in caplog.records if record.levelname == "ERROR"
     )
+
+
+async def test_a_sub_runs_requests_count_against_the_runs_limits(database_url: str) -> None:
+    chain = Chain(1)
+    app = replace(chain.app(), usage_limits=UsageLimits(request_limit=2))  # the top's first, booking's two
+    async with open_runtime(app, database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        events = await logged(runtime, thread_id)
+    assert isinstance(end := events[-1], RunFinished)
+    assert end.output == app.texts.turn_limit
+    assert chain.ran["charge booking"] == 1  # booking's first request ran its tool; its second was refused
