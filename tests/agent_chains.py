@@ -33,6 +33,8 @@ class Chain:
     parallel: bool = False
     """Every agent also calls `charge` itself, in the same response as its delegation (approval
     at every level, decided one by one)."""
+    external: bool = False
+    """The charge is an external effect (`ledger.external`) rather than one in the database."""
     ran: Counter[str] = field(default_factory=Counter[str])
     scripts: dict[str, Scripted] = field(default_factory=dict[str, Scripted])
 
@@ -57,7 +59,7 @@ class Chain:
         replies: list[Reply] = [calls, f"{name} done"]
         script = self.scripts[name] = Scripted(replies, prefix=name)
         built = Agent(script.model(), name=name, deps_type=RunScope)
-        ran = self.ran
+        ran, external = self.ran, self.external
 
         @built.tool(requires_approval=self.approval)
         async def charge(ctx: RunContext[RunScope], cents: int) -> str:  # pyright: ignore[reportUnusedFunction]
@@ -67,6 +69,12 @@ class Chain:
                 ran[f"charge {name}"] += 1
                 return f"{name} charged {cents}"
 
+            async def call(idempotency_key: str) -> str:
+                ran[f"charge {name}"] += 1
+                return f"{name} charged {cents}"
+
+            if external:
+                return await ctx.deps.ledger.external(ctx, call)
             return await ctx.deps.ledger.once(ctx, effect)
 
         return built

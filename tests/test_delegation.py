@@ -23,6 +23,7 @@ from stream import (
     RunFinished,
     StreamEvent,
     TextDone,
+    ToolOutcomeUnknown,
     ToolResult,
     event_from_data,
 )
@@ -313,3 +314,19 @@ async def test_a_sub_runs_requests_count_against_the_runs_limits(database_url: s
     assert isinstance(end := events[-1], RunFinished)
     assert end.output == app.texts.turn_limit
     assert chain.ran["charge booking"] == 1  # booking's first request ran its tool; its second was refused
+
+
+async def test_a_sub_agents_call_of_unknown_outcome_is_held_like_a_top_level_one(database_url: str) -> None:
+    chain = Chain(2, external=True)
+    async with open_runtime(chain.app(), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        # An earlier attempt started payments' charge and died before it finished.
+        await runtime.db.ledger.start(thread_id, "payments_0_0", run_id=run_id, tool_name="charge")
+        assert await run_step(runtime, run_id) == "awaiting_approval"
+        [pending] = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+        paused = await logged(runtime, thread_id)
+        resume = await decide_all(runtime, thread_id, decision="approved")
+        assert await run_step(runtime, resume) == "completed"
+    assert (pending.tool_call_id, pending.outcome, pending.path) == ("payments_0_0", "unknown", chain.names)
+    assert [e.tool_call_id for e in paused if isinstance(e, ToolOutcomeUnknown)] == ["payments_0_0"]
+    assert chain.ran["charge payments"] == 1  # approved: run again once, under the same idempotency key
