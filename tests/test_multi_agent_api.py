@@ -5,7 +5,7 @@ conversation readable; hand-offs and the thread's `agent`. On SQLite and Postgre
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ import httpx
 import pytest
 from pydantic_ai import Agent
 
-from agent import ChatApp, open_runtime
+from agent import ChatApp, decide, open_runtime, run_step
 from stream import AgentChanged, TextDone, event_from_data
 from web import Settings, create_app, issue_token
 
@@ -30,7 +30,7 @@ Json = dict[str, Any]
 
 
 @asynccontextmanager
-async def served(app: ChatApp[Any], database_url: str, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def served(app: ChatApp[Any], database_url: str, data_dir: Path) -> AsyncGenerator[httpx.AsyncClient]:
     settings = Settings(database_url=database_url, secret=SECRET, data_dir=data_dir)
     web = create_app(settings, app=app)
     async with (
@@ -152,3 +152,33 @@ async def test_a_hand_off_and_back_survives_a_restart(database_url: str, tmp_pat
     ]
     # Who spoke, on every event of the turns.
     assert all(e.agent in ("router", "billing") for e in log if e.type not in ("run_started", "user_message"))
+
+
+async def test_the_agent_handed_to_pauses_for_its_own_approvals(database_url: str) -> None:
+    router = Agent(
+        Scripted([[("transfer_to_billing", {})], "over to billing"], prefix="r").model(), name="router"
+    )
+    billing = Agent(Scripted([[("refund", {"cents": 5})], "refunded"], prefix="b").model(), name="billing")
+    refunded: list[int] = []
+
+    @billing.tool_plain(requires_approval=True)
+    def refund(cents: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Refund `cents`."""
+        refunded.append(cents)
+        return f"refunded {cents}"
+
+    async with open_runtime(ChatApp(agent=router, handoffs=[billing]), database_url) as runtime:
+        thread = await runtime.db.threads.create(user_id="alice", title="t")
+        for content in ("Refund me", "Five cents"):
+            run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content=content)
+            status = await run_step(runtime, run.run_id)
+        [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
+        decision = await decide(
+            runtime.db, thread.thread_id, pending.tool_call_id, decision="approved", decided_by="a"
+        )
+        assert decision.resume_run_id is not None
+        resumed = await run_step(runtime, decision.resume_run_id)
+    assert status == "awaiting_approval"
+    assert (pending.tool_name, pending.agent, pending.path) == ("refund", "billing", ("billing",))
+    assert resumed == "completed"
+    assert refunded == [5]
