@@ -14,7 +14,9 @@ from pydantic_ai import FunctionToolset, Tool
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import ModelResponse
 
-__all__ = ("SAID_BY", "said_by", "transfer_tool_name", "transfer_tools")
+from store import Database, Run
+
+__all__ = ("SAID_BY", "said_by", "speaker", "transfer_tool_name", "transfer_tools")
 
 SAID_BY = "durable_chat_agent"
 """The key of a stored reply's `provider_details` that names the agent that gave it."""
@@ -50,3 +52,13 @@ def transfer_tools(
             if agent.name is not None and agent.name != current
         ]
     )
+
+
+async def speaker(db: Database, run: Run) -> str | None:
+    """The name of the agent that answers `run` in an app with hand-offs: the thread's speaker, or
+    for a resume, the agent that paused (it may have transferred the thread in the paused turn)."""
+    if run.kind == "resume":
+        for approval in await db.approvals.list(thread_id=run.thread_id):
+            if approval.resume_run_id == run.run_id and approval.path:
+                return approval.path[0]
+    return (await db.threads.get(run.thread_id)).agent

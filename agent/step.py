@@ -71,7 +71,7 @@ from .eventlog import (
     logged_tool_events,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .handoffs import said_by, transfer_tools
+from .handoffs import said_by, speaker, transfer_tools
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
@@ -301,8 +301,7 @@ class _Step:
         continuing = run.checkpoints > 0
         kind: RunKind = run.kind if run.attempt == 1 else "recover"
         if self.runtime.app.handoffs:
-            thread = await self.db.threads.get(run.thread_id)
-            self.agent = self.runtime.app.speaker(thread.agent)
+            self.agent = self.runtime.app.speaker(await speaker(self.db, run))
             self.tags.agent = self.delegations.root = self.agent.name or "assistant"
         if not self.claimed.opening:  # else the queueing stored them
             for event in opening_events(run.run_id, kind, run.content if run.attempt == 1 else None):

@@ -182,3 +182,35 @@ async def test_the_agent_handed_to_pauses_for_its_own_approvals(database_url: st
     assert (pending.tool_name, pending.agent, pending.path) == ("refund", "billing", ("billing",))
     assert resumed == "completed"
     assert refunded == [5]
+
+
+async def test_a_turn_that_transfers_and_pauses_resumes_with_the_agent_that_paused(database_url: str) -> None:
+    router_script = Scripted(
+        [[("transfer_to_billing", {}), ("note", {"text": "vip"})], "noted; billing next"]
+    )
+    router = Agent(router_script.model(), name="router")
+    billing = Agent(Scripted(["billing here"], prefix="b").model(), name="billing")
+
+    @router.tool_plain(requires_approval=True)
+    def note(text: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Note `text` on the account."""
+        return f"noted {text}"
+
+    async with open_runtime(ChatApp(agent=router, handoffs=[billing]), database_url) as runtime:
+        thread = await runtime.db.threads.create(user_id="alice", title="t")
+        run, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Note vip, then billing")
+        assert await run_step(runtime, run.run_id) == "awaiting_approval"
+        [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
+        decision = await decide(
+            runtime.db, thread.thread_id, pending.tool_call_id, decision="approved", decided_by="a"
+        )
+        assert decision.resume_run_id is not None
+        assert await run_step(runtime, decision.resume_run_id) == "completed"
+        after, _ = await runtime.db.runs.create_message_run(thread.thread_id, content="Invoice 7")
+        assert await run_step(runtime, after.run_id) == "completed"
+        log = [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread.thread_id)]
+    assert pending.path == ("router",)
+    assert [(e.agent, e.text) for e in log if isinstance(e, TextDone)] == [
+        ("router", "noted; billing next"),
+        ("billing", "billing here"),
+    ]
