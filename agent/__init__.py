@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .approvals import decide
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
+    from .delegation import sub_conversation_id
     from .eventlog import EventLogSink, Publisher, stored_events
     from .guardrails import (
         HIDE_BLOCKED_TURNS,
@@ -114,6 +115,7 @@ __all__ = (
     "secrets_from_environment",
     "setup_tracing",
     "stored_events",
+    "sub_conversation_id",
     "validate_args",
     "without_last_turn",
 )
@@ -123,6 +125,7 @@ _EXPORTS = {
     "approvals": ("decide",),
     "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),
     "cancellation": ("Cancellation", "cancel", "interrupted_messages"),
+    "delegation": ("sub_conversation_id",),
     "eventlog": ("EventLogSink", "Publisher", "stored_events"),
     "guardrails": (
         "HIDE_BLOCKED_TURNS",

@@ -14,8 +14,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from pydantic_ai import RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
@@ -31,13 +32,36 @@ from .texts import Texts
 
 logger = logging.getLogger(__name__)
 
-__all__ = ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunKind", "RunScope", "default_limits")
+__all__ = (
+    "AppContext",
+    "ApprovalReview",
+    "ChatApp",
+    "Delegator",
+    "DepsFactory",
+    "RunKind",
+    "RunScope",
+    "default_limits",
+)
 
 DepsT = TypeVar("DepsT")
 
 RunKind = Literal["message", "resume", "regenerate", "recover"]
 """Why a run runs: a user's message, decisions on its paused calls, a reply asked again, or the
 continuation of a run an earlier attempt left (a crash, a restart, a cancelled task)."""
+
+
+class Delegator(Protocol):
+    """Runs delegated agents for a run (`agent.delegation.Delegations`)."""
+
+    async def delegate(
+        self,
+        ctx: RunContext[Any],
+        agent: AbstractAgent[Any, Any],
+        prompt: str,
+        *,
+        deps: Any,
+        name: str | None,
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,32 @@ class RunScope:
     message: str | None = None
     """The user message the run answers: a `message` run's, the one a `regenerate` run asks again
     (and theirs again when they `recover`); `None` for a `resume` run, which decisions started."""
+    delegations: Delegator | None = field(default=None, repr=False, compare=False)
+    """Runs `delegate`'s sub-runs; set by the step."""
+
+    async def delegate(
+        self,
+        ctx: RunContext[Any],
+        agent: AbstractAgent[Any, Any],
+        prompt: str,
+        *,
+        deps: Any = None,
+        name: str | None = None,
+    ) -> Any:
+        """Run `agent` on `prompt` as a sub-run of the tool call `ctx` runs, and return its output.
+
+        Its events stream to the thread's clients tagged with its name (`name`, else the agent's) and
+        the parent call; its messages are checkpointed after every node; its usage counts against the
+        run's limits; a call of it that needs approval pauses the whole run, and the decision resumes
+        it from storage when this tool runs again. The tool's code before this call runs again then:
+        keep side effects in the ledger, or in the delegated agent's own tools.
+
+        Raises:
+            RuntimeError: The scope is no run's (a test's hand-made scope).
+        """
+        if self.delegations is None:
+            raise RuntimeError("scope.delegate works inside a run that durable-chat drives")
+        return await self.delegations.delegate(ctx, agent, prompt, deps=deps, name=name)
 
 
 DepsFactory = Callable[
@@ -158,6 +208,10 @@ class ChatApp(Generic[DepsT]):
         Callable[[ApprovalReview], Awaitable[ApprovalContext | None] | ApprovalContext | None] | None
     ) = None
     """Context for a reviewer looking at a pending call (the shop: what remains refundable)."""
+    handoffs: Sequence[AbstractAgent[DepsT, Any]] = ()
+    """Agents the conversation can be handed to: every agent (`agent` and these) gets a
+    `transfer_to_<name>` tool for each other one; after a transfer the thread's next turns are
+    answered by that agent. Each needs a `name`."""
 
     def __post_init__(self) -> None:
         if isinstance(self.read_only_tools, str):
@@ -166,6 +220,19 @@ class ChatApp(Generic[DepsT]):
                 f"read_only_tools takes tool names, like {{{self.read_only_tools!r}}}, not one string"
             )
         self.read_only_tools = frozenset(self.read_only_tools)
+        if self.handoffs:
+            names = [agent.name for agent in self.speakers]
+            if None in names or len(set(names)) != len(names):
+                raise ValueError(f"an app with hand-offs needs a distinct name on every agent, got {names!r}")
+
+    @property
+    def speakers(self) -> list[AbstractAgent[DepsT, Any]]:
+        """The agents that may answer a thread: `agent`, then `handoffs`."""
+        return [self.agent, *self.handoffs]
+
+    def speaker(self, name: str | None) -> AbstractAgent[DepsT, Any]:
+        """The agent named `name` among `speakers`; `agent` for `None` or a name no longer served."""
+        return next((agent for agent in self.handoffs if agent.name == name), self.agent)
 
     @property
     def title(self) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from pydantic_ai import DeferredToolRequests
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import ToolCallPart
 
 from store import Approval, Database, Decision, NewEvent, PendingCall
@@ -21,7 +21,19 @@ from .eventlog import Publisher, stored_events
 from .ledger import OUTCOME_UNKNOWN
 from .outputs import call_metadata
 
-__all__ = ("approval_required", "call_args", "decide", "denial", "held_calls")
+__all__ = (
+    "DELEGATED",
+    "approval_required",
+    "call_args",
+    "decide",
+    "denial",
+    "encode_calls",
+    "held_calls",
+    "stored_decisions",
+)
+
+DELEGATED = "durable_chat_delegated"
+"""The key of `ApprovalRequired.metadata` under which a delegating call lists its sub-run's held calls."""
 
 
 def call_args(call: ToolCallPart) -> dict[str, object]:
@@ -32,20 +44,92 @@ def call_args(call: ToolCallPart) -> dict[str, object]:
         return {"_raw": call.args_as_json_str()}
 
 
-def held_calls(requests: DeferredToolRequests, schemas: Mapping[str, dict[str, object]]) -> list[PendingCall]:
+def held_calls(
+    requests: DeferredToolRequests,
+    schemas: Mapping[str, dict[str, object]],
+    *,
+    agent: str | None = None,
+    path: Sequence[str] | None = None,
+) -> list[PendingCall]:
     """The calls a paused run holds for decisions, as the approvals table keeps them: with the argument
-    schema the model saw (`schemas`, by tool) and what the tool said of each (its metadata)."""
-    return [
-        PendingCall(
-            call.tool_call_id,
-            call.tool_name,
-            call_args(call),
-            args_schema=schemas.get(call.tool_name),
-            outcome="unknown" if OUTCOME_UNKNOWN in requests.metadata.get(call.tool_call_id, {}) else None,
-            metadata=call_metadata(requests.metadata.get(call.tool_call_id)),
+    schema the model saw (`schemas`, by tool) and what the tool said of each (its metadata).
+
+    A call that delegated to an agent which paused stands for that agent's held calls (`DELEGATED`):
+    those are held in its place. `agent` and `path` name the agent whose calls these are.
+    """
+    held: list[PendingCall] = []
+    for call in [*requests.approvals, *requests.calls]:
+        metadata = requests.metadata.get(call.tool_call_id) or {}
+        if DELEGATED in metadata:
+            held.extend(_decoded(item) for item in metadata[DELEGATED])
+            continue
+        held.append(
+            PendingCall(
+                call.tool_call_id,
+                call.tool_name,
+                call_args(call),
+                args_schema=schemas.get(call.tool_name),
+                outcome="unknown" if OUTCOME_UNKNOWN in metadata else None,
+                metadata=call_metadata(requests.metadata.get(call.tool_call_id)),
+                agent=agent,
+                path=None if path is None else tuple(path),
+            )
         )
-        for call in [*requests.approvals, *requests.calls]
+    return held
+
+
+def encode_calls(calls: Sequence[PendingCall]) -> list[dict[str, object]]:
+    """`calls` as JSON, to carry in a delegating call's `ApprovalRequired` metadata."""
+    return [
+        {
+            "tool_call_id": call.tool_call_id,
+            "tool_name": call.tool_name,
+            "args": call.args,
+            "args_schema": call.args_schema,
+            "outcome": call.outcome,
+            "metadata": call.metadata,
+            "agent": call.agent,
+            "path": None if call.path is None else list(call.path),
+        }
+        for call in calls
     ]
+
+
+def _decoded(item: Mapping[str, Any]) -> PendingCall:
+    path = item.get("path")
+    return PendingCall(
+        item["tool_call_id"],
+        item["tool_name"],
+        item["args"],
+        args_schema=item.get("args_schema"),
+        outcome="unknown" if item.get("outcome") == "unknown" else None,
+        metadata=item.get("metadata"),
+        agent=item.get("agent"),
+        path=None if path is None else tuple(path),
+    )
+
+
+async def stored_decisions(
+    db: Database, thread_id: str, requests: DeferredToolRequests
+) -> DeferredToolResults:
+    """The stored decisions on the calls a run (or a delegated agent's run) resumes, as pydantic-ai takes them.
+
+    A call that delegated to an agent which paused is approved: it runs again, and its agent resumes
+    with the decisions on its own calls.
+    """
+    waiting = {call.tool_call_id for call in requests.approvals}
+    results = DeferredToolResults()
+    for approval in await db.approvals.list(thread_id=thread_id):
+        if approval.tool_call_id not in waiting:
+            continue
+        if approval.status == "approved":
+            results.approvals[approval.tool_call_id] = ToolApproved(override_args=approval.override_args)
+        elif approval.status == "rejected":
+            results.approvals[approval.tool_call_id] = ToolDenied(denial(approval.reason, approval.outcome))
+    for call in requests.approvals:
+        if DELEGATED in (requests.metadata.get(call.tool_call_id) or {}):
+            results.approvals[call.tool_call_id] = ToolApproved()
+    return results
 
 
 def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequired:
@@ -59,6 +143,8 @@ def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequ
                 args=call.args,
                 outcome=call.outcome,
                 metadata=call.metadata,
+                agent=call.agent,
+                path=None if call.path is None else list(call.path),
             )
             for call in calls
         ],

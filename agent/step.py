@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
@@ -46,9 +46,11 @@ from store import (
     RunStatus,
 )
 from stream import (
+    AgentChanged,
     GuardrailTripped,
     RunFinished,
     Sink,
+    StreamEvent,
     TeeSink,
     TextDelta,
     TextDone,
@@ -58,9 +60,10 @@ from stream import (
 )
 
 from .app import RunKind, RunScope
-from .approvals import approval_required, call_args, denial, held_calls
+from .approvals import approval_required, call_args, held_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
+from .delegation import Delegations
 from .eventlog import (
     EventLogOptions,
     EventLogSink,
@@ -69,6 +72,7 @@ from .eventlog import (
     logged_tool_events,
 )
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
+from .handoffs import said_by, speaker, transfer_tools
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
@@ -153,12 +157,15 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only
             await sink.emit(stored.event)
     out: Sink = log if sink is None else TeeSink(log, sink)
+    tags = AgentTags(out)
+    if runtime.app.handoffs:
+        out = tags  # every event says which agent spoke, once the step knows (`_Step.drive`)
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
     if run.attempt > 1:
         # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
         out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
-    step = _Step(runtime, claimed, out, log, trace_id)
+    step = _Step(runtime, claimed, out, log, trace_id, tags)
     try:
         return await _drive(runtime, run, step, out)
     finally:
@@ -225,7 +232,13 @@ async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
 
 class _Step:
     def __init__(
-        self, runtime: Runtime, claimed: Claimed, out: Sink, log: EventLogSink, trace_id: str | None
+        self,
+        runtime: Runtime,
+        claimed: Claimed,
+        out: Sink,
+        log: EventLogSink,
+        trace_id: str | None,
+        tags: AgentTags,
     ) -> None:
         run, user_id, sent = claimed.run, claimed.user_id, claimed.messages_sent
         self.runtime = runtime
@@ -238,6 +251,18 @@ class _Step:
         self.out = out
         self.log = log
         self.records = RunRecords()
+        self.agent = runtime.app.agent
+        """The agent that answers: the app's, or the one a hand-off made the thread's speaker."""
+        self.tags = tags
+        self.delegations = Delegations(
+            db=runtime.db,
+            out=out,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            root=self.agent.name or "assistant",
+            retries=runtime.app.model_retries,
+            failures=runtime.tool_failures,
+        )
         self.scope = RunScope(
             thread_id=run.thread_id,
             run_id=run.run_id,
@@ -246,6 +271,7 @@ class _Step:
             records=self.records,
             ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id),
             engine=runtime.db.engine,
+            delegations=self.delegations,
         )
         self.schemas = ToolSchemas()
         self.checkpoints = RunCheckpoints(
@@ -276,6 +302,9 @@ class _Step:
         run = self.run
         continuing = run.checkpoints > 0
         kind: RunKind = run.kind if run.attempt == 1 else "recover"
+        if self.runtime.app.handoffs:
+            self.agent = self.runtime.app.speaker(await speaker(self.db, run))
+            self.tags.agent = self.delegations.root = self.agent.name or "assistant"
         if not self.claimed.opening:  # else the queueing stored them
             for event in opening_events(run.run_id, kind, run.content if run.attempt == 1 else None):
                 await self.out.emit(event)
@@ -286,7 +315,12 @@ class _Step:
         if run.kind == "regenerate" and not continuing:
             # Drop the last reply (kept stored as a branch) and ask its user message again.
             self.conversation, prompt = without_last_turn(self.conversation)
-        deferred = await self._decisions() if run.kind == "resume" and not continuing else None
+        requests = self.conversation.deferred_tool_requests
+        deferred = (
+            await stored_decisions(self.db, run.thread_id, requests)
+            if run.kind == "resume" and not continuing and requests is not None
+            else None
+        )
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
             self.conversation.messages = repair_messages(self.conversation.messages)
@@ -299,9 +333,9 @@ class _Step:
             return await self._run(prompt, deferred, deps)
 
     async def _run(self, prompt: str | None, deferred: DeferredToolResults | None, deps: object) -> RunStatus:
-        app, run = self.runtime.app, self.run
+        app, run, agent = self.runtime.app, self.run, self.agent
         try:
-            async with app.agent.iter(
+            async with agent.iter(
                 prompt,
                 model=self.runtime.model,
                 conversation=self.conversation,
@@ -309,6 +343,9 @@ class _Step:
                 deps=deps,
                 usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
+                toolsets=[transfer_tools(app.speakers, self.tags.agent or "", self._transfer)]
+                if app.handoffs
+                else None,
                 capabilities=[
                     RunHooks(
                         app.model_retries, self.runtime.tool_failures, self.schemas, self.checkpoints.sending
@@ -322,6 +359,8 @@ class _Step:
                 async for node in agent_run:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
+                    if self.tags.agent is not None and agent.is_call_tools_node(node):
+                        said_by(node.model_response, self.tags.agent)  # before any checkpoint stores it
                     # The end's checkpoint is the pause's or the completion's, one transaction; a
                     # tool step's results are stored as the next request goes out (`sending`).
                     due = not (isinstance(node, End) or answers_last_response(node) or checkpoints.answering)
@@ -330,12 +369,12 @@ class _Step:
                     if self.runtime.stopping.is_set() and not isinstance(node, End):
                         await checkpoints.park(node)
                         raise _Stopped
-                    if app.agent.is_model_request_node(node):
+                    if agent.is_model_request_node(node):
                         self.response_count += 1
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 await self._on_model_event(event)
-                    elif app.agent.is_call_tools_node(node):
+                    elif agent.is_call_tools_node(node):
                         checkpoints.answering = True
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
@@ -367,7 +406,12 @@ class _Step:
     # -- the end of a run -------------------------------------------------------------------------
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
-        calls = held_calls(requests, self.schemas.schemas)
+        speaker = self.tags.agent
+        calls = held_calls(requests, self.schemas.schemas, agent=speaker, path=speaker and (speaker,))
+        if speaker is None and any(call.path is not None for call in calls):
+            # Beside a delegated agent's calls, the run's own say whose they are too.
+            root = self.delegations.root
+            calls = held_calls(requests, self.schemas.schemas, agent=root, path=(root,))
         await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
@@ -407,7 +451,7 @@ class _Step:
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
-        spec = getattr(self.runtime.app.agent, "output_type", str)
+        spec = getattr(self.agent, "output_type", str)
         await self.out.emit(self.outputs.finished(self.run.run_id, output, spec, self.response_count))
         await self._save(messages, finish="completed")
         return "completed"
@@ -440,21 +484,10 @@ class _Step:
         await self._save([*self.conversation.messages, *turn], finish="blocked", error=blocked_by)
         return "blocked"
 
-    async def _decisions(self) -> DeferredToolResults:
-        """The stored decisions on the calls the run resumes, as pydantic-ai takes them."""
-        requests = self.conversation.deferred_tool_requests
-        waiting = {call.tool_call_id for call in requests.approvals} if requests is not None else set[str]()
-        results = DeferredToolResults()
-        for approval in await self.db.approvals.list(thread_id=self.run.thread_id):
-            if approval.tool_call_id not in waiting:
-                continue
-            if approval.status == "approved":
-                results.approvals[approval.tool_call_id] = ToolApproved(override_args=approval.override_args)
-            elif approval.status == "rejected":
-                results.approvals[approval.tool_call_id] = ToolDenied(
-                    denial(approval.reason, approval.outcome)
-                )
-        return results
+    async def _transfer(self, name: str) -> None:
+        """A hand-off: `name` answers the thread's next turns."""
+        await self.db.threads.set_agent(self.run.thread_id, name)
+        await self.out.emit(AgentChanged(run_id=self.run.run_id, agent=name, previous=self.tags.agent))
 
     # -- streaming --------------------------------------------------------------------------------
 
@@ -499,6 +532,21 @@ class _Step:
 
     def _part_id(self, index: int) -> str:
         return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
+
+
+class AgentTags:
+    """A `stream.Sink` that says which agent produced each event without one, then passes it to `inner`."""
+
+    def __init__(self, inner: Sink) -> None:
+        self._inner = inner
+        self.agent: str | None = None
+
+    async def emit(self, event: StreamEvent) -> None:
+        tagged = event.agent is not None or self.agent is None
+        await self._inner.emit(event if tagged else event.model_copy(update={"agent": self.agent}))
+
+    async def flush(self) -> None:
+        await self._inner.flush()
 
 
 def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
-from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded
+from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded, UserError
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 
@@ -91,6 +91,19 @@ class ToolFailures(AbstractCapability[Any]):
     ) -> Any:
         if isinstance(error, UsageLimitExceeded):
             raise error  # a sub-agent spent the turn's budget: the run ends politely (see agent.step)
+        if isinstance(error, UserError) and "DeferredToolRequests" in str(error):
+            # An agent run inside the tool with a plain `agent.run` met a call needing approval.
+            logger.error(
+                "tool %s of run %s ran an agent whose tool call needs approval; run that agent with "
+                "`scope.delegate(ctx, agent, prompt)` so that its approvals pause the run",
+                call.tool_name,
+                ctx.run_id,
+            )
+            raise ToolFailed(
+                f"The tool {call.tool_name} ran an agent whose tool call needs approval, which it cannot "
+                "wait for there: the app must run that agent with `scope.delegate(ctx, agent, prompt)`. "
+                "Tell the user it is unavailable right now."
+            ) from error
         logger.warning("tool %s of run %s raised %s", call.tool_name, ctx.run_id, type(error).__name__)
         logger.debug("tool %s raised", call.tool_name, exc_info=error)
         raise ToolFailed(

@@ -33,6 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stream import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     GuardrailTripped,
@@ -212,6 +213,8 @@ class TerminalSink:
                 )
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
+            case AgentChanged(agent=agent):
+                self._line(f"(the {agent} agent answers from now on)", "yellow")
             case RunFinished(status="completed", output=output, output_type=str() as output_type):
                 self.stop_spinner()
                 self._output(output, output_type)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
     from .queueing import Claim, NewRun
     from .records import NewRecord, Record, Records
+    from .retention import delegated_scope
     from .run import Run
     from .runs import Claimed, Queued, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
@@ -104,6 +105,7 @@ __all__ = (
     "append_events",
     "cancel_run",
     "current_revision",
+    "delegated_scope",
     "finish_run",
     "head_revision",
     "idempotency_key",
@@ -155,6 +157,7 @@ _EXPORTS = {
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "queueing": ("Claim", "NewRun"),
     "records": ("NewRecord", "Record", "Records"),
+    "retention": ("delegated_scope",),
     "run": ("Run",),
     "runs": (
         "Claimed",

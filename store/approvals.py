@@ -47,6 +47,10 @@ class PendingCall:
     replaces its earlier decision (kept in `Approval.previous`)."""
     metadata: JsonObject | None = None
     """What the tool or the deferral said about the call, for its reviewer (JSON values only)."""
+    agent: str | None = None
+    """The delegated agent that asked for the call."""
+    path: tuple[str, ...] | None = None
+    """The chain of agents down to `agent`, outermost first."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class Approval:
     `override_args`, `reason`)."""
     metadata: JsonObject | None = None
     """What the tool or the deferral said about the call, for its reviewer."""
+    agent: str | None = None
+    """The delegated agent that asked for the call."""
+    path: tuple[str, ...] | None = None
+    """The chain of agents down to `agent`, outermost first."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +238,8 @@ async def insert_pending(
             "args_schema": None if call.args_schema is None else _dump(call.args_schema),
             "outcome": call.outcome,
             "call_metadata": _dump_metadata(call.metadata),
+            "agent": call.agent,
+            "path": None if call.path is None else json.dumps(list(call.path)).encode(),
         }
         for index, call in enumerate(calls)
     ]
@@ -316,4 +326,6 @@ def _approval(row: RowMapping) -> Approval:
         outcome=row["outcome"],
         previous=None if row["previous"] is None else json.loads(row["previous"]),
         metadata=None if row["call_metadata"] is None else json.loads(row["call_metadata"]),
+        agent=row["agent"],
+        path=None if row["path"] is None else tuple(json.loads(row["path"])),
     )

@@ -22,12 +22,18 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .erasure import erase_conversation
-from .schema import ACTIVE_RUN_STATUSES, RunRow, ThreadRow, metadata
+from .schema import ACTIVE_RUN_STATUSES, ConversationRecordRow, RunRow, ThreadRow, metadata
 
-__all__ = ("count_active_stale", "erase_stale", "erase_thread", "find_stale")
+__all__ = ("count_active_stale", "delegated_scope", "erase_stale", "erase_thread", "find_stale")
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 _runs = metadata.tables[RunRow.__tablename__]
+_records = metadata.tables[ConversationRecordRow.__tablename__]
+
+
+def delegated_scope(thread_id: str) -> str:
+    """The conversation scope of the sub-runs' conversations of a thread's delegated agents."""
+    return f"delegated:{thread_id}"
 
 
 async def erase_thread(connection: AsyncConnection, thread_id: str) -> bool:
@@ -37,6 +43,11 @@ async def erase_thread(connection: AsyncConnection, thread_id: str) -> bool:
     taking the locks in the same order cannot deadlock with a run still going on.
     """
     await erase_conversation(connection, thread_id)
+    subs = await connection.execute(
+        sa.select(_records.c.conversation_id).where(_records.c.scope == delegated_scope(thread_id))
+    )
+    for (conversation_id,) in subs.all():
+        await erase_conversation(connection, conversation_id)
     deleted = await connection.execute(
         _threads.delete().where(_threads.c.thread_id == thread_id).returning(_threads.c.thread_id)
     )

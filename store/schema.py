@@ -185,6 +185,8 @@ class ThreadRow(Base):
     A run reserves a block of ids at once, so this can be ahead of the newest stored event."""
     checkpoint_event_id: Mapped[int] = mapped_column(sa.BigInteger())
     """The newest event the stored messages reflect: events after it happened since the last checkpoint."""
+    agent: Mapped[str | None] = mapped_column(sa.String(255))
+    """The agent a hand-off made the thread's speaker; `None`: the app's own agent."""
 
     __table_args__ = (sa.Index("ix_threads_user_updated", "user_id", "updated_at", "thread_id"),)
 
@@ -279,6 +281,10 @@ class ApprovalRow(Base):
     """The earlier decision (JSON) of a call held again because its outcome became unknown."""
     call_metadata: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
     """What the tool or the deferral said about the call for its reviewer (a JSON object), if anything."""
+    agent: Mapped[str | None] = mapped_column(sa.String(255))
+    """The delegated agent that asked for the call (or the speaking agent, in an app with hand-offs)."""
+    path: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """The chain of agents down to `agent` (a JSON list, outermost first)."""
 
     __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
 

@@ -40,6 +40,8 @@ class Thread:
     last_event_id: int
     checkpoint_event_id: int = 0
     """The newest event the stored messages reflect (see `ThreadRow.checkpoint_event_id`)."""
+    agent: str | None = None
+    """The agent a hand-off made the thread's speaker; `None`: the app's own agent."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,18 @@ class Threads:
         if row is None:
             raise NotFound(f"no thread {thread_id!r}")
         return _thread(row)
+
+    async def set_agent(self, thread_id: str, agent: str | None) -> None:
+        """Make `agent` the thread's speaker (a hand-off); `None`: the app's own agent.
+
+        Raises:
+            NotFound: No such thread.
+        """
+        query = _threads.update().where(_threads.c.thread_id == thread_id).values(agent=agent)
+        with translate_errors(f"handing thread {thread_id!r} to {agent!r}"):
+            async with self._engine.begin() as connection:
+                if (await connection.execute(query)).rowcount == 0:
+                    raise NotFound(f"no thread {thread_id!r}")
 
     async def delete(self, thread_id: str) -> bool:
         """Erase the thread and everything of it in one transaction; return whether it existed.
@@ -280,4 +294,5 @@ def _thread(row: Mapping[Any, Any]) -> Thread:
         updated_at=row["updated_at"],
         last_event_id=row["last_event_id"],
         checkpoint_event_id=row["checkpoint_event_id"],
+        agent=row["agent"],
     )

@@ -6,6 +6,7 @@ This package imports nothing from the project's other packages, nor any web fram
 from __future__ import annotations
 
 from .events import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     EventType,
@@ -29,6 +30,7 @@ from .sinks import CollectingSink, NullSink, Sink, TeeSink, transcript
 from .sse import encode_event, encode_events, encode_frame, ping_frame
 
 __all__ = [
+    "AgentChanged",
     "ApprovalDecided",
     "ApprovalRequired",
     "CollectingSink",

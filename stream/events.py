@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
 __all__ = [
+    "AgentChanged",
     "ApprovalDecided",
     "ApprovalRequired",
     "EventType",
@@ -63,6 +64,11 @@ class _Event(BaseModel):
     """The run that produced the event."""
     trace_id: str | None = None
     """The OpenTelemetry trace of the run (32 hex digits), when the process traces; left out otherwise."""
+    agent: str | None = None
+    """The agent that produced the event: a delegated agent's name, or the speaking agent's in an app
+    with hand-offs; left out for an app's only agent."""
+    parent_tool_call_id: str | None = None
+    """Inside a delegated run: the tool call whose sub-run produced the event; left out otherwise."""
 
 
 class RunStarted(_Event):
@@ -138,6 +144,10 @@ class PendingCall(BaseModel):
     metadata: JsonObject | None = Field(default=None, exclude_if=lambda value: value is None)
     """What the tool (`ApprovalRequired(metadata=...)`) or the deferral said about the call, for the
     reviewer; left out when it said nothing."""
+    agent: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The agent whose call it is, when it is a delegated agent's (or the app has hand-offs)."""
+    path: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The chain of agents down to `agent`, outermost first (`["travel", "booking", "payments"]`)."""
 
 
 class ToolOutcomeUnknown(_Event):
@@ -181,6 +191,13 @@ class GuardrailTripped(_Event):
     stage: Literal["input", "output"]
 
 
+class AgentChanged(_Event):
+    """A hand-off: the thread's next turns are answered by `agent` (after `previous`)."""
+
+    type: Literal["agent_changed"] = "agent_changed"
+    previous: str | None = None
+
+
 class RunFinished(_Event):
     """The run ended; it holds nothing in memory after this event."""
 
@@ -209,6 +226,7 @@ _AnyEvent = (
     | ApprovalRequired
     | ApprovalDecided
     | GuardrailTripped
+    | AgentChanged
     | RunFinished
 )
 StreamEvent = Annotated[_AnyEvent, Field(discriminator="type")]
@@ -226,6 +244,7 @@ EventType = Literal[
     "approval_required",
     "approval_decided",
     "guardrail_tripped",
+    "agent_changed",
     "run_finished",
 ]
 """The `type` of every stream event, the SSE `event` name."""
@@ -242,6 +261,7 @@ _EVENT_CLASSES: tuple[type[_AnyEvent], ...] = (
     ApprovalRequired,
     ApprovalDecided,
     GuardrailTripped,
+    AgentChanged,
     RunFinished,
 )
 _CLASS_BY_TYPE: dict[str, type[_AnyEvent]] = {cls.model_fields["type"].default: cls for cls in _EVENT_CLASSES}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .events import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     GuardrailTripped,
@@ -114,16 +115,23 @@ def transcript(events: Iterable[StreamEvent], *, merge_deltas: bool = True) -> l
                 deltas.append(event.delta)
                 continue
             if merging is not None:
-                lines.append(f"text {merging.part_id}: {''.join(deltas)!r}")
+                lines.append(_who(merging) + f"text {merging.part_id}: {''.join(deltas)!r}")
             merging, deltas = event, [event.delta]
             continue
         if merging is not None:
-            lines.append(f"text {merging.part_id}: {''.join(deltas)!r}")
+            lines.append(_who(merging) + f"text {merging.part_id}: {''.join(deltas)!r}")
             merging = None
-        lines.append(_line(event))
+        lines.append(_line(event) if isinstance(event, AgentChanged) else _who(event) + _line(event))
     if merging is not None:
-        lines.append(f"text {merging.part_id}: {''.join(deltas)!r}")
+        lines.append(_who(merging) + f"text {merging.part_id}: {''.join(deltas)!r}")
     return lines
+
+
+def _who(event: StreamEvent) -> str:
+    """`agent: ` before the line of an event a named agent produced."""
+    if event.agent is None:
+        return ""
+    return f"{event.agent}: "
 
 
 def _line(event: StreamEvent) -> str:
@@ -163,6 +171,8 @@ def _line(event: StreamEvent) -> str:
             return line
         case GuardrailTripped(guardrail=guardrail, stage=stage):
             return f"guardrail_tripped {stage} {guardrail}"
+        case AgentChanged(agent=agent, previous=previous):
+            return f"agent_changed {previous} -> {agent}"
         case RunFinished(status=status, output=output, output_type=output_type, error=error):
             line = f"run_finished {status}"
             if output is not None:

@@ -69,6 +69,8 @@ class Scripted:
     replies: list[Reply]
     gate: Callable[[int], Awaitable[None]] | None = None
     answered: dict[str, int] = field(default_factory=dict[str, int])
+    prefix: str = "call"
+    """Call ids start with it: agents sharing a thread need distinct ones, as providers mint."""
 
     def model(self) -> FunctionModel:
         return FunctionModel(self._respond, stream_function=self._stream, model_name="scripted")
@@ -83,7 +85,7 @@ class Scripted:
             ]
         )
         index = self.answered.setdefault(key, len(self.answered))
-        assert index < len(self.replies), f"the script has no reply {index + 1}"
+        assert index < len(self.replies), f"the script has no reply {index + 1}: {key}"
         return index
 
     async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -95,7 +97,7 @@ class Scripted:
             return ModelResponse(parts=[TextPart(reply)])
         return ModelResponse(
             parts=[
-                ToolCallPart(name, json.dumps(args), tool_call_id=f"call_{index}_{n}")
+                ToolCallPart(name, json.dumps(args), tool_call_id=f"{self.prefix}_{index}_{n}")
                 for n, (name, args) in enumerate(reply)
             ]
         )
@@ -113,7 +115,7 @@ class Scripted:
                 yield word
             return
         for n, (name, args) in enumerate(reply):
-            yield {n: DeltaToolCall(name=name, tool_call_id=f"call_{index}_{n}")}
+            yield {n: DeltaToolCall(name=name, tool_call_id=f"{self.prefix}_{index}_{n}")}
             yield {n: DeltaToolCall(json_args=json.dumps(args))}
 
 

@@ -239,3 +239,46 @@ def test_the_pages_own_asgi_app_signs_users_in_its_way(helpdesk: ChatApp[Any]) -
 
     assert (vouched.status_code, vouched.json()["name"]) == (200, "IT helpdesk")
     assert anonymous.status_code == 401
+
+
+async def test_several_agents_of_the_page_delegate_pause_nested_and_hand_off(
+    helpdesk: ChatApp[Any], project: Path
+) -> None:
+    module = sys.modules["helpdesk"]
+    (project / "agents").mkdir(exist_ok=True)
+    (project / "desk").mkdir(exist_ok=True)
+    script = Script([Calls([("ask_purchasing", {"request": "two Figma seats"})]), "Done: bought."])
+    purchases = Script([Calls([("buy_seat", {"product": "Figma", "seats": 2})]), "Bought them."])
+    async with AsyncExitStack() as stack:
+        runtime = await stack.enter_async_context(open_runtime(helpdesk, sqlite_url(project / "agents")))
+        runtime = replace(runtime, model=script.model())
+        stack.enter_context(module.purchasing.override(model=purchases.model()))
+        thread = await runtime.db.threads.create(user_id="ada", title="licences")
+
+        paused = await send(runtime, thread, "Buy two Figma seats")
+        [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
+        done = await approve(runtime, thread, product="Figma", seats=1)
+
+    assert paused[-2:] == [
+        "approval_required [buy_seat {'product': 'Figma', 'seats': 2}]",
+        "run_finished awaiting_approval",
+    ]
+    assert (pending.agent, pending.path) == ("purchasing", ("helpdesk", "purchasing"))
+    assert "purchasing: tool_result buy_seat success 'Bought 1 seat(s) of Figma.'" in done
+    assert done[-1] == "run_finished completed output='Done: bought.'"
+
+    desk: ChatApp[Any] = module.desk
+    router = Script([Calls([("transfer_to_billing", {})]), "Billing will take it from here."])
+    billing = Script(["Invoice 7 is paid."])
+    async with AsyncExitStack() as stack:
+        runtime = await stack.enter_async_context(open_runtime(desk, sqlite_url(project / "desk")))
+        stack.enter_context(module.helpdesk.override(model=router.model()))
+        stack.enter_context(module.billing.override(model=billing.model()))
+        thread = await runtime.db.threads.create(user_id="ada", title="invoice")
+        handed = await send(runtime, thread, "Is invoice 7 paid?")
+        answered = await send(runtime, thread, "Invoice 7")
+        stored = await runtime.db.threads.get(thread.thread_id)
+
+    assert "agent_changed helpdesk -> billing" in handed
+    assert answered[-1] == "billing: run_finished completed output='Invoice 7 is paid.'"
+    assert stored.agent == "billing"

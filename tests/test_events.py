@@ -12,6 +12,7 @@ from inline_snapshot import snapshot
 from pydantic import TypeAdapter, ValidationError
 
 from stream import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     EventType,
@@ -56,8 +57,17 @@ EXAMPLES: list[StreamEvent] = [
             PendingCall(
                 tool_call_id="call-5", tool_name="wire", args={}, metadata={"why": "abroad", "limit": None}
             ),
+            PendingCall(
+                tool_call_id="call-6",
+                tool_name="charge",
+                args={"cents": 500},
+                agent="payments",
+                path=["travel", "booking", "payments"],
+            ),
         ],
     ),
+    TextDelta(run_id="run-1", part_id="p2", delta="Booked", agent="booking", parent_tool_call_id="call-1"),
+    AgentChanged(run_id="run-1", agent="billing", previous="router"),
     ToolOutcomeUnknown(run_id="run-1", tool_call_id="call-4", tool_name="book"),
     ApprovalDecided(
         run_id="run-1",

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent import ApprovalReview, cancel, stored_events
+from agent import ApprovalReview, cancel, stored_events, sub_conversation_id
 from store import (
     Approval,
     NotFound,
@@ -65,6 +65,9 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/approve", approve, methods=["POST"]),
         Route("/api/threads/{thread_id}/tool-calls/{tool_call_id}/reject", reject, methods=["POST"]),
         Route("/api/threads/{thread_id}/records", list_records, methods=["GET"]),
+        Route(
+            "/api/threads/{thread_id}/tool-calls/{tool_call_id}/messages", delegated_messages, methods=["GET"]
+        ),
         Route("/api/approvals", list_approvals, methods=["GET"]),
         Route("/api/app", app_info, methods=["GET"]),
     ]
@@ -258,6 +261,18 @@ async def list_records(request: Request) -> Response:
     return JsonResponse({"records": [record_json(r) for r in records]})
 
 
+async def delegated_messages(request: Request) -> Response:
+    """The conversation a delegated agent had inside the tool call (`scope.delegate`)."""
+    s = services(request)
+    thread = await owned_thread(request, s, user_of(request, s))
+    tool_call_id = path_id(request, "tool_call_id", "tool call")
+    conversation = await s.db.conversations.load(sub_conversation_id(thread.thread_id, tool_call_id))
+    if conversation is None:
+        raise ApiError.not_found(f"no agent was delegated to in tool call {tool_call_id!r}")
+    messages = json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
+    return JsonResponse({"tool_call_id": tool_call_id, "messages": messages})
+
+
 # -- shared by the handlers --------------------------------------------------------------------------
 
 
@@ -307,12 +322,14 @@ def decode_cursor(text: str) -> ThreadCursor:
 
 
 def thread_json(thread: Thread) -> dict[str, object]:
+    """A thread as the API answers it; `agent` once a hand-off named who answers its next turn."""
     return {
         "thread_id": thread.thread_id,
         "title": thread.title,
         "status": thread.status,
         "created_at": thread.created_at.isoformat(),
         "updated_at": thread.updated_at.isoformat(),
+        **({} if thread.agent is None else {"agent": thread.agent}),
     }
 
 
@@ -355,7 +372,8 @@ async def outputs_json(s: Services, thread_id: str) -> list[dict[str, object]]:
 
 
 def approval_json(approval: Approval, *, context: Mapping[str, object] | None = None) -> dict[str, object]:
-    """An approval as the API answers it; `outcome`, `previous` and `context` only when there are any."""
+    """An approval as the API answers it; `outcome`, `previous`, `context`, `agent` and `path` only
+    when there are any (`agent` and `path` name a delegated agent and its chain)."""
     extra: dict[str, object] = {}
     if approval.outcome is not None:
         extra["outcome"] = approval.outcome
@@ -363,6 +381,10 @@ def approval_json(approval: Approval, *, context: Mapping[str, object] | None = 
         extra["previous"] = approval.previous
     if context is not None:
         extra["context"] = dict(context)
+    if approval.agent is not None:
+        extra["agent"] = approval.agent
+    if approval.path is not None:
+        extra["path"] = list(approval.path)
     return {
         "thread_id": approval.thread_id,
         "tool_call_id": approval.tool_call_id,

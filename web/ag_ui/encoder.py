@@ -38,6 +38,7 @@ from pydantic_ai.ui.ag_ui._interrupt import (
 from pydantic_core import to_json
 
 from stream import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     GuardrailTripped,
@@ -128,6 +129,8 @@ class AGUIStream:
                 return []
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 return [CustomEvent(name="guardrail_tripped", value={"guardrail": guardrail, "stage": stage})]
+            case AgentChanged(agent=agent, previous=previous):
+                return [CustomEvent(name="agent_changed", value={"agent": agent, "previous": previous})]
             case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
                 # Its interrupt follows; this says why the call is asked about again.
                 value = {"tool_call_id": tool_call_id, "tool_name": tool_name}

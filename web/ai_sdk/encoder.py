@@ -32,6 +32,7 @@ from pydantic_ai.ui.vercel_ai.response_types import (
 from pydantic_core import to_json
 
 from stream import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
     GuardrailTripped,
@@ -177,6 +178,9 @@ class UIMessageStream:
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 data = {"guardrail": guardrail, "stage": stage}
                 return [DataChunk(type="data-guardrail-tripped", data=data, transient=True)]
+            case AgentChanged(agent=agent, previous=previous):
+                changed = {"agent": agent, "previous": previous}
+                return [DataChunk(type="data-agent-changed", data=changed, transient=True)]
             case ToolOutcomeUnknown(tool_call_id=tool_call_id, tool_name=tool_name):
                 # The call's approval request follows; this says why it is asked again.
                 data = {"toolCallId": tool_call_id, "toolName": tool_name}

@@ -1,0 +1,229 @@
+"""Several agents over the HTTP API, in process: a nested approval's agent and chain on every approval
+object, its edited arguments checked against the inner agent's schema, the delegated agent's own
+conversation readable; hand-offs and the thread's `agent`. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic_ai import Agent
+
+from agent import ChatApp, decide, open_runtime, run_step
+from store import NewRun
+from stream import AgentChanged, TextDone, event_from_data
+from web import Settings, create_app, issue_token
+
+from .agent_chains import Chain
+from .conformance import Scripted
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "multi-agent-api-secret"
+HEADERS = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+OTHER = {"Authorization": f"Bearer {issue_token(SECRET, 'mallory')}"}
+Json = dict[str, Any]
+
+
+@asynccontextmanager
+async def served(app: ChatApp[Any], database_url: str, data_dir: Path) -> AsyncGenerator[httpx.AsyncClient]:
+    settings = Settings(database_url=database_url, secret=SECRET, data_dir=data_dir)
+    web = create_app(settings, app=app)
+    async with (
+        web.router.lifespan_context(web),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=web), base_url="http://test", timeout=30) as api,
+    ):
+        yield api
+
+
+async def new_thread(api: httpx.AsyncClient) -> str:
+    response = await api.post("/api/threads", json={}, headers=HEADERS)
+    assert response.status_code == 201, response.text
+    return str(response.json()["thread_id"])
+
+
+async def send(api: httpx.AsyncClient, thread_id: str, content: str) -> None:
+    response = await api.post(
+        f"/api/threads/{thread_id}/messages", json={"content": content}, headers=HEADERS
+    )
+    assert response.status_code == 202, response.text
+
+
+async def until(api: httpx.AsyncClient, thread_id: str, done: Callable[[Json], bool]) -> Json:
+    async with asyncio.timeout(30):
+        while True:
+            detail: Json = (await api.get(f"/api/threads/{thread_id}", headers=HEADERS)).json()
+            if done(detail):
+                return detail
+            await asyncio.sleep(0.02)
+
+
+async def test_a_nested_approval_over_the_api(database_url: str, tmp_path: Path) -> None:
+    chain = Chain(2, approval=True)
+    async with served(chain.app(), database_url, tmp_path) as api:
+        thread_id = await new_thread(api)
+        await send(api, thread_id, "Book Paris")
+        detail = await until(api, thread_id, lambda d: d["status"] == "awaiting_approval")
+        [pending] = detail["pending_approvals"]
+        listed = (await api.get("/api/approvals?status=pending", headers=HEADERS)).json()["approvals"]
+        approve = f"/api/threads/{thread_id}/tool-calls/{pending['tool_call_id']}/approve"
+        refused = await api.post(approve, json={"override_args": {"cents": "many"}}, headers=HEADERS)
+        approved = await api.post(approve, json={"override_args": {"cents": 42}}, headers=HEADERS)
+        done = await until(api, thread_id, lambda d: d["status"] == "idle" and len(d["messages"]) >= 4)
+        booking = await api.get(f"/api/threads/{thread_id}/tool-calls/travel_0_0/messages", headers=HEADERS)
+        payments = await api.get(f"/api/threads/{thread_id}/tool-calls/booking_0_0/messages", headers=HEADERS)
+        unknown = await api.get(f"/api/threads/{thread_id}/tool-calls/nope/messages", headers=HEADERS)
+        foreign = await api.get(f"/api/threads/{thread_id}/tool-calls/travel_0_0/messages", headers=OTHER)
+
+    assert (pending["tool_name"], pending["args"], pending["agent"], pending["path"]) == (
+        "charge",
+        {"cents": 300},
+        "payments",
+        ["travel", "booking", "payments"],
+    )
+    assert [(a["agent"], a["path"]) for a in listed] == [("payments", ["travel", "booking", "payments"])]
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "invalid_arguments"
+    assert approved.status_code == 200
+    assert approved.json()["run_id"] is not None
+    assert chain.ran["charge payments"] == 1
+    assert [(a["status"], a["override_args"], a["agent"]) for a in done["approvals"]] == [
+        ("approved", {"cents": 42}, "payments")
+    ]
+    assert booking.status_code == 200
+    assert booking.json()["messages"][-1]["parts"][0]["content"] == "booking done"
+    assert payments.status_code == 200
+    returned = [p for m in payments.json()["messages"] for p in m["parts"] if p["part_kind"] == "tool-return"]
+    assert [(p["tool_name"], p["content"]) for p in returned] == [("charge", "payments charged 42")]
+    for missing in (unknown, foreign):
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "not_found"
+
+
+def desk() -> ChatApp[Any]:
+    """A router that hands the conversation to billing, which hands it back."""
+    router_script = Scripted([[("transfer_to_billing", {})], "billing will help", "router again"], prefix="r")
+    billing_script = Scripted(["billing here", [("transfer_to_router", {})], "router takes over"], prefix="b")
+    router = Agent(router_script.model(), name="router")
+    billing = Agent(billing_script.model(), name="billing")
+    return ChatApp(agent=router, handoffs=[billing])
+
+
+async def test_a_hand_off_and_back_survives_a_restart(database_url: str, tmp_path: Path) -> None:
+    app = desk()
+
+    def replies(n: int) -> Callable[[Json], bool]:
+        return lambda d: d["status"] == "idle" and sum(m["kind"] == "response" for m in d["messages"]) >= n
+
+    async with served(app, database_url, tmp_path) as api:
+        thread_id = await new_thread(api)
+        await send(api, thread_id, "My invoice is wrong")
+        first = await until(api, thread_id, replies(2))
+    async with served(app, database_url, tmp_path) as api:  # a restart: the thread's speaker is stored
+        await send(api, thread_id, "Invoice 7")
+        second = await until(api, thread_id, replies(3))
+        await send(api, thread_id, "Now my order")
+        third = await until(api, thread_id, replies(5))
+        await send(api, thread_id, "Anything else?")
+        await until(api, thread_id, replies(6))
+        listed = (await api.get("/api/threads", headers=HEADERS)).json()["threads"]
+    async with open_runtime(app, database_url) as runtime:
+        log = [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread_id)]
+
+    assert first["agent"] == "billing"
+    # Each stored reply says which agent gave it.
+    said = [m["provider_details"]["durable_chat_agent"] for m in third["messages"] if m["kind"] == "response"]
+    assert said == ["router", "router", "billing", "billing", "billing"]
+    assert second["agent"] == "billing"
+    assert third["agent"] == "router"
+    assert [t.get("agent") for t in listed] == ["router"]
+    changes = [(e.agent, e.previous) for e in log if isinstance(e, AgentChanged)]
+    assert changes == [("billing", "router"), ("router", "billing")]
+    texts = [(e.agent, e.text) for e in log if isinstance(e, TextDone)]
+    assert texts == [
+        ("router", "billing will help"),
+        ("billing", "billing here"),
+        ("billing", "router takes over"),
+        ("router", "router again"),
+    ]
+    # Who spoke, on every event of the turns.
+    assert all(e.agent in ("router", "billing") for e in log if e.type not in ("run_started", "user_message"))
+
+
+async def test_the_agent_handed_to_pauses_for_its_own_approvals(database_url: str) -> None:
+    router = Agent(
+        Scripted([[("transfer_to_billing", {})], "over to billing"], prefix="r").model(), name="router"
+    )
+    billing = Agent(Scripted([[("refund", {"cents": 5})], "refunded"], prefix="b").model(), name="billing")
+    refunded: list[int] = []
+
+    @billing.tool_plain(requires_approval=True)
+    def refund(cents: int) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Refund `cents`."""
+        refunded.append(cents)
+        return f"refunded {cents}"
+
+    async with open_runtime(ChatApp(agent=router, handoffs=[billing]), database_url) as runtime:
+        thread = await runtime.db.threads.create(user_id="alice", title="t")
+        for content in ("Refund me", "Five cents"):
+            run = (
+                await runtime.db.runs.queue(
+                    NewRun(thread_id=thread.thread_id, kind="message", content=content)
+                )
+            ).run
+            status = await run_step(runtime, run.run_id)
+        [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
+        decision = await decide(
+            runtime.db, thread.thread_id, pending.tool_call_id, decision="approved", decided_by="a"
+        )
+        assert decision.resume_run_id is not None
+        resumed = await run_step(runtime, decision.resume_run_id)
+    assert status == "awaiting_approval"
+    assert (pending.tool_name, pending.agent, pending.path) == ("refund", "billing", ("billing",))
+    assert resumed == "completed"
+    assert refunded == [5]
+
+
+async def test_a_turn_that_transfers_and_pauses_resumes_with_the_agent_that_paused(database_url: str) -> None:
+    router_script = Scripted(
+        [[("transfer_to_billing", {}), ("note", {"text": "vip"})], "noted; billing next"]
+    )
+    router = Agent(router_script.model(), name="router")
+    billing = Agent(Scripted(["billing here"], prefix="b").model(), name="billing")
+
+    @router.tool_plain(requires_approval=True)
+    def note(text: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Note `text` on the account."""
+        return f"noted {text}"
+
+    async with open_runtime(ChatApp(agent=router, handoffs=[billing]), database_url) as runtime:
+        thread = await runtime.db.threads.create(user_id="alice", title="t")
+        run = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Note vip, then billing")
+            )
+        ).run
+        assert await run_step(runtime, run.run_id) == "awaiting_approval"
+        [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
+        decision = await decide(
+            runtime.db, thread.thread_id, pending.tool_call_id, decision="approved", decided_by="a"
+        )
+        assert decision.resume_run_id is not None
+        assert await run_step(runtime, decision.resume_run_id) == "completed"
+        after = (
+            await runtime.db.runs.queue(
+                NewRun(thread_id=thread.thread_id, kind="message", content="Invoice 7")
+            )
+        ).run
+        assert await run_step(runtime, after.run_id) == "completed"
+        log = [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread.thread_id)]
+    assert pending.path == ("router",)
+    assert [(e.agent, e.text) for e in log if isinstance(e, TextDone)] == [
+        ("router", "noted; billing next"),
+        ("billing", "billing here"),
+    ]
