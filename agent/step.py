@@ -31,6 +31,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
     ToolCallPart,
     ToolResultEvent,
+    UserContent,
     repair_messages,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
@@ -67,6 +68,7 @@ from .eventlog import (
     TraceStampSink,
     logged_tool_events,
 )
+from .files import FileResolver, ThreadFiles, attachments_in, file_reference
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .ledger import ToolLedger
 from .logs import current_trace_id
@@ -244,6 +246,7 @@ class _Step:
             records=self.records,
             ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id),
             engine=runtime.db.engine,
+            files=ThreadFiles(runtime.db.files, run.thread_id, user_id),
         )
         self.schemas = ToolSchemas()
         self.checkpoints = RunCheckpoints(
@@ -281,9 +284,14 @@ class _Step:
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
+        attached: list[UserContent] = await self._attached() if prompt is not None else []
         if run.kind == "regenerate" and not continuing:
             # Drop the last reply (kept stored as a branch) and ask its user message again.
+            asked = self.conversation.messages
             self.conversation, prompt = without_last_turn(self.conversation)
+            attached = [
+                file_reference(a) for a in attachments_in(asked[len(self.conversation.messages) :][:1])
+            ]
         deferred = await self._decisions() if run.kind == "resume" and not continuing else None
         if prompt is not None and _has_open_calls(self.conversation.messages):
             # A failed run can leave calls unanswered; close them so the new turn can start.
@@ -294,9 +302,21 @@ class _Step:
                 return await self._block(prompt, tripped)
         self.scope = replace(self.scope, kind=kind, message=_answered(run, prompt, self.conversation))
         async with self.runtime.app.deps_for(self.scope) as deps:
-            return await self._run(prompt, deferred, deps)
+            return await self._run(
+                [prompt, *attached] if attached and prompt is not None else prompt, deferred, deps
+            )
 
-    async def _run(self, prompt: str | None, deferred: DeferredToolResults | None, deps: object) -> RunStatus:
+    async def _attached(self) -> list[UserContent]:
+        """References to the files attached to the run's message (ones deleted since are left out)."""
+        wanted = self.run.attached
+        if not wanted:
+            return []
+        files = {f.file_id: f for f in await self.scope.files.list()}
+        return [file_reference(files[file_id]) for file_id in wanted if file_id in files]
+
+    async def _run(
+        self, prompt: str | Sequence[UserContent] | None, deferred: DeferredToolResults | None, deps: object
+    ) -> RunStatus:
         app, run = self.runtime.app, self.run
         try:
             async with app.agent.iter(
@@ -309,7 +329,11 @@ class _Step:
                 run_id=f"{run.run_id}.{run.attempt}",
                 capabilities=[
                     RunHooks(
-                        app.model_retries, self.runtime.tool_failures, self.schemas, self.checkpoints.sending
+                        app.model_retries,
+                        self.runtime.tool_failures,
+                        self.schemas,
+                        self.checkpoints.sending,
+                        FileResolver(self.scope.files),
                     ),
                     *self.runtime.agent_tracing(),
                     PAUSE_AT_DEFERRED_CALLS,

@@ -177,6 +177,7 @@ def _values(*, postgres: bool, claiming: bool) -> dict[str, Any]:
         "kind": _bind("q_kind", sa.String()),
         "status": _bind("q_status", sa.String()),
         "content": _bind("q_content", sa.Text()),
+        "file_ids": _bind("q_file_ids", sa.Text()),
         "idempotency_key": _bind("q_key", sa.String()),
         "attempt": _bind("q_attempt", sa.Integer()),
         "checkpoints": 0,
@@ -374,6 +375,7 @@ async def queue(
     run_id: str | None = None,
     opening: Sequence[NewEvent] = (),
     create_unless: str | None = None,
+    file_ids: str | None = None,
 ) -> tuple[Refusal | None, Refusals | None, dict[str, Any] | None]:
     """Mark the thread running and insert the run (claimed by `worker`, if given) in one trip, unless refused.
 
@@ -417,6 +419,7 @@ async def queue(
         "q_kind": kind,
         "q_status": "running" if claiming else "queued",
         "q_content": content,
+        "q_file_ids": file_ids,
         "q_attempt": 1 if claiming else 0,
         "q_started": now if claiming else None,
         "q_owner": worker.worker_id if worker is not None and claiming else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,13 @@ class Run:
     lease_owner: str | None = None
     """The worker that holds (or last held) the run; see `store.leases`."""
     lease_expires_at: datetime | None = None
+    file_ids: str | None = None
+    """The files attached to a `message` run's user message, a JSON list of ids (`attached`)."""
+
+    @property
+    def attached(self) -> tuple[str, ...]:
+        """The ids of the files attached to the run's user message, in order."""
+        return () if not self.file_ids else tuple(json.loads(self.file_ids))
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ class Runs:
         run_id: str | None = None,
         opening: Sequence[NewEvent] = (),
         create_unless: str | None = None,
+        file_ids: Sequence[str] = (),
     ) -> Queued:
         """Queue a `message` or `regenerate` run, as `create_message_run` does, and more in the same transaction.
 
@@ -174,7 +183,7 @@ class Runs:
         the thread to check whose it is); with `create_unless` too, a missing thread is created
         as that user's (a chat's first message makes its thread in the same trip), unless
         `create_unless` is the id of a thread of theirs: then `NotFound`, nothing written. Refused
-        like `create_message_run`.
+        like `create_message_run`. `file_ids`: files attached to the message (`Run.attached`).
         """
         return await self._create(
             thread_id,
@@ -187,6 +196,7 @@ class Runs:
             run_id=run_id,
             opening=opening,
             create_unless=create_unless,
+            file_ids=file_ids,
         )
 
     async def _create(
@@ -202,6 +212,7 @@ class Runs:
         run_id: str | None = None,
         opening: Sequence[NewEvent] = (),
         create_unless: str | None = None,
+        file_ids: Sequence[str] = (),
     ) -> Queued:
         # Two statements, in one trip (`queueing.py`). The thread's UPDATE comes first: it serializes this thread's writers
         # (its row lock on PostgreSQL, the write lock on SQLite), and its RETURNING reads what
@@ -225,6 +236,7 @@ class Runs:
                     run_id=run_id,
                     opening=opening,
                     create_unless=create_unless,
+                    file_ids=json.dumps(list(file_ids)) if file_ids else None,
                 )
             except exc.IntegrityError as error:
                 # A concurrent request with the same key, or a concurrent run, won the race.
