@@ -16,7 +16,15 @@ if TYPE_CHECKING:
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
     from .eventlog import EventLogSink, Publisher, stored_events
-    from .files import FILE_URL, Attachment, FileResolver, ThreadFiles, attachments_in, file_reference
+    from .files import (
+        FILE_URL,
+        Attachment,
+        FileResolver,
+        ThreadFiles,
+        attachment_of,
+        attachments_in,
+        file_reference,
+    )
     from .guardrails import (
         HIDE_BLOCKED_TURNS,
         Guardrail,
@@ -98,6 +106,7 @@ __all__ = (
     "TracingConfig",
     "TracingUnavailable",
     "UnknownModel",
+    "attachment_of",
     "attachments_in",
     "cancel",
     "decide",
@@ -146,7 +155,15 @@ _EXPORTS = {
         "leak_guardrail",
         "message_window",
     ),
-    "files": ("FILE_URL", "Attachment", "FileResolver", "ThreadFiles", "attachments_in", "file_reference"),
+    "files": (
+        "FILE_URL",
+        "Attachment",
+        "FileResolver",
+        "ThreadFiles",
+        "attachment_of",
+        "attachments_in",
+        "file_reference",
+    ),
     "ledger": ("ToolLedger",),
     "loader": ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app"),
     "logs": ("LOG_FORMAT", "format_trace_id", "install_log_filters"),
