@@ -22,7 +22,12 @@ def tiny_png() -> bytes:
 
     rows = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
     header = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_files_are_attached_previewed_and_downloaded(server: LiveServer, page: Page, tmp_path: Path) -> None:
