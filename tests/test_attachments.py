@@ -304,3 +304,23 @@ async def test_tools_list_read_and_save_the_threads_files(open_api: OpenApi) -> 
     ]
     report = await api.get(f"/api/threads/{thread_id}/files/{listed[1]['file_id']}", headers=auth())
     assert (report.status_code, report.content) == (200, b"# Orders\n2 orders\n")
+
+
+async def test_a_regenerated_reply_gets_the_same_files(open_api: OpenApi) -> None:
+    seen = Seen()
+    api = await open_api(scoped(Agent(hashing_model(seen), deps_type=RunScope)))
+    thread_id = await new_thread(api)
+    png_id = await upload(api, thread_id, "photo.png", PNG, "image/png")
+    await send(api, thread_id, "What is this?", [png_id])
+    await until_idle(api, thread_id, 1)
+    answer = await api.post(f"/api/threads/{thread_id}/regenerate", headers=auth())
+    assert answer.status_code == 202, answer.text
+    async with asyncio.timeout(30):
+        while len(seen.requests) < 2:
+            await asyncio.sleep(0.02)
+    detail = await until_idle(api, thread_id, 1)
+    sent = ["What is this?", f"image/png {hashlib.sha256(PNG).hexdigest()}"]
+    assert seen.requests == [sent, sent]
+    attachments = detail["attachments"]
+    assert isinstance(attachments, list)
+    assert [a["file_id"] for a in attachments] == [png_id]
