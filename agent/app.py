@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import upgrade
 
+from .files import ThreadFiles
 from .guardrails import Guardrails
 from .ledger import ToolLedger
 from .records import RunRecords
@@ -85,6 +86,8 @@ class RunScope:
     message: str | None = None
     """The user message the run answers: a `message` run's, the one a `regenerate` run asks again
     (and theirs again when they `recover`); `None` for a `resume` run, which decisions started."""
+    files: ThreadFiles = field(default_factory=lambda: ThreadFiles(None, "", ""))
+    """The thread's files: list and read them, or save one a tool made (`scope.files.save(...)`)."""
     delegations: Delegator | None = field(default=None, repr=False, compare=False)
     """Runs `delegate`'s sub-runs; set by the step."""
 

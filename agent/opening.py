@@ -8,6 +8,7 @@ its limit) is claimed by `run_step` when driven, and stores the same opening eve
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -75,13 +76,15 @@ async def queue_run(
     idempotency_key: str | None = None,
     user_id: str | None = None,
     create_unless: str | None = None,
+    file_ids: Sequence[str] = (),
 ) -> Opened:
     """Queue a `message` or `regenerate` run (`store.Runs.queue`); with `claim`, claimed by this worker at once.
 
     A claimed run's opening events (`opening_events`) are stored with it, in its attempt's trace,
     and published once stored; drive it with `run_step(claimed=opened.claimed, span=opened.span)`.
     With `user_id`, a thread of another user is not found; with `create_unless` too, a missing
-    thread is created as theirs, unless `create_unless` names a thread of theirs.
+    thread is created as theirs, unless `create_unless` names a thread of theirs. `file_ids`: files
+    of the thread attached to the message (checked by the caller), given to the model with it.
 
     Raises:
         NotFound: No such thread.
@@ -104,6 +107,7 @@ async def queue_run(
         run_id=run_id,
         user_id=user_id,
         create_unless=create_unless,
+        file_ids=file_ids,
     )
     window = message_window(runtime.guardrails) if kind == "message" else None
     opened = [new_event(event) for event in opening]

@@ -26,6 +26,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import ToolDefinition
 
 from .arguments import ToolSchemas
+from .files import FileResolver
 from .guardrails import HIDE_BLOCKED_TURNS
 from .retries import ModelRetries
 from .tool_failures import ToolFailures
@@ -44,6 +45,8 @@ class RunHooks(AbstractCapability[Any]):
     """Awaited before each attempt at a model request, once pydantic-ai has finished the request in
     the run's history (its time, run, instructions): `prepare_model_request`, the last hook before
     the model is called."""
+    files: FileResolver | None = None
+    """Resolves the thread's file references in each request (`agent.files`); the history keeps them."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -52,7 +55,10 @@ class RunHooks(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        return await HIDE_BLOCKED_TURNS.before_model_request(ctx, request_context)
+        request_context = await HIDE_BLOCKED_TURNS.before_model_request(ctx, request_context)
+        if self.files is not None:
+            request_context.messages = await self.files.resolve(request_context.messages)
+        return request_context
 
     async def prepare_tools(
         self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]

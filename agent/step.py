@@ -31,6 +31,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
     ToolCallPart,
     ToolResultEvent,
+    UserContent,
     repair_messages,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
@@ -71,6 +72,7 @@ from .eventlog import (
     TraceStampSink,
     logged_tool_events,
 )
+from .files import FileResolver, ThreadFiles, attachments_in, file_reference
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
 from .handoffs import said_by, speaker, transfer_tools
 from .ledger import ToolLedger
@@ -272,6 +274,7 @@ class _Step:
             ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id),
             engine=runtime.db.engine,
             delegations=self.delegations,
+            files=ThreadFiles(runtime.db.files, run.thread_id, user_id),
         )
         self.schemas = ToolSchemas()
         self.checkpoints = RunCheckpoints(
@@ -312,9 +315,14 @@ class _Step:
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
+        attached: list[UserContent] = await self._attached() if prompt is not None else []
         if run.kind == "regenerate" and not continuing:
             # Drop the last reply (kept stored as a branch) and ask its user message again.
+            asked = self.conversation.messages
             self.conversation, prompt = without_last_turn(self.conversation)
+            attached = [
+                file_reference(a) for a in attachments_in(asked[len(self.conversation.messages) :][:1])
+            ]
         requests = self.conversation.deferred_tool_requests
         deferred = (
             await stored_decisions(self.db, run.thread_id, requests)
@@ -330,9 +338,21 @@ class _Step:
                 return await self._block(prompt, tripped)
         self.scope = replace(self.scope, kind=kind, message=_answered(run, prompt, self.conversation))
         async with self.runtime.app.deps_for(self.scope) as deps:
-            return await self._run(prompt, deferred, deps)
+            return await self._run(
+                [prompt, *attached] if attached and prompt is not None else prompt, deferred, deps
+            )
 
-    async def _run(self, prompt: str | None, deferred: DeferredToolResults | None, deps: object) -> RunStatus:
+    async def _attached(self) -> list[UserContent]:
+        """References to the files attached to the run's message (ones deleted since are left out)."""
+        wanted = self.run.attached
+        if not wanted:
+            return []
+        files = {f.file_id: f for f in await self.scope.files.list()}
+        return [file_reference(files[file_id]) for file_id in wanted if file_id in files]
+
+    async def _run(
+        self, prompt: str | Sequence[UserContent] | None, deferred: DeferredToolResults | None, deps: object
+    ) -> RunStatus:
         app, run, agent = self.runtime.app, self.run, self.agent
         try:
             async with agent.iter(
@@ -348,7 +368,11 @@ class _Step:
                 else None,
                 capabilities=[
                     RunHooks(
-                        app.model_retries, self.runtime.tool_failures, self.schemas, self.checkpoints.sending
+                        app.model_retries,
+                        self.runtime.tool_failures,
+                        self.schemas,
+                        self.checkpoints.sending,
+                        FileResolver(self.scope.files),
                     ),
                     *self.runtime.agent_tracing(),
                     PAUSE_AT_DEFERRED_CALLS,

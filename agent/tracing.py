@@ -108,7 +108,10 @@ def instrumentation(*, include_content: bool = False) -> Instrumentation:
     Build it once per process (`agent.Runtime` does): each build creates metric instruments on the
     global meter that are never freed.
     """
-    return Instrumentation(settings=InstrumentationSettings(include_content=include_content))
+    # A file's bytes never go into a span, even with content on: a span is no place for a user's photo.
+    return Instrumentation(
+        settings=InstrumentationSettings(include_content=include_content, include_binary_content=False)
+    )
 
 
 class RunSampler(Sampler):

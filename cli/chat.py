@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from agent import (
@@ -33,10 +34,11 @@ from agent import (
     queue_run,
     run_step,
 )
-from store import Approval, Database, NoActiveRun, StoreError, Thread
+from store import Approval, Database, NoActiveRun, StoredFile, StoreError, Thread
 from stream import StoredEvent, StreamEvent
 from worker import holding_leases
 
+from .attach import ATTACH, AttachError, attach_path
 from .terminal import USER, TerminalSink, call_text, conversation_lines, fields_line
 from .users import DEFAULT_USER
 
@@ -142,21 +144,46 @@ class _Chat:
     ctrl_c: _CtrlC
 
     async def loop(self) -> None:
+        attached: list[StoredFile] = []
         while True:
             text = (await read_line(USER)).strip()
             if not text:
                 continue
             if text == QUIT:
                 raise EndOfInput
+            if text == ATTACH or text.startswith(ATTACH + " "):
+                await self._attach(text.removeprefix(ATTACH).strip(), attached)
+                continue
             try:
                 # Queued and claimed here at once, as the server's endpoints queue theirs.
                 opened = await queue_run(
-                    self.runtime, self.thread.thread_id, "message", content=text, claim=True
+                    self.runtime,
+                    self.thread.thread_id,
+                    "message",
+                    content=text,
+                    claim=True,
+                    file_ids=[f.file_id for f in attached],
                 )
             except StoreError as error:
                 self._say(f"(cannot send: {error})")
                 continue
+            attached.clear()
             await self.drive(opened.run.run_id, opened)
+
+    async def _attach(self, path: str, attached: list[StoredFile]) -> None:
+        """`/attach PATH`: the file goes with the next message."""
+        if not path:
+            self._say("(usage: /attach PATH; the file goes with your next message)")
+            return
+        try:
+            stored = await attach_path(self.db, self.thread.thread_id, self.user_id, Path(path))
+        except AttachError as error:
+            self._say(f"(cannot attach: {error})")
+            return
+        attached.append(stored)
+        self._say(
+            f"(attached {stored.name}, {stored.media_type}, {stored.size} bytes: it goes with your next message)"
+        )
 
     async def drive(self, run_id: str, opened: Opened | None = None) -> None:
         """Drive a run, then every resume run the user's decisions start, until no call waits.

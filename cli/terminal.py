@@ -32,6 +32,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from agent import attachment_of
 from stream import (
     AgentChanged,
     ApprovalDecided,
@@ -342,9 +343,13 @@ def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
-                if isinstance(part, UserPromptPart):
-                    content = part.content if isinstance(part.content, str) else short(part.content)
-                    lines.append(USER + content)
+                if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+                    files = [a for a in map(attachment_of, part.content) if a is not None]
+                    texts = [item for item in part.content if isinstance(item, str)]
+                    lines.append(USER + (" ".join(texts) if files else short(part.content)))
+                    lines.extend(f"  (attached {a.name}, {a.media_type}, {a.size} bytes)" for a in files)
+                elif isinstance(part, UserPromptPart):
+                    lines.append(USER + str(part.content))
                 elif isinstance(part, ToolReturnPart):
                     content = to_jsonable_python(part.content, fallback=str)
                     refused = refusal(content) if part.outcome == "success" else None

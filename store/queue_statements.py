@@ -168,6 +168,7 @@ def run_values(*, postgres: bool, claiming: bool) -> dict[str, Any]:
         "kind": bind("q_kind", sa.String()),
         "status": bind("q_status", sa.String()),
         "content": bind("q_content", sa.Text()),
+        "file_ids": bind("q_file_ids", sa.Text()),
         "idempotency_key": bind("q_key", sa.String()),
         "attempt": bind("q_attempt", sa.Integer()),
         "checkpoints": 0,

@@ -8,6 +8,7 @@ user's recent messages. The INSERT may create the run claimed by a worker and st
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class NewRun:
     create_unless: str | None = None
     """With `user_id`: a missing thread is created as theirs (a chat's first message makes its
     thread in the same trip), unless this is the id of a thread of theirs (then missing)."""
+    file_ids: Sequence[str] = ()
+    """The files attached to a `message` run's user message (`Run.attached`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +149,7 @@ async def queue(
         "q_kind": kind,
         "q_status": "running" if claiming else "queued",
         "q_content": content,
+        "q_file_ids": json.dumps(list(new.file_ids)) if new.file_ids else None,
         "q_attempt": 1 if claiming else 0,
         "q_started": now if claiming else None,
         "q_owner": worker.worker_id if worker is not None and claiming else None,

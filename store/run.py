@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,3 +30,10 @@ class Run:
     lease_owner: str | None = None
     """The worker that holds (or last held) the run; see `store.leases`."""
     lease_expires_at: datetime | None = None
+    file_ids: str | None = None
+    """The files attached to a `message` run's user message, a JSON list of ids (`attached`)."""
+
+    @property
+    def attached(self) -> tuple[str, ...]:
+        """The ids of the files attached to the run's user message, in order."""
+        return () if not self.file_ids else tuple(json.loads(self.file_ids))

@@ -204,6 +204,8 @@ class RunRow(Base):
     status: Mapped[str] = mapped_column(sa.String(32))
     content: Mapped[str | None] = mapped_column(sa.Text())
     """The user message a `message` (or `regenerate`) run answers."""
+    file_ids: Mapped[str | None] = mapped_column(sa.Text())
+    """The files attached to a `message` run's user message, as a JSON list of file ids; `NULL`: none."""
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(255))
     error: Mapped[str | None] = mapped_column(sa.Text())
     attempt: Mapped[int] = mapped_column(sa.Integer())

@@ -425,3 +425,34 @@ def test_a_calls_metadata_is_shown_before_the_question_and_structured_output_as_
     chat.type("/quit")
     assert chat.wait() == 0
     assert "Traceback" not in chat.output
+
+
+def test_a_file_attached_with_slash_attach_goes_with_the_next_message(
+    tmp_path: Path, terminals: list[Terminal]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    (tmp_path / "orders.csv").write_bytes(b"order,amount\nORD-5678,99.98\n")
+    (tmp_path / "page.html").write_bytes(b"<!DOCTYPE html><html></html>")
+    first = start(terminals, tmp_path, "chat", "--db", url, "--user", "alice")
+    thread_id = thread_id_of(first.expect("you> "))
+    first.type("/attach page.html")
+    first.expect("(cannot attach: files of type text/html are not accepted)")
+    first.expect("you> ")
+    first.type("/attach missing.csv")
+    first.expect("(cannot attach: cannot read 'missing.csv'")
+    first.expect("you> ")
+    first.type("/attach orders.csv")
+    first.expect("(attached orders.csv, text/csv, 28 bytes: it goes with your next message)")
+    first.expect("you> ")
+    first.type("Where is my order ORD-5678?")
+    first.expect("assistant> ")
+    first.expect("you> ")
+    first.type("/quit")
+    assert first.wait() == 0
+    assert "Traceback" not in first.output
+
+    second = start(terminals, tmp_path, "chat", "--db", url, "--thread", thread_id)
+    shown = second.expect("you> Where is my order ORD-5678?\n  (attached orders.csv, text/csv, 28 bytes)\n")
+    assert "Traceback" not in shown
+    second.end_input()
+    assert second.wait() == 0

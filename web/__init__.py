@@ -12,18 +12,24 @@ if TYPE_CHECKING:
     from .app import create_app, error_response
     from .auth import Authenticate
     from .errors import ApiError
+    from .media import DEFAULT_MEDIA_TYPES, Sniffer, UnsupportedType, media_type_of, safe_name
     from .settings import Settings, SettingsError
     from .tokens import InvalidToken, issue_token, verify_token
 
 __all__ = (
+    "DEFAULT_MEDIA_TYPES",
     "ApiError",
     "Authenticate",
     "InvalidToken",
     "Settings",
     "SettingsError",
+    "Sniffer",
+    "UnsupportedType",
     "create_app",
     "error_response",
     "issue_token",
+    "media_type_of",
+    "safe_name",
     "verify_token",
 )
 
@@ -31,6 +37,7 @@ _EXPORTS = {
     "app": ("create_app", "error_response"),
     "auth": ("Authenticate",),
     "errors": ("ApiError",),
+    "media": ("DEFAULT_MEDIA_TYPES", "Sniffer", "UnsupportedType", "media_type_of", "safe_name"),
     "settings": ("Settings", "SettingsError"),
     "tokens": ("InvalidToken", "issue_token", "verify_token"),
 }

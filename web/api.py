@@ -31,6 +31,7 @@ from store import (
 from stream import RunFinished
 
 from .access import MAX_ID_LENGTH, owned_thread, path_id, user_of
+from .attachments import annotate_attachments, attached_files
 from .bodies import (
     ApproveBody,
     MessageBody,
@@ -111,6 +112,10 @@ async def get_thread(request: Request) -> Response:
     messages: object = (
         [] if conversation is None else json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
     )
+    files = (
+        await s.db.files.list(thread.thread_id, user_id=thread.user_id) if conversation is not None else []
+    )
+    attachments = annotate_attachments(thread.thread_id, messages, files)
     trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
     last_event_id = await s.db.events.newest(thread.thread_id)
     outputs = await outputs_json(s, thread.thread_id)
@@ -118,6 +123,8 @@ async def get_thread(request: Request) -> Response:
         {
             **thread_json(thread),
             "messages": messages,
+            # The files the messages attach, in order, each marked `removed` once deleted.
+            "attachments": attachments,
             "pending_approvals": [a for a in trail if a["status"] == "pending"],
             # Every approval, decided or not, in the order the calls were made: the decision trail.
             "approvals": trail,
@@ -161,11 +168,17 @@ async def post_message(request: Request) -> Response:
         # A missing thread answers 404 before a bad body does; only this path reads the thread.
         await owned_thread(request, s, user_id)
         raise
+    file_ids = await attached_files(s, thread_id, user_id, body.files)
     try:
         # Queueing finds the thread only if it is the user's (no read of it first), and drives the
         # run from the same transaction when this worker has room (see `worker.runner`).
         queued = await s.runner.queue(
-            thread_id, "message", content=body.content, idempotency_key=body.idempotency_key, user_id=user_id
+            thread_id,
+            "message",
+            content=body.content,
+            idempotency_key=body.idempotency_key,
+            user_id=user_id,
+            file_ids=file_ids,
         )
     except NotFound as error:  # missing, another user's, or deleted meanwhile
         raise ApiError.not_found(f"no thread {thread_id!r}") from error

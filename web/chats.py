@@ -11,6 +11,7 @@ event log followed as `GET /api/threads/{id}/events` follows it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from agent import Opened
 from store import Conflict, NotFound, Thread
@@ -76,12 +77,14 @@ def check_length(s: Services, content: str) -> None:
         )
 
 
-async def _queue_message(s: Services, thread: Thread, content: str, *, idempotency_key: str | None) -> Opened:
+async def _queue_message(
+    s: Services, thread: Thread, content: str, *, idempotency_key: str | None, file_ids: Sequence[str] = ()
+) -> Opened:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
     _check_message(s, content, idempotency_key)
     try:
         queued = await s.runner.queue(
-            thread.thread_id, "message", content=content, idempotency_key=idempotency_key
+            thread.thread_id, "message", content=content, idempotency_key=idempotency_key, file_ids=file_ids
         )
     except NotFound as error:  # deleted meanwhile
         raise ApiError.not_found(f"no thread {thread.thread_id!r}") from error
@@ -89,7 +92,13 @@ async def _queue_message(s: Services, thread: Thread, content: str, *, idempoten
 
 
 async def queue_chat_message(
-    s: Services, user_id: str, chat_id: str, content: str, *, idempotency_key: str | None
+    s: Services,
+    user_id: str,
+    chat_id: str,
+    content: str,
+    *,
+    idempotency_key: str | None,
+    file_ids: Sequence[str] = (),
 ) -> tuple[str, Opened]:
     """Queue a user message on the chat's thread; its thread id and the queued run.
 
@@ -109,6 +118,7 @@ async def queue_chat_message(
                 idempotency_key=idempotency_key,
                 user_id=user_id,
                 create_unless=chat_id,
+                file_ids=file_ids,
             )
         except NotFound:
             pass  # the chat names a thread of the user's own
@@ -116,7 +126,9 @@ async def queue_chat_message(
             return derived, queued
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
-    return thread.thread_id, await _queue_message(s, thread, content, idempotency_key=idempotency_key)
+    return thread.thread_id, await _queue_message(
+        s, thread, content, idempotency_key=idempotency_key, file_ids=file_ids
+    )
 
 
 def _check_message(s: Services, content: str, idempotency_key: str | None) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from opentelemetry.trace import Span
@@ -90,6 +90,7 @@ class Runner:
         idempotency_key: str | None = None,
         user_id: str | None = None,
         create_unless: str | None = None,
+        file_ids: Sequence[str] = (),
     ) -> Opened:
         """Queue a `message` or `regenerate` run (`agent.queue_run`) and drive it here if it is new.
 
@@ -111,6 +112,7 @@ class Runner:
             idempotency_key=idempotency_key,
             user_id=user_id,
             create_unless=create_unless,
+            file_ids=file_ids,
         )
         if not opened.created:
             return opened

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { createChat, essence, lastMessage, sdk, textOf, toolParts } from './chat.mjs';
-import { OTHER_TOKEN, TOKEN, getJson, newId, waitFor } from './helpers.mjs';
+import { BASE_URL, OTHER_TOKEN, TOKEN, auth, getJson, newId, waitFor } from './helpers.mjs';
 
 const version = process.env.AI_SDK;
 const ai = sdk(version);
@@ -142,4 +142,30 @@ test(`${version}: another user's token is refused`, async () => {
   // The call still waits for its owner.
   const history = await getJson(`/api/ai-sdk/chat/${id}`);
   assert.equal(tool(history.body.messages.at(-1), 'issue_refund').state, 'approval-requested');
+});
+
+test(`${version}: a file is sent, kept on the thread and read back from the history`, async () => {
+  const id = newId('file');
+  const chat = createChat(ai, { id, token: TOKEN });
+  const png = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(64, 7)]);
+  const url = `data:image/png;base64,${png.toString('base64')}`;
+  await chat.sendMessage({
+    text: 'Here is a photo of ORD-5678',
+    files: [{ type: 'file', mediaType: 'image/png', filename: 'photo.png', url }],
+  });
+  assert.equal(chat.status, 'ready', chat.error?.message);
+
+  const history = await getJson(`/api/ai-sdk/chat/${id}`);
+  assert.equal(history.status, 200);
+  await ai.validateUIMessages({ messages: history.body.messages });
+  const file = history.body.messages[0].parts.find((part) => part.type === 'file');
+  assert.equal(file.mediaType, 'image/png');
+  assert.equal(file.filename, 'photo.png');
+  assert.match(file.url, /^\/api\/threads\/[^/]+\/files\/[^/]+$/);
+  // The url is the file's endpoint: the same bytes, for this user only.
+  const mine = await fetch(`${BASE_URL}${file.url}`, { headers: auth() });
+  assert.equal(mine.status, 200);
+  assert.deepEqual(Buffer.from(await mine.arrayBuffer()), png);
+  const theirs = await fetch(`${BASE_URL}${file.url}`, { headers: auth(OTHER_TOKEN) });
+  assert.equal(theirs.status, 404);
 });

@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
 
-from ag_ui.core import BaseEvent, ResumeEntry, RunAgentInput, TextPart, UserMessage
+from ag_ui.core import (
+    BaseEvent,
+    DataSource,
+    DocumentPart,
+    ImagePart,
+    ResumeEntry,
+    RunAgentInput,
+    TextPart,
+    UserMessage,
+)
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_ai.exceptions import UserError
@@ -25,11 +34,13 @@ from agent import Opened
 from stream import PendingCall, StreamEvent
 
 from ..access import user_of
+from ..attachments import attached_files
 from ..bodies import read_body, validation_error
-from ..chats import chat_thread, queue_chat_message
+from ..chats import chat_thread, check_length, queue_chat_message
 from ..decisions import Answer, decide_all
 from ..errors import ApiError
 from ..following import follow_run, stream_response
+from ..inline_files import decode_data_url, inline_body_limit, save_inline_file
 from ..services import Services, services
 from .encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
@@ -55,13 +66,14 @@ async def run_agent(request: Request) -> Response:
     user_id = user_of(request, s, write=True)
     # The answer is a stream: refuse one too many before a run is queued, not after.
     s.streams.check(user_id)
-    body = await read_body(request, RunAgentInput, max_bytes=s.settings.max_body_bytes)
+    body = await read_body(request, RunAgentInput, max_bytes=inline_body_limit(s))
     encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id)
     last = body.messages[-1] if body.messages else None
     if not body.resume and isinstance(last, UserMessage):
+        file_ids = await _attach(s, user_id, body.thread_id, last)
         # Queued straight on the chat's thread, made in the same trip if new (no read of it).
         thread_id, queued = await queue_chat_message(
-            s, user_id, body.thread_id, _text(last), idempotency_key=last.id
+            s, user_id, body.thread_id, _text(last), idempotency_key=last.id, file_ids=file_ids
         )
         return _stream(s, thread_id, user_id, queued.run.run_id, encoder, opened=queued)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
@@ -102,6 +114,43 @@ def _answers(entries: Sequence[ResumeEntry]) -> list[Answer]:
         else:
             answers.append(Answer(tool_call_id, "rejected", reason=payload.reason or None))
     return answers
+
+
+async def _attach(s: Services, user_id: str, chat_id: str, message: UserMessage) -> list[str]:
+    """The files of a user message's image and document parts, stored as files of the chat's thread."""
+    if isinstance(message.content, str):
+        return []
+    inline: list[tuple[str, str | None, str | None]] = []  # (data URL or endpoint, declared type, name)
+    for part in message.content:
+        match part:
+            case ImagePart(source=source) | DocumentPart(source=source):
+                metadata: dict[str, object] = dict(part.metadata or {})
+                name = metadata.get("filename")
+                if isinstance(source, DataSource):
+                    inline.append((f"data:;base64,{source.value}", source.mime_type, _str(name)))
+                else:
+                    inline.append((source.value, source.mime_type, _str(name)))
+            case _:
+                pass
+    if not inline:
+        return []
+    check_length(s, _text(message))  # a message refused anyway stores no files
+    thread = await chat_thread(s, user_id, chat_id, create=True)
+    assert thread is not None
+    file_ids: list[str] = []
+    for url, declared, name in inline:
+        if not url.startswith("data:"):
+            # Only a file of the thread, by its endpoint: the server fetches no URL.
+            file_ids.append(url.rstrip("/").rpartition("/")[2])
+            continue
+        _, data = decode_data_url(url)
+        stored = await save_inline_file(s, thread.thread_id, user_id, data=data, declared=declared, name=name)
+        file_ids.append(stored.file_id)
+    return await attached_files(s, thread.thread_id, user_id, file_ids)
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _text(message: UserMessage) -> str:

@@ -12,11 +12,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic_ai.ui.vercel_ai.request_types import FileUIPart
 from pydantic_ai.ui.vercel_ai.response_types import BaseChunk
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,11 +27,13 @@ from agent import Opened, stored_events
 from stream import RunFinished, StoredEvent, StreamEvent
 
 from ..access import user_of
+from ..attachments import attached_files, file_url
 from ..bodies import read_body
-from ..chats import chat_thread, queue_chat_message
+from ..chats import chat_thread, check_length, queue_chat_message
 from ..decisions import Answer, decide_all
 from ..errors import ApiError
 from ..following import follow_run, stream_response
+from ..inline_files import decode_data_url, inline_body_limit, save_inline_file
 from ..responses import JsonResponse
 from ..runs import queue_regenerate
 from ..services import Services, services
@@ -69,6 +72,10 @@ class _Part(_Lenient):
     text: str | None = None
     state: str | None = None
     approval: _Approval | None = None
+    url: str | None = None
+    """A `file` part's bytes as a data URL (or a file of the thread, by its endpoint)."""
+    media_type: str | None = Field(default=None, alias="mediaType", max_length=255)
+    filename: str | None = Field(default=None, max_length=1000)
 
 
 class _Message(_Lenient):
@@ -92,7 +99,7 @@ async def post_chat(request: Request) -> Response:
     user_id = user_of(request, s, write=True)
     # The answer is a stream: refuse one too many before a run is queued, not after.
     s.streams.check(user_id)
-    body = await read_body(request, ChatBody, max_bytes=s.settings.max_body_bytes)
+    body = await read_body(request, ChatBody, max_bytes=inline_body_limit(s))
     last = body.messages[-1]
     if body.trigger == "submit-message" and last.role == "user":
         if body.message_id == last.id:  # `sendMessage({messageId})`: an edit of a sent message
@@ -100,8 +107,12 @@ async def post_chat(request: Request) -> Response:
                 422, "validation_error", "editing a sent message is not supported; send a new message"
             )
         text = "\n".join(part.text for part in last.parts if part.type == "text" and part.text)
+        files = [part for part in last.parts if part.type == "file"]
+        file_ids = await _attach(s, user_id, body.id, files, text) if files else []
         # The common case: queued on the chat's thread with no read of it first.
-        thread_id, queued = await queue_chat_message(s, user_id, body.id, text, idempotency_key=last.id)
+        thread_id, queued = await queue_chat_message(
+            s, user_id, body.id, text, idempotency_key=last.id, file_ids=file_ids
+        )
         run_id = queued.run.run_id
         return _stream(
             s,
@@ -155,6 +166,26 @@ async def post_chat(request: Request) -> Response:
     )
 
 
+async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part], text: str) -> list[str]:
+    """The files of a user message's `file` parts, stored as files of the chat's thread (made if new)."""
+    check_length(s, text)  # a message refused anyway stores no files
+    thread = await chat_thread(s, user_id, chat_id, create=True)
+    assert thread is not None
+    file_ids: list[str] = []
+    for part in parts:
+        url = part.url or ""
+        if not url.startswith("data:"):
+            # A file of the thread the history answered, sent back by its endpoint.
+            file_ids.append(url.rstrip("/").rpartition("/")[2])
+            continue
+        declared, data = decode_data_url(url)
+        stored = await save_inline_file(
+            s, thread.thread_id, user_id, data=data, declared=part.media_type or declared, name=part.filename
+        )
+        file_ids.append(stored.file_id)
+    return await attached_files(s, thread.thread_id, user_id, file_ids)
+
+
 async def resume_stream(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s)
@@ -182,7 +213,14 @@ async def get_chat(request: Request) -> Response:
         return JsonResponse({"id": chat_id, "messages": []})
     runs = await s.db.runs.of_thread(thread.thread_id)
     events = await _all_events(s, thread.thread_id)
-    messages = [dump_ui_message(m) for m in ui_messages(runs, events)]
+    files = await s.db.files.list(thread.thread_id, user_id=user_id) if any(r.file_ids for r in runs) else []
+    parts = {
+        f.file_id: FileUIPart(
+            media_type=f.media_type, filename=f.name, url=file_url(thread.thread_id, f.file_id)
+        )
+        for f in files
+    }
+    messages = [dump_ui_message(m) for m in ui_messages(runs, events, files=parts)]
     return JsonResponse({"id": chat_id, "messages": messages})
 
 

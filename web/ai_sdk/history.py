@@ -12,7 +12,7 @@ turn's first run id, which the stream's `start` chunk also names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,8 +97,14 @@ def _without_unset_descriptor(data: dict[str, Any], info: SerializationInfo) -> 
     return data
 
 
-def ui_messages(runs: Sequence[Run], events: Sequence[StoredEvent]) -> list[UIMessage]:
-    """The thread's messages, oldest first, from its runs (oldest first) and its events (in id order)."""
+def ui_messages(
+    runs: Sequence[Run], events: Sequence[StoredEvent], *, files: Mapping[str, UIMessagePart] | None = None
+) -> list[UIMessage]:
+    """The thread's messages, oldest first, from its runs (oldest first) and its events (in id order).
+
+    `files`: the `file` part of each file of the thread, by id; a user message shows its attached
+    files with them, and a file deleted since as the text `[file removed]`.
+    """
     by_run: dict[str, list[StoredEvent]] = {}
     for stored in events:
         by_run.setdefault(stored.event.run_id, []).append(stored)
@@ -107,7 +113,10 @@ def ui_messages(runs: Sequence[Run], events: Sequence[StoredEvent]) -> list[UIMe
         last = turns[-1] if turns else None
         match run.kind:
             case "message":
-                turns.append(_Message(user_message_id(run), "user", [_Text("", run.content or "")]))
+                attached = [(files or {}).get(file_id, _REMOVED) for file_id in run.attached]
+                turns.append(
+                    _Message(user_message_id(run), "user", [_Text("", run.content or ""), *attached])
+                )
                 reply = _Reply(run.run_id)
             case "regenerate":
                 if last is not None and last.role == "assistant":
@@ -145,7 +154,9 @@ class _Text:
     text: str
 
 
-_Part = StepStartUIPart | _Text | _Tool
+_Part = StepStartUIPart | _Text | _Tool | UIMessagePart
+
+_REMOVED = TextUIPart(text="[file removed]", state="done")
 
 
 @dataclass

@@ -16,6 +16,7 @@ import { Approvals } from "./approvals.js";
 import { closeDrawer, wireDrawer } from "./drawer.js";
 import { button, byTestId, copyText, element, formatTime, titleFrom } from "./dom.js";
 import { follow } from "./events.js";
+import { clearPending, fileUrl, pendingFiles, wireAttachments } from "./files.js";
 import { hideRecords, wireHeader } from "./header.js";
 import { TOKEN_KEY, readFragment, userOf, writeFragment } from "./session.js";
 import { fillStarters } from "./starters.js";
@@ -39,6 +40,7 @@ const state = {
   app: null,
   canRegenerate: false,
   finished: new Set(), // runs whose end this page has seen
+  outgoing: null, // the files of the message being sent, shown with it when its event comes
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -181,6 +183,7 @@ function setTitle(title) {
 }
 
 async function selectThread(threadId) {
+  if (threadId !== state.threadId) clearPending();
   stopStream();
   const generation = state.generation;
   state.threadId = threadId;
@@ -315,7 +318,9 @@ function applyEvent(type, data) {
       hideInline(byTestId("send-error"));
       break;
     case "user_message":
-      transcript.userMessage(data.content);
+      // The files this page just sent go with its message (the event names none).
+      transcript.userMessage(data.content, undefined, state.outgoing);
+      state.outgoing = null;
       break;
     case "text_delta":
       transcript.appendText(data.part_id, data.delta, data.run_id);
@@ -393,6 +398,7 @@ async function refreshThreads() {
 }
 
 function leaveThread() {
+  clearPending();
   stopStream();
   state.threadId = null;
   transcript.clear();
@@ -420,12 +426,16 @@ async function sendMessage(text) {
   hideInline(byTestId("send-error"));
   send.disabled = true;
   if (!state.title) setTitle(titleFrom(content)); // named at once, as the server names it
+  const files = pendingFiles();
+  state.outgoing = files.map((file) => ({ ...file, url: fileUrl(state.threadId, file.file_id) }));
   try {
     const answer = await api("POST", `/api/threads/${encodeURIComponent(state.threadId)}/messages`, {
       content,
       idempotency_key: crypto.randomUUID(),
+      files: files.map((file) => file.file_id),
     });
     if (text === undefined) input.value = "";
+    clearPending();
     byTestId("starter-prompts").hidden = true;
     // The run's own events may have beaten this answer, to its very end.
     if (!state.finished.has(answer.run_id)) {
@@ -434,6 +444,7 @@ async function sendMessage(text) {
     }
     refreshThreads();
   } catch (error) {
+    state.outgoing = null;
     showInline(byTestId("send-error"), plainError(error));
   } finally {
     send.disabled = false;
@@ -561,6 +572,7 @@ function main() {
     }
   });
   byTestId("stop").addEventListener("click", stopRun);
+  wireAttachments({ threadId: () => state.threadId, onError: (error) => showInline(byTestId("send-error"), plainError(error)) });
   byTestId("run-id").addEventListener("click", (event) => copyText(`durable-chat trace ${state.runId}`, event.currentTarget));
   wireHeader({
     threadId: () => state.threadId,

@@ -3,6 +3,7 @@
 // Everything a user or a model wrote goes in as text, except replies, which go through the
 // sanitising markdown renderer (markdown.js).
 
+import { attachmentsNode } from "./files.js";
 import { button, compactJson, copyText, element, fieldList, fieldText, timeElement } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
@@ -82,7 +83,7 @@ export class Transcript {
       lastRun = runId;
       if (message.kind === "request") {
         for (const part of message.parts ?? []) {
-          if (part.part_kind === "user-prompt") this.userMessage(promptText(part.content), part.timestamp);
+          if (part.part_kind === "user-prompt") this.userMessage(promptText(part.content), part.timestamp, attachmentsOf(part.content));
           else if (part.part_kind === "tool-return") {
             // A call pydantic-ai asked again for (its arguments were refused) failed, as the stream says.
             const outcome = part.outcome === "retried" ? "failed" : part.outcome ?? "success";
@@ -110,9 +111,12 @@ export class Transcript {
 
   // -- messages and replies ------------------------------------------------------------------
 
-  userMessage(content, when) {
+  userMessage(content, when, attachments) {
     const turn = element("div", "turn user", "user-turn");
-    turn.append(element("div", "msg user", "user-message", content ?? ""), this.meta(when));
+    const message = element("div", "msg user", "user-message", content ?? "");
+    turn.append(message);
+    if (attachments?.length) turn.append(attachmentsNode(attachments));
+    turn.append(this.meta(when));
     this.container.append(turn);
   }
 
@@ -343,8 +347,19 @@ export class Transcript {
 
 function promptText(content) {
   if (typeof content === "string") return content;
-  if (Array.isArray(content)) return content.map((item) => (typeof item === "string" ? item : "[attachment]")).join("\n");
+  if (Array.isArray(content)) {
+    return content
+      .filter((item) => typeof item === "string" || !item?.attachment)
+      .map((item) => (typeof item === "string" ? item : "[attachment]"))
+      .join("\n");
+  }
   return String(content ?? "");
+}
+
+/** The files a stored user prompt attaches, as the server annotated them. */
+function attachmentsOf(content) {
+  if (!Array.isArray(content)) return [];
+  return content.filter((item) => item && typeof item === "object" && item.attachment).map((item) => item.attachment);
 }
 
 export function parseArgs(args) {

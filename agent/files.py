@@ -1,0 +1,223 @@
+"""A thread's files in its conversation: references in the stored messages, bytes at request time.
+
+A user message with files attached holds, besides its text, one `ImageUrl` or `DocumentUrl` per
+file whose URL is `durable-chat-file://{file_id}` (`file_reference`): the stored conversation
+keeps a few hundred bytes per file, never the file. `FileResolver` turns the references of a
+request into what the model reads (an image or a PDF as `BinaryContent`, a text file as text, a
+deleted file as a short placeholder) in `before_model_request`, which changes the request sent,
+never the history. Tools reach the thread's files through `RunScope.files` (`ThreadFiles`).
+The design note is "Files in the conversation" in `docs/files.md`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pydantic_ai.messages import (
+    BinaryContent,
+    DocumentUrl,
+    ImageUrl,
+    ModelMessage,
+    ModelRequest,
+    UserContent,
+    UserPromptPart,
+)
+
+from store import Files, NewFile, NotFound, StoredFile
+
+__all__ = (
+    "FILE_URL",
+    "Attachment",
+    "FileResolver",
+    "ThreadFiles",
+    "attachment_of",
+    "attachments_in",
+    "file_reference",
+    "removed_placeholder",
+)
+
+logger = logging.getLogger(__name__)
+
+FILE_URL = "durable-chat-file://"
+"""The scheme of a reference to a thread's file in a stored message."""
+
+_METADATA = "durable_chat_file"
+_BINARY = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file a user message refers to, as the reference describes it."""
+
+    file_id: str
+    name: str
+    media_type: str
+    size: int
+
+
+def file_reference(stored: StoredFile | Attachment) -> ImageUrl | DocumentUrl:
+    """The part a user message keeps for an attached file: its id, name, type and size, not its bytes."""
+    metadata: dict[str, object] = {
+        _METADATA: {"file_id": stored.file_id, "name": stored.name, "size": stored.size}
+    }
+    kind = ImageUrl if stored.media_type.startswith("image/") else DocumentUrl
+    return kind(
+        f"{FILE_URL}{stored.file_id}",
+        media_type=stored.media_type,
+        identifier=stored.file_id,
+        vendor_metadata=metadata,
+    )
+
+
+def attachment_of(item: object) -> Attachment | None:
+    """The file `item` (an item of a user prompt) refers to, if it is a reference (`file_reference`)."""
+    if not isinstance(item, ImageUrl | DocumentUrl) or not item.url.startswith(FILE_URL):
+        return None
+    described = (item.vendor_metadata or {}).get(_METADATA)
+    found: dict[str, object] = described if isinstance(described, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    name, size = found.get("name"), found.get("size")
+    return Attachment(
+        file_id=item.url.removeprefix(FILE_URL),
+        name=name if isinstance(name, str) else "file",
+        media_type=item.media_type,
+        size=size if isinstance(size, int) else 0,
+    )
+
+
+def attachments_in(messages: Sequence[ModelMessage]) -> list[Attachment]:
+    """Every file the user messages of `messages` refer to, in order (a file attached twice, twice)."""
+    found: list[Attachment] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+                found.extend(a for a in map(attachment_of, part.content) if a is not None)
+    return found
+
+
+def removed_placeholder(name: str) -> str:
+    """What the model reads in place of a file deleted since it was attached."""
+    return f"[file removed: {name}]"
+
+
+class ThreadFiles:
+    """The files of a run's thread, for its tools (`scope.files`): list, read, and save new ones."""
+
+    def __init__(self, files: Files | None, thread_id: str, user_id: str) -> None:
+        self._files = files
+        self.thread_id = thread_id
+        self.user_id = user_id
+
+    async def list(self) -> list[StoredFile]:
+        """The thread's files, oldest first."""
+        if self._files is None:
+            return []
+        return await self._files.list(self.thread_id, user_id=self.user_id)
+
+    async def get(self, file_id: str) -> StoredFile:
+        """One file of the thread.
+
+        Raises:
+            store.NotFound: No such file in this thread (deleted, or another thread's).
+        """
+        if self._files is None:
+            raise NotFound(f"no file {file_id!r}")
+        return await self._files.get(file_id, thread_id=self.thread_id, user_id=self.user_id)
+
+    async def read(self, file: str | StoredFile) -> bytes:
+        """The bytes of one file of the thread (by id, or as `get` or `list` gave it), whole.
+
+        Raises:
+            store.NotFound: No such file in this thread, or it was deleted meanwhile.
+        """
+        stored = await self.get(file) if isinstance(file, str) else file
+        if self._files is None or stored.thread_id != self.thread_id or stored.user_id != self.user_id:
+            raise NotFound(f"no file {stored.file_id!r}")
+        return await self._files.read_bytes(stored)
+
+    async def save(self, name: str, data: bytes, *, media_type: str) -> StoredFile:
+        """Store a file a tool made (a report, say) in the thread; the client downloads it as any other.
+
+        The name and type are the tool's word: trusted code, not checked as an upload is.
+        """
+        if self._files is None:
+            raise RuntimeError("this run has no file store")
+        new = NewFile(
+            thread_id=self.thread_id,
+            user_id=self.user_id,
+            name=name,
+            media_type=media_type,
+            source=io.BytesIO(data),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        return await self._files.save(new)
+
+
+class FileResolver:
+    """Replaces the file references of a model request with the files' content, once per run and file."""
+
+    def __init__(self, files: ThreadFiles) -> None:
+        self._files = files
+        self._resolved: dict[str, UserContent] = {}
+
+    async def resolve(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        """`messages` with every reference resolved; the same list when none holds one."""
+        if not any(_refers(message) for message in messages):
+            return messages
+        resolved: list[ModelMessage] = []
+        for message in messages:
+            if isinstance(message, ModelRequest) and _refers(message):
+                parts = [
+                    await self._part(part) if isinstance(part, UserPromptPart) else part
+                    for part in message.parts
+                ]
+                message = replace(message, parts=parts)
+            resolved.append(message)
+        return resolved
+
+    async def _part(self, part: UserPromptPart) -> UserPromptPart:
+        if isinstance(part.content, str):
+            return part
+        content: list[UserContent] = []
+        for item in part.content:
+            attachment = attachment_of(item)
+            content.append(item if attachment is None else await self._content(attachment))
+        return replace(part, content=content)
+
+    async def _content(self, attachment: Attachment) -> UserContent:
+        known = self._resolved.get(attachment.file_id)
+        if known is None:
+            known = self._resolved[attachment.file_id] = await self._load(attachment)
+        return known
+
+    async def _load(self, attachment: Attachment) -> UserContent:
+        try:
+            stored = await self._files.get(attachment.file_id)
+            data = await self._files.read(stored)
+        except NotFound:
+            logger.info(
+                "file %s of thread %s is gone; the model reads a placeholder",
+                attachment.file_id,
+                self._files.thread_id,
+            )
+            return removed_placeholder(attachment.name)
+        if stored.media_type in _BINARY:
+            return BinaryContent(data, media_type=stored.media_type, identifier=stored.name)
+        return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
+
+
+def _refers(message: ModelMessage) -> bool:
+    if not isinstance(message, ModelRequest):
+        return False
+    return any(
+        isinstance(part, UserPromptPart)
+        and not isinstance(part.content, str)
+        and any(attachment_of(item) is not None for item in part.content)
+        for part in message.parts
+    )
