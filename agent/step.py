@@ -51,7 +51,6 @@ from stream import (
     GuardrailTripped,
     RunFinished,
     Sink,
-    StreamEvent,
     TeeSink,
     TextDelta,
     TextDone,
@@ -74,7 +73,7 @@ from .eventlog import (
 )
 from .files import FileResolver, ThreadFiles, attachments_in, file_reference
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .handoffs import said_by, speaker, transfer_tools
+from .handoffs import AgentTags, said_by, speaker, transfer_tools
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
@@ -556,21 +555,6 @@ class _Step:
 
     def _part_id(self, index: int) -> str:
         return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
-
-
-class AgentTags:
-    """A `stream.Sink` that says which agent produced each event without one, then passes it to `inner`."""
-
-    def __init__(self, inner: Sink) -> None:
-        self._inner = inner
-        self.agent: str | None = None
-
-    async def emit(self, event: StreamEvent) -> None:
-        tagged = event.agent is not None or self.agent is None
-        await self._inner.emit(event if tagged else event.model_copy(update={"agent": self.agent}))
-
-    async def flush(self) -> None:
-        await self._inner.flush()
 
 
 def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:
