@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
-    from .approvals import decide
+    from .approvals import NotDue, decide
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
     from .eventlog import EventLogSink, Publisher, stored_events
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .redaction import secrets_from_environment
     from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
     from .retries import ModelRetries
+    from .review import Escalate, Review, ReviewerRequired, ReviewPolicy, expiry_from_json, expiry_reason
     from .run_hooks import RunHooks
     from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
     from .step import run_step
@@ -66,6 +67,7 @@ __all__ = (
     "Cancellation",
     "ChatApp",
     "DepsFactory",
+    "Escalate",
     "EventLogSink",
     "Guardrail",
     "GuardrailContext",
@@ -73,11 +75,15 @@ __all__ = (
     "InvalidArguments",
     "MessageRate",
     "ModelRetries",
+    "NotDue",
     "NothingToRegenerate",
     "Opened",
     "PatternGuardrail",
     "PauseAtDeferredCalls",
     "Publisher",
+    "Review",
+    "ReviewPolicy",
+    "ReviewerRequired",
     "RunHooks",
     "RunRecords",
     "RunSampler",
@@ -97,6 +103,8 @@ __all__ = (
     "decide",
     "default_guardrails",
     "default_limits",
+    "expiry_from_json",
+    "expiry_reason",
     "first_tripped",
     "format_trace_id",
     "injection_guardrail",
@@ -120,7 +128,15 @@ __all__ = (
 
 _EXPORTS = {
     "app": ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits"),
-    "approvals": ("decide",),
+    "approvals": ("NotDue", "decide"),
+    "review": (
+        "Escalate",
+        "Review",
+        "ReviewPolicy",
+        "ReviewerRequired",
+        "expiry_from_json",
+        "expiry_reason",
+    ),
     "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),
     "cancellation": ("Cancellation", "cancel", "interrupted_messages"),
     "eventlog": ("EventLogSink", "Publisher", "stored_events"),

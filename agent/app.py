@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import Model
@@ -28,6 +28,9 @@ from .ledger import ToolLedger
 from .records import RunRecords
 from .retries import ModelRetries
 from .texts import Texts
+
+if TYPE_CHECKING:
+    from .review import ReviewPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +161,9 @@ class ChatApp(Generic[DepsT]):
         Callable[[ApprovalReview], Awaitable[ApprovalContext | None] | ApprovalContext | None] | None
     ) = None
     """Context for a reviewer looking at a pending call (the shop: what remains refundable)."""
+    review: ReviewPolicy | None = None
+    """Who decides each held call and by when: `policy(call) -> Review` (`agent.review`), sync or
+    async; `None`: the thread's user decides every call, with no deadline."""
 
     def __post_init__(self) -> None:
         if isinstance(self.read_only_tools, str):

@@ -44,6 +44,7 @@ from store import (
     PendingCall,
     Run,
     RunStatus,
+    now_utc,
 )
 from stream import (
     GuardrailTripped,
@@ -76,6 +77,7 @@ from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
 from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
+from .review import reviewed_calls
 from .run_hooks import RunHooks
 from .runtime import Runtime
 from .texts import Texts
@@ -365,7 +367,14 @@ class _Step:
     # -- the end of a run -------------------------------------------------------------------------
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
-        calls = held_calls(requests, self.schemas.schemas)
+        calls = await reviewed_calls(
+            self.runtime.app.review,
+            held_calls(requests, self.schemas.schemas),
+            thread_id=self.run.thread_id,
+            user_id=self.guard_context.user_id,
+            engine=self.db.engine,
+            now=now_utc(),
+        )
         await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
     from .records import NewRecord, Record, Records
+    from .review_events import ReviewEventType, append_review_event, review_data
+    from .reviews import QueueCursor, QueueItem, ReviewEvent, Reviews
     from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
@@ -75,10 +77,15 @@ __all__ = (
     "PageCursor",
     "PendingCall",
     "Purge",
+    "QueueCursor",
+    "QueueItem",
     "Queued",
     "QuotaExceeded",
     "Record",
     "Records",
+    "ReviewEvent",
+    "ReviewEventType",
+    "Reviews",
     "Run",
     "RunActive",
     "RunChanged",
@@ -98,6 +105,7 @@ __all__ = (
     "UtcDateTime",
     "Worker",
     "append_events",
+    "append_review_event",
     "cancel_run",
     "current_revision",
     "finish_run",
@@ -114,6 +122,7 @@ __all__ = (
     "record_checkpoint",
     "record_store_spans",
     "recording_store_spans",
+    "review_data",
     "run_environment",
     "run_trace_id",
     "touch_thread",
@@ -150,6 +159,8 @@ _EXPORTS = {
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "records": ("NewRecord", "Record", "Records"),
+    "review_events": ("ReviewEventType", "append_review_event", "review_data"),
+    "reviews": ("QueueCursor", "QueueItem", "ReviewEvent", "Reviews"),
     "runs": (
         "Claimed",
         "Queued",

@@ -16,6 +16,7 @@ from .files import Files
 from .leases import Leases, Worker
 from .ledger import Ledger
 from .records import Records
+from .reviews import Reviews
 from .runs import Runs
 from .threads import Threads
 
@@ -38,6 +39,7 @@ class Database:
         self.leases = Leases(engine, self.runs.worker)
         self.events = EventLog(engine)
         self.approvals = Approvals(engine)
+        self.reviews = Reviews(engine)
         self.records = Records(engine)
         self.ledger = Ledger(engine)
         self.files = Files(engine, open_blobs(None, engine) if blobs is None else blobs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .events import (
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     EventType,
     GuardrailTripped,
@@ -30,6 +31,7 @@ from .sse import encode_event, encode_events, encode_frame, ping_frame
 
 __all__ = [
     "ApprovalDecided",
+    "ApprovalEscalated",
     "ApprovalRequired",
     "CollectingSink",
     "EventType",

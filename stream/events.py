@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, Ty
 
 __all__ = [
     "ApprovalDecided",
+    "ApprovalEscalated",
     "ApprovalRequired",
     "EventType",
     "GuardrailTripped",
@@ -138,6 +139,10 @@ class PendingCall(BaseModel):
     metadata: JsonObject | None = Field(default=None, exclude_if=lambda value: value is None)
     """What the tool (`ApprovalRequired(metadata=...)`) or the deferral said about the call, for the
     reviewer; left out when it said nothing."""
+    reviewers: str = Field(default="user", exclude_if=lambda value: value == "user")
+    """Who decides: the role a reviewer must hold; left out when the thread's user decides (`user`)."""
+    expires_at: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The deadline the server enforces (ISO 8601); left out when there is none."""
 
 
 class ToolOutcomeUnknown(_Event):
@@ -171,6 +176,18 @@ class ApprovalDecided(_Event):
     """Why the call was rejected, as the approver wrote it."""
     decided_at: str | None = None
     """When, as stored (ISO 8601): what a client shows live is what it shows after a reload."""
+    decided_role: str | None = None
+    """The role a reviewer decided with; left out when the thread's user or the server decided."""
+
+
+class ApprovalEscalated(_Event):
+    """A call's deadline passed and it went to other reviewers, with a new deadline."""
+
+    type: Literal["approval_escalated"] = "approval_escalated"
+    tool_call_id: str
+    reviewers: str
+    expires_at: str | None
+    """The new deadline (ISO 8601), or `None`."""
 
 
 class GuardrailTripped(_Event):
@@ -208,6 +225,7 @@ _AnyEvent = (
     | ToolOutcomeUnknown
     | ApprovalRequired
     | ApprovalDecided
+    | ApprovalEscalated
     | GuardrailTripped
     | RunFinished
 )
@@ -225,6 +243,7 @@ EventType = Literal[
     "tool_outcome_unknown",
     "approval_required",
     "approval_decided",
+    "approval_escalated",
     "guardrail_tripped",
     "run_finished",
 ]
@@ -241,6 +260,7 @@ _EVENT_CLASSES: tuple[type[_AnyEvent], ...] = (
     ToolOutcomeUnknown,
     ApprovalRequired,
     ApprovalDecided,
+    ApprovalEscalated,
     GuardrailTripped,
     RunFinished,
 )

@@ -355,7 +355,8 @@ async def outputs_json(s: Services, thread_id: str) -> list[dict[str, object]]:
 
 
 def approval_json(approval: Approval, *, context: Mapping[str, object] | None = None) -> dict[str, object]:
-    """An approval as the API answers it; `outcome`, `previous` and `context` only when there are any."""
+    """An approval as the API answers it; `outcome`, `previous`, `context`, `decided_role` and
+    `escalations` only when there are any."""
     extra: dict[str, object] = {}
     if approval.outcome is not None:
         extra["outcome"] = approval.outcome
@@ -363,6 +364,10 @@ def approval_json(approval: Approval, *, context: Mapping[str, object] | None = 
         extra["previous"] = approval.previous
     if context is not None:
         extra["context"] = dict(context)
+    if approval.decided_role is not None:
+        extra["decided_role"] = approval.decided_role
+    if approval.escalations:
+        extra["escalations"] = approval.escalations
     return {
         "thread_id": approval.thread_id,
         "tool_call_id": approval.tool_call_id,
@@ -376,6 +381,8 @@ def approval_json(approval: Approval, *, context: Mapping[str, object] | None = 
         "decided_by": approval.decided_by,
         "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
         "created_at": approval.created_at.isoformat(),
+        "reviewers": approval.reviewers,
+        "expires_at": None if approval.expires_at is None else approval.expires_at.isoformat(),
         **extra,
     }
 
