@@ -40,7 +40,15 @@ if TYPE_CHECKING:
     from .redaction import secrets_from_environment
     from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
     from .retries import ModelRetries
-    from .review import Escalate, Review, ReviewerRequired, ReviewPolicy, expiry_from_json, expiry_reason
+    from .review import (
+        Escalate,
+        Review,
+        ReviewerRequired,
+        ReviewPolicy,
+        expiry_from_json,
+        expiry_json,
+        expiry_reason,
+    )
     from .run_hooks import RunHooks
     from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
     from .step import run_step
@@ -104,6 +112,7 @@ __all__ = (
     "default_guardrails",
     "default_limits",
     "expiry_from_json",
+    "expiry_json",
     "expiry_reason",
     "first_tripped",
     "format_trace_id",
@@ -135,6 +144,7 @@ _EXPORTS = {
         "ReviewPolicy",
         "ReviewerRequired",
         "expiry_from_json",
+        "expiry_json",
         "expiry_reason",
     ),
     "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),

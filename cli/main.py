@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     token = commands.add_parser("token", help="print a bearer token for USER")
     token.add_argument("user", metavar="USER")
+    token.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a review role the token gives (repeatable)",
+    )
 
     threads = commands.add_parser("threads", help="list the threads")
     threads.add_argument("--user", metavar="NAME", help="only this user's threads")
@@ -107,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             case "migrate":
                 return _migrate(Settings.resolve_database_url(args.db))
             case "token":
-                return _token(Settings.resolve_secret(), args.user)
+                return _token(Settings.resolve_secret(), args.user, args.role)
             case "threads":
                 return _threads(Settings.resolve_database_url(args.db), args.user or DEFAULT_USER)
             case "trace":
@@ -276,9 +283,9 @@ def _trace(run_id: str, database_url: str | None, trace_file: Path | None) -> in
     return 0
 
 
-def _token(secret: str, user_id: str) -> int:
+def _token(secret: str, user_id: str, roles: list[str]) -> int:
     try:
-        token = issue_token(secret, user_id)
+        token = issue_token(secret, user_id, roles=roles)
     except ValueError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2

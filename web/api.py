@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -96,6 +96,11 @@ async def list_threads(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s))
+    return JsonResponse(await thread_detail(s, thread))
+
+
+async def thread_detail(s: Services, thread: Thread) -> dict[str, object]:
+    """A thread with its messages, approvals, outputs and newest event id, as `GET` answers it."""
     # The messages and the id of the newest event they reflect, read consistently: a checkpoint
     # committed between the two reads is noticed and the pair read again.
     conversation = await s.db.conversations.load(thread.thread_id)
@@ -111,19 +116,17 @@ async def get_thread(request: Request) -> Response:
     trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
     last_event_id = await s.db.events.newest(thread.thread_id)
     outputs = await outputs_json(s, thread.thread_id)
-    return JsonResponse(
-        {
-            **thread_json(thread),
-            "messages": messages,
-            "pending_approvals": [a for a in trail if a["status"] == "pending"],
-            # Every approval, decided or not, in the order the calls were made: the decision trail.
-            "approvals": trail,
-            # The structured outputs of its runs, which the messages hold only as the model wrote them.
-            "outputs": outputs,
-            "last_event_id": last_event_id,
-            "messages_event_id": thread.checkpoint_event_id,
-        }
-    )
+    return {
+        **thread_json(thread),
+        "messages": messages,
+        "pending_approvals": [a for a in trail if a["status"] == "pending"],
+        # Every approval, decided or not, in the order the calls were made: the decision trail.
+        "approvals": trail,
+        # The structured outputs of its runs, which the messages hold only as the model wrote them.
+        "outputs": outputs,
+        "last_event_id": last_event_id,
+        "messages_event_id": thread.checkpoint_event_id,
+    }
 
 
 async def rename_thread(request: Request) -> Response:
@@ -209,6 +212,19 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
     s = services(request)
     user_id = user_of(request, s, write=True)
     thread = await owned_thread(request, s, user_id)
+    return await decision_response(request, s, user_id, thread.thread_id, decision)
+
+
+async def decision_response(
+    request: Request,
+    s: Services,
+    user_id: str,
+    thread_id: str,
+    decision: Literal["approved", "rejected"],
+    *,
+    reviewer_roles: Collection[str] | None = None,
+) -> Response:
+    """Read the decision's body, record it by `user_id` (a reviewer with `reviewer_roles`), answer it."""
     tool_call_id = path_id(request, "tool_call_id", "tool call")
     override_args: dict[str, object] | None = None
     reason: str | None = None
@@ -219,7 +235,7 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
     else:
         reason = (await read_body(request, RejectBody, max_bytes=s.settings.max_body_bytes)).reason
     answer = Answer(tool_call_id, decision, override_args=override_args, reason=reason)
-    result = await decide_one(s, user_id, thread.thread_id, answer)
+    result = await decide_one(s, user_id, thread_id, answer, reviewer_roles=reviewer_roles)
     decided_at = result.approval.decided_at
     return JsonResponse(
         {

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from agent import ChatApp, load_app, open_runtime
 from store import Conflict, Database, DatabaseUnavailable, EventListener, Worker, normalize_url
-from worker import Broker, Relay, Runner
+from worker import Broker, Deadlines, Relay, Runner
 
 from .ag_ui.endpoints import ag_ui_routes
 from .ai_sdk.endpoints import ai_sdk_routes
@@ -32,6 +32,7 @@ from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
 from .regenerate import regenerate_routes
+from .review import review_routes
 from .services import Services
 from .settings import Settings
 from .sse import sse_routes
@@ -98,9 +99,14 @@ def create_app(
             if listener is not None:
                 listener.start()
             await runner.start()
+            deadlines = Deadlines(
+                db, runner, publish=broker.publish, poll_seconds=settings.deadline_poll_seconds
+            )
+            await deadlines.start()
             try:
                 yield
             finally:
+                await deadlines.aclose()
                 await runner.aclose()
                 if listener is not None:
                     await listener.aclose()
@@ -115,6 +121,7 @@ def create_app(
             *file_routes(),
             *regenerate_routes(),
             *sse_routes(),
+            *review_routes(),
             *ai_sdk_routes(),
             *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),

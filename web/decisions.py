@@ -32,7 +32,12 @@ class Answer:
 
 
 async def decide_one(
-    s: Services, user_id: str, thread_id: str, answer: Answer, *, reviewer_roles: Collection[str] | None = None
+    s: Services,
+    user_id: str,
+    thread_id: str,
+    answer: Answer,
+    *,
+    reviewer_roles: Collection[str] | None = None,
 ) -> Decision:
     """Record `answer` by `user_id`, and drive the resume run it starts, if it starts one.
 

@@ -118,6 +118,8 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    deadline_poll_seconds: float = 1.0
+    """How often a worker enforces the deadlines of held calls (`DURABLE_CHAT_DEADLINE_POLL_SECONDS`)."""
     max_runs: int = 64
     """Runs one worker drives at once (`DURABLE_CHAT_MAX_RUNS`); more wait for a slot, queued in the
     database, where another worker may take them. A run waiting on its model uses no CPU and no
@@ -236,6 +238,7 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            deadline_poll_seconds=_number("DEADLINE_POLL_SECONDS", env, 1.0),
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
             shutdown_timeout_seconds=_number("SHUTDOWN_SECONDS", env, 10.0),
@@ -369,6 +372,7 @@ def _jwt(env: Mapping[str, str]) -> JwtSettings | None:
         secret=secret,
         jwks_url=jwks_url,
         user_claim=_pick(None, "JWT_USER_CLAIM", env) or "sub",
+        roles_claim=_pick(None, "JWT_ROLES_CLAIM", env) or "roles",
     )
 
 

@@ -20,7 +20,7 @@ from .errors import ApiError
 from .following import event_frames, idle_poll_seconds, stream_response
 from .services import services
 
-__all__ = ("sse_routes",)
+__all__ = ("after_id", "sse_routes")
 
 
 def sse_routes() -> list[BaseRoute]:
@@ -31,12 +31,13 @@ async def follow_events(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s)
     thread = await owned_thread(request, s, user_id)
-    after = _after(request)
+    after = after_id(request)
     frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=idle_poll_seconds(s))
     return stream_response(s, frames, user_id=user_id)
 
 
-def _after(request: Request) -> int:
+def after_id(request: Request) -> int:
+    """Where a follower is: `Last-Event-ID` or `?after=` (422 for anything but a non-negative integer)."""
     text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     text = text.strip()
     # ASCII only: `isdigit` also takes digits such as "²" that `int` refuses.
