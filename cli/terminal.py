@@ -34,6 +34,7 @@ from rich.text import Text
 
 from stream import (
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
@@ -212,6 +213,9 @@ class TerminalSink:
                 )
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
+            case ApprovalEscalated(reviewers=reviewers, expires_at=expires_at):
+                until = f" until {expires_at}" if expires_at else ""
+                self._line(f"(the decision went to a reviewer with the role {reviewers!r}{until})", "yellow")
             case RunFinished(status="completed", output=output, output_type=str() as output_type):
                 self.stop_spinner()
                 self._output(output, output_type)

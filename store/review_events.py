@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .schema import ReviewEventRow, ThreadRow, now_utc
+from .schema import ReviewEventRow, ThreadRow, metadata, now_utc
 
 if TYPE_CHECKING:
     from .approvals import Approval
@@ -17,8 +17,8 @@ JsonObject = dict[str, object]
 
 __all__ = ("ReviewEventType", "append_review_event", "review_data")
 
-_threads = ThreadRow.__table__
-_events = ReviewEventRow.__table__
+_threads = metadata.tables[ThreadRow.__tablename__]
+_events = metadata.tables[ReviewEventRow.__tablename__]
 
 ReviewEventType = Literal["approval_requested", "approval_decided", "approval_escalated", "approval_expired"]
 

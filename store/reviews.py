@@ -20,7 +20,7 @@ from .approvals import Approval, JsonObject, approval_of, get_approval
 from .engine import reader, translate_errors
 from .events import LoggedEvent, NewEvent, append_events
 from .review_events import ReviewEventType, append_review_event
-from .schema import ApprovalRow, ReviewEventRow, ThreadRow
+from .schema import ApprovalRow, ReviewEventRow, ThreadRow, metadata
 from .threads import touch_thread
 
 __all__ = (
@@ -30,9 +30,9 @@ __all__ = (
     "Reviews",
 )
 
-_approvals = ApprovalRow.__table__
-_threads = ThreadRow.__table__
-_events = ReviewEventRow.__table__
+_approvals = metadata.tables[ApprovalRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
+_events = metadata.tables[ReviewEventRow.__tablename__]
 
 
 @dataclass(frozen=True)

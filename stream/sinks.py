@@ -13,6 +13,7 @@ from typing import Protocol
 
 from .events import (
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
@@ -161,6 +162,8 @@ def _line(event: StreamEvent) -> str:
             if reason is not None:
                 line += f" reason={reason!r}"
             return line
+        case ApprovalEscalated(reviewers=reviewers, expires_at=expires_at):
+            return f"approval_escalated to {reviewers!r} until {expires_at}"
         case GuardrailTripped(guardrail=guardrail, stage=stage):
             return f"guardrail_tripped {stage} {guardrail}"
         case RunFinished(status=status, output=output, output_type=output_type, error=error):

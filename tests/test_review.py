@@ -184,7 +184,9 @@ async def test_a_support_reviewer_decides_from_the_queue(api: Api) -> None:
     assert item["reviewers"] == "support"
     assert item["tool_name"] == "issue_refund"
     assert item["context"]["Refundable"] == "$149.99"
-    assert "thread_title" in item and "metadata" in item and item["expires_at"]
+    assert item["thread_title"] is None
+    assert item["metadata"] is None
+    assert item["expires_at"]
 
     seen = await api.call("GET", f"/api/review/threads/{thread_id}", user="sam", roles=("support",))
     assert seen.status_code == 200, seen.text

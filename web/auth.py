@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -166,9 +166,11 @@ def checked_roles(value: object, *, source: str) -> frozenset[str]:
     """
     if value is None:
         return frozenset()
-    names: list[object] = (
-        value.split() if isinstance(value, str) else value if isinstance(value, list) else [None]
-    )  # pyright: ignore[reportUnknownVariableType]
+    names: Sequence[object] = [None]
+    if isinstance(value, str):
+        names = value.split()
+    elif isinstance(value, list):
+        names = list(value)  # pyright: ignore[reportUnknownArgumentType]
     if not all(isinstance(n, str) and n and len(n) <= _MAX_USER_LENGTH and not unstorable(n) for n in names):
         raise unauthorized("invalid_token", f"{source} are not a list of role names")
     return frozenset(str(n) for n in names) - {"user"}
