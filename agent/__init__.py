@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
+    from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, ReviewPolicy, RunScope, default_limits
     from .approvals import NotDue, decide
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         Escalate,
         Review,
         ReviewerRequired,
-        ReviewPolicy,
         expiry_from_json,
         expiry_json,
         expiry_reason,
@@ -136,12 +135,19 @@ __all__ = (
 )
 
 _EXPORTS = {
-    "app": ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits"),
+    "app": (
+        "AppContext",
+        "ApprovalReview",
+        "ChatApp",
+        "DepsFactory",
+        "ReviewPolicy",
+        "RunScope",
+        "default_limits",
+    ),
     "approvals": ("NotDue", "decide"),
     "review": (
         "Escalate",
         "Review",
-        "ReviewPolicy",
         "ReviewerRequired",
         "expiry_from_json",
         "expiry_json",

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.models import Model
@@ -27,10 +27,8 @@ from .guardrails import Guardrails
 from .ledger import ToolLedger
 from .records import RunRecords
 from .retries import ModelRetries
+from .review import Review
 from .texts import Texts
-
-if TYPE_CHECKING:
-    from .review import ReviewPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +101,9 @@ class ApprovalReview:
     metadata: Mapping[str, object] | None = None
     """What the tool said about the call when it held it (`ApprovalRequired(metadata=...)`), if anything."""
 
+
+ReviewPolicy = Callable[[ApprovalReview], "Review | Awaitable[Review]"]
+"""`ChatApp.review`: who decides a call and by when; sync or async, called once per call as its run pauses."""
 
 ApprovalContext = Mapping[str, "str | int | float"]
 """Short facts for the reviewer, label to value, e.g. `{"Refundable": "$24.95"}`."""

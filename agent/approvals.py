@@ -3,9 +3,10 @@ decision, its event."""
 
 from __future__ import annotations
 
+import inspect
 import secrets
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -13,19 +14,20 @@ from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ToolCallPart
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import Approval, Database, Decision, NewEvent, NotFound, PendingCall, append_review_event
 from stream import ApprovalDecided, ApprovalRequired, event_data
 from stream import PendingCall as PendingCallEvent
 
+from .app import ApprovalReview, ReviewPolicy
 from .arguments import InvalidArguments, validate_args
 from .eventlog import Publisher, stored_events
 from .ledger import OUTCOME_UNKNOWN
 from .outputs import call_metadata
-from .review import check_decider
+from .review import Review, check_decider, expiry_json
 
-__all__ = ("NotDue", "approval_required", "call_args", "decide", "denial", "held_calls")
+__all__ = ("NotDue", "approval_required", "call_args", "decide", "denial", "held_calls", "reviewed_calls")
 
 
 def call_args(call: ToolCallPart) -> dict[str, object]:
@@ -69,6 +71,46 @@ def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequ
             for call in calls
         ],
     )
+
+
+async def reviewed_calls(
+    policy: ReviewPolicy | None,
+    calls: Sequence[PendingCall],
+    *,
+    thread_id: str,
+    user_id: str,
+    engine: AsyncEngine,
+    now: datetime,
+) -> list[PendingCall]:
+    """`calls` with who decides each and by when, as `policy` says (all the user's without one)."""
+    if policy is None:
+        return list(calls)
+    reviewed: list[PendingCall] = []
+    for call in calls:
+        review = policy(
+            ApprovalReview(
+                thread_id=thread_id,
+                user_id=user_id,
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                engine=engine,
+                metadata=call.metadata,
+            )
+        )
+        if inspect.isawaitable(review):
+            review = await review
+        if not isinstance(review, Review):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"the review policy answered {review!r} for {call.tool_name!r}, not a Review")
+        reviewed.append(
+            replace(
+                call,
+                reviewers=review.by,
+                expires_at=None if review.expires_after is None else now + review.expires_after,
+                on_expiry=expiry_json(review.on_expiry),
+            )
+        )
+    return reviewed
 
 
 tracer = trace.get_tracer("durable_chat.agent")

@@ -7,28 +7,21 @@ enforces the deadline (`worker.deadlines`). See `docs/review.md`.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from store import Approval, PendingCall
-
-from .app import ApprovalReview
+from store import Approval
 
 __all__ = (
     "Escalate",
     "Review",
-    "ReviewPolicy",
     "ReviewerRequired",
     "check_decider",
     "expiry_from_json",
     "expiry_json",
     "expiry_reason",
-    "reviewed_calls",
 )
 
 JsonObject = dict[str, object]
@@ -65,10 +58,6 @@ class Review:
         if not isinstance(self.by, str) or not self.by or len(self.by) > 255:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"Review.by must be 'user' or a role name, not {self.by!r}")
         _check_after(self.expires_after, "Review.expires_after")
-
-
-ReviewPolicy = Callable[[ApprovalReview], "Review | Awaitable[Review]"]
-"""`ChatApp.review`: sync or async, called once per call as its run pauses."""
 
 
 class ReviewerRequired(Exception):
@@ -117,46 +106,6 @@ def expiry_from_json(stored: JsonObject | None) -> Literal["reject"] | Escalate:
         expires_after=timedelta(seconds=after) if isinstance(after, int | float) else None,
         on_expiry=expiry_from_json(then) if isinstance(then, dict) else "reject",  # pyright: ignore[reportUnknownArgumentType]
     )
-
-
-async def reviewed_calls(
-    policy: ReviewPolicy | None,
-    calls: Sequence[PendingCall],
-    *,
-    thread_id: str,
-    user_id: str,
-    engine: AsyncEngine,
-    now: datetime,
-) -> list[PendingCall]:
-    """`calls` with who decides each and by when, as `policy` says (all the user's without one)."""
-    if policy is None:
-        return list(calls)
-    reviewed: list[PendingCall] = []
-    for call in calls:
-        review = policy(
-            ApprovalReview(
-                thread_id=thread_id,
-                user_id=user_id,
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                args=call.args,
-                engine=engine,
-                metadata=call.metadata,
-            )
-        )
-        if inspect.isawaitable(review):
-            review = await review
-        if not isinstance(review, Review):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"the review policy answered {review!r} for {call.tool_name!r}, not a Review")
-        reviewed.append(
-            replace(
-                call,
-                reviewers=review.by,
-                expires_at=None if review.expires_after is None else now + review.expires_after,
-                on_expiry=expiry_json(review.on_expiry),
-            )
-        )
-    return reviewed
 
 
 def check_decider(

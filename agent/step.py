@@ -59,7 +59,7 @@ from stream import (
 )
 
 from .app import RunKind, RunScope
-from .approvals import approval_required, call_args, denial, held_calls
+from .approvals import approval_required, call_args, denial, held_calls, reviewed_calls
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .eventlog import (
@@ -77,7 +77,6 @@ from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
 from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
-from .review import reviewed_calls
 from .run_hooks import RunHooks
 from .runtime import Runtime
 from .texts import Texts

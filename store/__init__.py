@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+    from .approvals import (
+        Approval,
+        Approvals,
+        Decision,
+        PendingCall,
+        ReviewEventType,
+        append_review_event,
+        insert_pending,
+        review_data,
+    )
     from .cancellations import cancel_run, newest_event_id
     from .checkpoints import Checkpoint
     from .conversations import AlsoWrite, PageCursor, SqlConversationStore
@@ -37,7 +46,6 @@ if TYPE_CHECKING:
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
     from .records import NewRecord, Record, Records
-    from .review_events import ReviewEventType, append_review_event, review_data
     from .reviews import QueueCursor, QueueItem, ReviewEvent, Reviews
     from .runs import Claimed, Queued, Run, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
@@ -131,7 +139,16 @@ __all__ = (
 )
 
 _EXPORTS = {
-    "approvals": ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending"),
+    "approvals": (
+        "Approval",
+        "Approvals",
+        "Decision",
+        "PendingCall",
+        "ReviewEventType",
+        "append_review_event",
+        "insert_pending",
+        "review_data",
+    ),
     "cancellations": ("cancel_run", "newest_event_id"),
     "checkpoints": ("Checkpoint",),
     "conversations": ("AlsoWrite", "PageCursor", "SqlConversationStore"),
@@ -159,7 +176,6 @@ _EXPORTS = {
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "records": ("NewRecord", "Record", "Records"),
-    "review_events": ("ReviewEventType", "append_review_event", "review_data"),
     "reviews": ("QueueCursor", "QueueItem", "ReviewEvent", "Reviews"),
     "runs": (
         "Claimed",

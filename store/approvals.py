@@ -20,9 +20,8 @@ from .engine import insert_new, reader, translate_errors
 from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .ledger import mark_retry
-from .review_events import append_review_event
 from .runs import insert_run
-from .schema import ApprovalRow, ApprovalStatus, ThreadRow, metadata, now_utc
+from .schema import ApprovalRow, ApprovalStatus, ReviewEventRow, ThreadRow, metadata, now_utc
 from .threads import touch_thread
 from .tracing import traced
 
@@ -31,13 +30,17 @@ __all__ = (
     "Approvals",
     "Decision",
     "PendingCall",
+    "ReviewEventType",
+    "append_review_event",
     "approval_of",
     "get_approval",
     "insert_pending",
+    "review_data",
 )
 
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
+_review_events = metadata.tables[ReviewEventRow.__tablename__]
 
 JsonObject = dict[str, object]
 
@@ -378,3 +381,46 @@ get_approval = _get
 """The call `tool_call_id` of a thread read in the caller's transaction (`store.reviews`)."""
 approval_of = _approval
 """An approval from its row (`store.reviews`)."""
+
+
+ReviewEventType = Literal["approval_requested", "approval_decided", "approval_escalated", "approval_expired"]
+
+
+def review_data(approval: Approval, user_id: str) -> JsonObject:
+    """The approval as a review event and a webhook carry it."""
+    return {
+        "thread_id": approval.thread_id,
+        "user_id": user_id,
+        "tool_call_id": approval.tool_call_id,
+        "run_id": approval.run_id,
+        "tool_name": approval.tool_name,
+        "args": approval.args,
+        "metadata": approval.metadata,
+        "status": approval.status,
+        "reviewers": approval.reviewers,
+        "expires_at": None if approval.expires_at is None else approval.expires_at.isoformat(),
+        "override_args": approval.override_args,
+        "reason": approval.reason,
+        "decided_by": approval.decided_by,
+        "decided_role": approval.decided_role,
+        "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
+        "escalations": approval.escalations or [],
+        "created_at": approval.created_at.isoformat(),
+    }
+
+
+async def append_review_event(connection: AsyncConnection, type: ReviewEventType, approval: Approval) -> None:
+    """Log a change of `approval` for reviewers and webhooks, inside the caller's unit of work."""
+    user_id = (
+        await connection.execute(
+            sa.select(_threads.c.user_id).where(_threads.c.thread_id == approval.thread_id)
+        )
+    ).scalar_one()
+    await connection.execute(
+        _review_events.insert().values(
+            type=type,
+            reviewers=approval.reviewers,
+            data=json.dumps(review_data(approval, user_id), separators=(",", ":")).encode(),
+            created_at=now_utc(),
+        )
+    )

@@ -16,10 +16,9 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .approvals import Approval, JsonObject, approval_of, get_approval
+from .approvals import Approval, JsonObject, ReviewEventType, append_review_event, approval_of, get_approval
 from .engine import reader, translate_errors
 from .events import LoggedEvent, NewEvent, append_events
-from .review_events import ReviewEventType, append_review_event
 from .schema import ApprovalRow, ReviewEventRow, ThreadRow, metadata
 from .threads import touch_thread
 

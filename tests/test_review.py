@@ -184,7 +184,7 @@ async def test_a_support_reviewer_decides_from_the_queue(api: Api) -> None:
     assert item["reviewers"] == "support"
     assert item["tool_name"] == "issue_refund"
     assert item["context"]["Refundable"] == "$149.99"
-    assert item["thread_title"] is None
+    assert item["thread_title"] == "Please refund ORD-9012"
     assert item["metadata"] is None
     assert item["expires_at"]
 

@@ -11,14 +11,19 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from starlette.requests import Request
+from starlette.responses import Response
+
 from agent import InvalidArguments, ReviewerRequired, decide
 from store import Approval, Decision, NotFound, Thread
 
-from .bodies import validation_details
+from .access import path_id
+from .bodies import ApproveBody, RejectBody, read_body, validation_details
 from .errors import ApiError
+from .responses import JsonResponse
 from .services import Services
 
-__all__ = ("Answer", "decide_all", "decide_one")
+__all__ = ("Answer", "decide_all", "decide_one", "decision_response")
 
 
 @dataclass(frozen=True)
@@ -113,4 +118,36 @@ def _reviewer_required(approval: Approval) -> ApiError:
         "reviewer_required",
         f"tool call {approval.tool_call_id!r} is decided by a reviewer with the role "
         f"{approval.reviewers!r}, not by the thread's user",
+    )
+
+
+async def decision_response(
+    request: Request,
+    s: Services,
+    user_id: str,
+    thread_id: str,
+    decision: Literal["approved", "rejected"],
+    *,
+    reviewer_roles: Collection[str] | None = None,
+) -> Response:
+    """Read the decision's body, record it by `user_id` (a reviewer with `reviewer_roles`), answer it."""
+    tool_call_id = path_id(request, "tool_call_id", "tool call")
+    override_args: dict[str, object] | None = None
+    reason: str | None = None
+    if decision == "approved":
+        override_args = (
+            await read_body(request, ApproveBody, max_bytes=s.settings.max_body_bytes)
+        ).override_args
+    else:
+        reason = (await read_body(request, RejectBody, max_bytes=s.settings.max_body_bytes)).reason
+    answer = Answer(tool_call_id, decision, override_args=override_args, reason=reason)
+    result = await decide_one(s, user_id, thread_id, answer, reviewer_roles=reviewer_roles)
+    decided_at = result.approval.decided_at
+    return JsonResponse(
+        {
+            "tool_call_id": tool_call_id,
+            "decision": decision,
+            "run_id": result.resume_run_id,
+            "decided_at": None if decided_at is None else decided_at.isoformat(),
+        }
     )

@@ -23,14 +23,14 @@ from store import NotFound, QueueCursor, QueueItem, Thread
 from stream import encode_frame
 
 from .access import MAX_ID_LENGTH, path_id, user_of
-from .api import approvals_json, decision_response, thread_detail
 from .auth import roles_of
+from .decisions import decision_response
 from .errors import ApiError
-from .following import stream_response
+from .following import after_id, stream_response
 from .responses import JsonResponse
 from .services import Services, services
-from .sse import after_id
 from .text import unstorable
+from .views import approvals_json, thread_detail
 
 __all__ = ("review_routes",)
 
