@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
     from .tracing import record_store_spans, recording_store_spans, run_trace_id
+    from .webhooks import Delivery, DeliveryState, Webhooks
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -68,6 +69,8 @@ __all__ = (
     "Database",
     "DatabaseUnavailable",
     "Decision",
+    "Delivery",
+    "DeliveryState",
     "EventListener",
     "EventLog",
     "EventNotice",
@@ -111,6 +114,7 @@ __all__ = (
     "Threads",
     "UnsupportedDatabase",
     "UtcDateTime",
+    "Webhooks",
     "Worker",
     "append_events",
     "append_review_event",
@@ -177,6 +181,7 @@ _EXPORTS = {
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
     "records": ("NewRecord", "Record", "Records"),
     "reviews": ("QueueCursor", "QueueItem", "ReviewEvent", "Reviews"),
+    "webhooks": ("Delivery", "DeliveryState", "Webhooks"),
     "runs": (
         "Claimed",
         "Queued",

@@ -19,6 +19,7 @@ from .records import Records
 from .reviews import Reviews
 from .runs import Runs
 from .threads import Threads
+from .webhooks import Webhooks
 
 __all__ = ("Database",)
 
@@ -40,6 +41,7 @@ class Database:
         self.events = EventLog(engine)
         self.approvals = Approvals(engine)
         self.reviews = Reviews(engine)
+        self.webhooks = Webhooks(engine)
         self.records = Records(engine)
         self.ledger = Ledger(engine)
         self.files = Files(engine, open_blobs(None, engine) if blobs is None else blobs)

@@ -36,6 +36,7 @@ from .review import review_routes
 from .services import Services
 from .settings import Settings
 from .sse import sse_routes
+from .webhooks import WebhookSender
 
 __all__ = ("create_app", "error_response")
 
@@ -103,9 +104,15 @@ def create_app(
                 db, runner, publish=broker.publish, poll_seconds=settings.deadline_poll_seconds
             )
             await deadlines.start()
+            sender = None
+            if settings.webhook_urls and settings.webhook_secret is not None:
+                sender = WebhookSender(db, settings.webhook_urls, settings.webhook_secret)
+                await sender.start()
             try:
                 yield
             finally:
+                if sender is not None:
+                    await sender.aclose()
                 await deadlines.aclose()
                 await runner.aclose()
                 if listener is not None:

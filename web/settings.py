@@ -142,6 +142,10 @@ class Settings:
     jwt: JwtSettings | None = None
     """The identity provider whose JWTs replace the built-in tokens (`DURABLE_CHAT_JWT_*`); `None`:
     the built-in tokens signed with `secret`."""
+    webhook_urls: tuple[str, ...] = ()
+    """Where review events are POSTed (`DURABLE_CHAT_WEBHOOK_URL`, comma-separated); none by default."""
+    webhook_secret: str | None = field(default=None, repr=False)
+    """The Standard Webhooks signing secret, `whsec_…` (`DURABLE_CHAT_WEBHOOK_SECRET`)."""
 
     def connection_options(self) -> ConnectionOptions:
         """How the server's PostgreSQL connections are pooled and configured."""
@@ -214,6 +218,7 @@ class Settings:
                 f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
                 f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
             )
+        hooks = _webhooks(env)
         jwt = _jwt(env)
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
@@ -247,6 +252,8 @@ class Settings:
             file_types=_file_types(env),
             files_url=cls.resolve_files_url(env),
             jwt=jwt,
+            webhook_urls=hooks[0],
+            webhook_secret=hooks[1],
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
@@ -477,3 +484,25 @@ def _create_secret(path: Path) -> None:
         pass  # another process won the race; its secret is the one to use
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _webhooks(env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """`webhook_urls` and `webhook_secret` from the environment; a URL without a usable secret is refused."""
+    urls = tuple(u.strip() for u in (_pick(None, "WEBHOOK_URL", env) or "").split(",") if u.strip())
+    secret = _pick(None, "WEBHOOK_SECRET", env)
+    if not urls:
+        return (), None
+    for url in urls:
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+            raise SettingsError(f"{ENV_PREFIX}WEBHOOK_URL holds {url[:80]!r}, not an http(s) URL")
+    if secret is None or not secret.startswith("whsec_"):
+        raise SettingsError(
+            f"{ENV_PREFIX}WEBHOOK_URL needs {ENV_PREFIX}WEBHOOK_SECRET, a Standard Webhooks 'whsec_…' secret"
+        )
+    from standardwebhooks.webhooks import Webhook
+
+    try:
+        Webhook(secret)
+    except Exception as error:
+        raise SettingsError(f"{ENV_PREFIX}WEBHOOK_SECRET is not a 'whsec_' followed by base64") from error
+    return urls, secret
