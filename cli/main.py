@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     threads.add_argument("--user", metavar="NAME", help="only this user's threads")
     _add_db(threads)
 
+    webhooks = commands.add_parser("webhooks", help="list the webhook deliveries pending or failing")
+    _add_db(webhooks)
+
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _add_db(migrate)
 
@@ -119,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _threads(Settings.resolve_database_url(args.db), args.user or DEFAULT_USER)
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
+            case "webhooks":
+                from .webhooks import show_webhooks
+
+                return show_webhooks(Settings.resolve_database_url(args.db))
             case "purge":
                 return purge(
                     Settings.resolve_database_url(args.db),
