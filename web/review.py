@@ -11,7 +11,7 @@ import asyncio
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Literal
 
@@ -32,7 +32,7 @@ from .services import Services, services
 from .text import unstorable
 from .views import approvals_json, thread_detail
 
-__all__ = ("review_routes",)
+__all__ = ("queue_frames", "review_routes")
 
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
@@ -123,10 +123,11 @@ async def follow_queue(request: Request) -> Response:
     s = services(request)
     user_id, roles = reviewer(request, s)
     after = after_id(request)
-    return stream_response(s, _queue_frames(s, roles, after), user_id=user_id)
+    return stream_response(s, queue_frames(s, roles, after), user_id=user_id)
 
 
-async def _queue_frames(s: Services, roles: frozenset[str], after: int) -> AsyncIterator[bytes]:
+async def queue_frames(s: Services, roles: frozenset[str], after: int) -> AsyncGenerator[bytes]:
+    """The SSE frames of the review events for `roles` after `after`, then of new ones, polled."""
     # Read from the log, as a replay and then every poll: the log is the only source, so nothing is
     # missed or repeated across reconnects.
     while True:
