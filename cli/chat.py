@@ -207,7 +207,9 @@ class _Chat:
         for approval in pending:
             if approval.reviewers != "user":
                 # Not this user's to decide: a reviewer with the role decides (`durable-chat review`).
-                until = "" if approval.expires_at is None else f", until {approval.expires_at:%Y-%m-%d %H:%M} UTC"
+                until = (
+                    "" if approval.expires_at is None else f", until {approval.expires_at:%Y-%m-%d %H:%M} UTC"
+                )
                 self._say(
                     f"({call_text(approval.tool_name, approval.args)} waits for a reviewer "
                     f"with the role {approval.reviewers!r}{until})"
