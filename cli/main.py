@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     threads.add_argument("--user", metavar="NAME", help="only this user's threads")
     _add_db(threads)
 
+    review = commands.add_parser("review", help="decide the calls waiting for your review roles, y/n/e")
+    review.add_argument("--user", metavar="NAME", help="who decides (the reviewer's id)")
+    review.add_argument(
+        "--role", action="append", default=[], metavar="ROLE", help="a review role (repeatable)"
+    )
+    _add_db(review)
+
     webhooks = commands.add_parser("webhooks", help="list the webhook deliveries pending or failing")
     _add_db(webhooks)
 
@@ -122,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _threads(Settings.resolve_database_url(args.db), args.user or DEFAULT_USER)
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
+            case "review":
+                from .review import review_queue
+
+                return review_queue(
+                    Settings.resolve_database_url(args.db), args.user or DEFAULT_USER, args.role
+                )
             case "webhooks":
                 from .webhooks import show_webhooks
 

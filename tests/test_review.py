@@ -16,6 +16,7 @@ import pytest
 from starlette.applications import Starlette
 
 from agent.demo import staffed_shop_app
+from cli.review import review_queue
 from store import Database
 from web import create_app
 from web.review import queue_frames
@@ -379,3 +380,18 @@ async def test_the_queue_pages_oldest_first_and_the_events_resume(api: Api) -> N
     await frames.aclose()
     assert text.startswith(f"id: {events[1].event_id}\nevent: approval_requested\ndata: ")
     assert f'"thread_id":"{second}"' in text
+
+
+async def test_the_terminal_queue_decides_as_the_reviewer(api: Api, database: str) -> None:
+    thread_id, _ = await api.thread_with("Please refund ORD-9012")
+    answers = iter(["n", "not this one"])
+    said = await asyncio.to_thread(review_queue, database, "sam", ["support"], lambda _: next(answers))
+    assert said == 0
+    detail = await api.until_status(thread_id, "idle")
+    [approval] = detail["approvals"]  # pyright: ignore[reportGeneralTypeIssues]
+    assert (approval["status"], approval["decided_by"], approval["reason"]) == (
+        "rejected",
+        "sam",
+        "not this one",
+    )  # pyright: ignore[reportIndexIssue]
+    assert await asyncio.to_thread(review_queue, database, "sam", ["managers"], lambda _: "y") == 0
