@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, RunScope, default_limits
-    from .approvals import decide
+    from .app import AppContext, ApprovalReview, ChatApp, DepsFactory, ReviewPolicy, RunScope, default_limits
+    from .approvals import NotDue, decide
     from .arguments import InvalidArguments, ToolSchemas, validate_args
     from .cancellation import Cancellation, cancel, interrupted_messages
     from .delegation import sub_conversation_id
@@ -50,6 +50,14 @@ if TYPE_CHECKING:
     from .redaction import secrets_from_environment
     from .regenerate import NothingToRegenerate, last_prompt, without_last_turn
     from .retries import ModelRetries
+    from .review import (
+        Escalate,
+        Review,
+        ReviewerRequired,
+        expiry_from_json,
+        expiry_json,
+        expiry_reason,
+    )
     from .run_hooks import RunHooks
     from .runtime import Runtime, RuntimeOptions, UnknownModel, open_runtime, resolve_model
     from .step import run_step
@@ -78,6 +86,7 @@ __all__ = (
     "Cancellation",
     "ChatApp",
     "DepsFactory",
+    "Escalate",
     "EventLogSink",
     "FileResolver",
     "Guardrail",
@@ -86,11 +95,15 @@ __all__ = (
     "InvalidArguments",
     "MessageRate",
     "ModelRetries",
+    "NotDue",
     "NothingToRegenerate",
     "Opened",
     "PatternGuardrail",
     "PauseAtDeferredCalls",
     "Publisher",
+    "Review",
+    "ReviewPolicy",
+    "ReviewerRequired",
     "RunHooks",
     "RunRecords",
     "RunSampler",
@@ -113,6 +126,9 @@ __all__ = (
     "decide",
     "default_guardrails",
     "default_limits",
+    "expiry_from_json",
+    "expiry_json",
+    "expiry_reason",
     "file_reference",
     "first_tripped",
     "format_trace_id",
@@ -137,8 +153,24 @@ __all__ = (
 )
 
 _EXPORTS = {
-    "app": ("AppContext", "ApprovalReview", "ChatApp", "DepsFactory", "RunScope", "default_limits"),
-    "approvals": ("decide",),
+    "app": (
+        "AppContext",
+        "ApprovalReview",
+        "ChatApp",
+        "DepsFactory",
+        "ReviewPolicy",
+        "RunScope",
+        "default_limits",
+    ),
+    "approvals": ("NotDue", "decide"),
+    "review": (
+        "Escalate",
+        "Review",
+        "ReviewerRequired",
+        "expiry_from_json",
+        "expiry_json",
+        "expiry_reason",
+    ),
     "arguments": ("InvalidArguments", "ToolSchemas", "validate_args"),
     "cancellation": ("Cancellation", "cancel", "interrupted_messages"),
     "delegation": ("sub_conversation_id",),

@@ -29,6 +29,7 @@ from .guardrails import Guardrails
 from .ledger import ToolLedger
 from .records import RunRecords
 from .retries import ModelRetries
+from .review import Review
 from .texts import Texts
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,9 @@ class ApprovalReview:
     """What the tool said about the call when it held it (`ApprovalRequired(metadata=...)`), if anything."""
 
 
+ReviewPolicy = Callable[[ApprovalReview], "Review | Awaitable[Review]"]
+"""`ChatApp.review`: who decides a call and by when; sync or async, called once per call as its run pauses."""
+
 ApprovalContext = Mapping[str, "str | int | float"]
 """Short facts for the reviewer, label to value, e.g. `{"Refundable": "$24.95"}`."""
 
@@ -215,6 +219,9 @@ class ChatApp(Generic[DepsT]):
     """Agents the conversation can be handed to: every agent (`agent` and these) gets a
     `transfer_to_<name>` tool for each other one; after a transfer the thread's next turns are
     answered by that agent. Each needs a `name`."""
+    review: ReviewPolicy | None = None
+    """Who decides each held call and by when: `policy(call) -> Review` (`agent.review`), sync or
+    async; `None`: the thread's user decides every call, with no deadline."""
 
     def __post_init__(self) -> None:
         if isinstance(self.read_only_tools, str):

@@ -3,32 +3,40 @@ decision, its event."""
 
 from __future__ import annotations
 
+import inspect
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from opentelemetry import context, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import ToolCallPart
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import Approval, Database, Decision, NewEvent, PendingCall
+from store import Approval, Database, Decision, NewEvent, NotFound, PendingCall, append_review_event
 from stream import ApprovalDecided, ApprovalRequired, event_data
 from stream import PendingCall as PendingCallEvent
 
+from .app import ApprovalReview, ReviewPolicy
 from .arguments import InvalidArguments, validate_args
 from .eventlog import Publisher, stored_events
 from .ledger import OUTCOME_UNKNOWN
 from .outputs import call_metadata
+from .review import Review, check_decider, expiry_json
 
 __all__ = (
     "DELEGATED",
+    "NotDue",
     "approval_required",
     "call_args",
     "decide",
     "denial",
     "encode_calls",
     "held_calls",
+    "reviewed_calls",
     "stored_decisions",
 )
 
@@ -145,10 +153,52 @@ def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequ
                 metadata=call.metadata,
                 agent=call.agent,
                 path=None if call.path is None else list(call.path),
+                reviewers=call.reviewers,
+                expires_at=None if call.expires_at is None else call.expires_at.isoformat(),
             )
             for call in calls
         ],
     )
+
+
+async def reviewed_calls(
+    policy: ReviewPolicy | None,
+    calls: Sequence[PendingCall],
+    *,
+    thread_id: str,
+    user_id: str,
+    engine: AsyncEngine,
+    now: datetime,
+) -> list[PendingCall]:
+    """`calls` with who decides each and by when, as `policy` says (all the user's without one)."""
+    if policy is None:
+        return list(calls)
+    reviewed: list[PendingCall] = []
+    for call in calls:
+        review = policy(
+            ApprovalReview(
+                thread_id=thread_id,
+                user_id=user_id,
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                engine=engine,
+                metadata=call.metadata,
+            )
+        )
+        if inspect.isawaitable(review):
+            review = await review
+        if not isinstance(review, Review):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"the review policy answered {review!r} for {call.tool_name!r}, not a Review")
+        reviewed.append(
+            replace(
+                call,
+                reviewers=review.by,
+                expires_at=None if review.expires_after is None else now + review.expires_after,
+                on_expiry=expiry_json(review.on_expiry),
+            )
+        )
+    return reviewed
 
 
 tracer = trace.get_tracer("durable_chat.agent")
@@ -164,11 +214,15 @@ async def decide(
     override_args: dict[str, object] | None = None,
     reason: str | None = None,
     publish: Publisher | None = None,
+    reviewer_roles: Collection[str] | None = None,
+    deadline: datetime | None = None,
 ) -> Decision:
     """Approve (possibly with edited arguments) or reject a pending call.
 
     The decision that completes its run's set queues the resume run (`Decision.resume_run_id`);
-    the caller drives it with `run_step`. It is traced in an `approval` span of the paused run's
+    the caller drives it with `run_step`. The thread's user decides (`reviewer_roles` None) only the
+    calls the user reviews; a reviewer only calls for one of `reviewer_roles`; the server (`deadline`,
+    the time it enforces) only a pending call whose deadline is past. It is traced in an `approval` span of the paused run's
     trace, and its `approval_decided` event carries that trace's id.
 
     Raises:
@@ -176,6 +230,8 @@ async def decide(
         store.AlreadyDecided: The call was given the opposite decision.
         InvalidArguments: `override_args` do not fit the tool's schema as the model saw it, or the
             call's outcome is unknown (it can only run again as it was).
+        ReviewerRequired: The user decided a call a reviewer decides.
+        NotDue: `deadline` is given and the call is decided or not due (another worker was first).
     """
     pending = await db.approvals.get(thread_id, tool_call_id)
     attributes = {
@@ -188,7 +244,13 @@ async def decide(
     }
     with tracer.start_as_current_span("approval", _in_trace(pending.trace_id), attributes=attributes) as span:
         result = await _decide(
-            db, pending, decision, decided_by=decided_by, override_args=override_args, reason=reason
+            db,
+            pending,
+            decision,
+            decided_by=decided_by,
+            override_args=override_args,
+            reason=reason,
+            who=_Who(reviewer_roles, deadline),
         )
         span.set_attribute("durable_chat.approval.repeated", result.repeated)
         if result.resume_run_id is not None:
@@ -206,6 +268,7 @@ async def _decide(
     decided_by: str,
     override_args: dict[str, object] | None,
     reason: str | None,
+    who: _Who,
 ) -> Decision:
     if decision == "approved" and override_args is not None:
         if pending.outcome == "unknown":
@@ -227,8 +290,14 @@ async def _decide(
             override_args=approval.override_args,
             reason=approval.reason,
             decided_at=None if approval.decided_at is None else approval.decided_at.isoformat(),
+            decided_role=approval.decided_role,
         )
         return NewEvent(decided.run_id, decided.type, event_data(decided))
+
+    async def logged(connection: AsyncConnection, approval: Approval) -> None:
+        await append_review_event(
+            connection, "approval_expired" if who.deadline is not None else "approval_decided", approval
+        )
 
     return await db.approvals.decide(
         pending.thread_id,
@@ -238,6 +307,36 @@ async def _decide(
         override_args=override_args if decision == "approved" else None,
         reason=reason if decision == "rejected" else None,
         event=event,
+        check=who.check,
+        as_reviewer=who.roles is not None,
+        also=logged,
+    )
+
+
+class NotDue(Exception):
+    """The server found the call decided, or its deadline moved: nothing to enforce."""
+
+
+@dataclass(frozen=True)
+class _Who:
+    roles: Collection[str] | None
+    deadline: datetime | None
+
+    def check(self, approval: Approval) -> None:
+        if self.deadline is not None:
+            if (
+                approval.status != "pending"
+                or approval.expires_at is None
+                or approval.expires_at > self.deadline
+            ):
+                raise NotDue(f"tool call {approval.tool_call_id!r} is not due")
+            return
+        check_decider(self.roles, _not_found)(approval)
+
+
+def _not_found(approval: Approval) -> Exception:
+    return NotFound(
+        f"no tool call {approval.tool_call_id!r} awaits a decision in thread {approval.thread_id!r}"
     )
 
 

@@ -45,6 +45,7 @@ from store import (
     PendingCall,
     Run,
     RunStatus,
+    now_utc,
 )
 from stream import (
     AgentChanged,
@@ -60,7 +61,7 @@ from stream import (
 )
 
 from .app import RunKind, RunScope
-from .approvals import approval_required, call_args, held_calls, stored_decisions
+from .approvals import approval_required, call_args, denial, held_calls, reviewed_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .delegation import Delegations
@@ -435,6 +436,14 @@ class _Step:
             # Beside a delegated agent's calls, the run's own say whose they are too.
             root = self.delegations.root
             calls = held_calls(requests, self.schemas.schemas, agent=root, path=(root,))
+        calls = await reviewed_calls(
+            self.runtime.app.review,
+            calls,
+            thread_id=self.run.thread_id,
+            user_id=self.guard_context.user_id,
+            engine=self.db.engine,
+            now=now_utc(),
+        )
         await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":

@@ -232,6 +232,16 @@ class _Chat:
         resume: str | None = None
         pending = await self.db.approvals.list(thread_id=self.thread.thread_id, status="pending")
         for approval in pending:
+            if approval.reviewers != "user":
+                # Not this user's to decide: a reviewer with the role decides (`durable-chat review`).
+                until = (
+                    "" if approval.expires_at is None else f", until {approval.expires_at:%Y-%m-%d %H:%M} UTC"
+                )
+                self._say(
+                    f"({call_text(approval.tool_name, approval.args)} waits for a reviewer "
+                    f"with the role {approval.reviewers!r}{until})"
+                )
+                continue
             await self._show_context(approval)
             args: dict[str, object] | None = None
             while True:

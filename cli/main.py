@@ -69,10 +69,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     token = commands.add_parser("token", help="print a bearer token for USER")
     token.add_argument("user", metavar="USER")
+    token.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a review role the token gives (repeatable)",
+    )
 
     threads = commands.add_parser("threads", help="list the threads")
     threads.add_argument("--user", metavar="NAME", help="only this user's threads")
     _add_db(threads)
+
+    review = commands.add_parser("review", help="decide the calls waiting for your review roles, y/n/e")
+    review.add_argument("--user", metavar="NAME", help="who decides (the reviewer's id)")
+    review.add_argument(
+        "--role", action="append", default=[], metavar="ROLE", help="a review role (repeatable)"
+    )
+    _add_db(review)
+
+    webhooks = commands.add_parser("webhooks", help="list the webhook deliveries pending or failing")
+    _add_db(webhooks)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _add_db(migrate)
@@ -107,11 +124,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             case "migrate":
                 return _migrate(Settings.resolve_database_url(args.db))
             case "token":
-                return _token(Settings.resolve_secret(), args.user)
+                return _token(Settings.resolve_secret(), args.user, args.role)
             case "threads":
                 return _threads(Settings.resolve_database_url(args.db), args.user or DEFAULT_USER)
             case "trace":
                 return _trace(args.run_id, args.db, args.file)
+            case "review":
+                from .review import review_queue
+
+                return review_queue(
+                    Settings.resolve_database_url(args.db), args.user or DEFAULT_USER, args.role
+                )
+            case "webhooks":
+                from .webhooks import show_webhooks
+
+                return show_webhooks(Settings.resolve_database_url(args.db))
             case "purge":
                 return purge(
                     Settings.resolve_database_url(args.db),
@@ -276,9 +303,9 @@ def _trace(run_id: str, database_url: str | None, trace_file: Path | None) -> in
     return 0
 
 
-def _token(secret: str, user_id: str) -> int:
+def _token(secret: str, user_id: str, roles: list[str]) -> int:
     try:
-        token = issue_token(secret, user_id)
+        token = issue_token(secret, user_id, roles=roles)
     except ValueError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ from agent import attachment_of
 from stream import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
@@ -216,6 +217,9 @@ class TerminalSink:
                 self._line(f"(guardrail {guardrail!r} stopped the {stage})", "yellow")
             case AgentChanged(agent=agent):
                 self._line(f"(the {agent} agent answers from now on)", "yellow")
+            case ApprovalEscalated(reviewers=reviewers, expires_at=expires_at):
+                until = f" until {expires_at}" if expires_at else ""
+                self._line(f"(the decision went to a reviewer with the role {reviewers!r}{until})", "yellow")
             case RunFinished(status="completed", output=output, output_type=str() as output_type):
                 self.stop_spinner()
                 self._output(output, output_type)

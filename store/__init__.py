@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .approvals import Approval, Approvals, Decision, PendingCall, insert_pending
+    from .approvals import (
+        Approval,
+        Approvals,
+        Decision,
+        PendingCall,
+        ReviewEventType,
+        append_review_event,
+        insert_pending,
+        review_data,
+    )
     from .cancellations import cancel_run, newest_event_id
     from .checkpoints import Checkpoint
     from .conversations import AlsoWrite, PageCursor, SqlConversationStore
@@ -39,11 +48,13 @@ if TYPE_CHECKING:
     from .queueing import Claim, NewRun
     from .records import NewRecord, Record, Records
     from .retention import delegated_scope
+    from .reviews import QueueCursor, QueueItem, ReviewEvent, Reviews
     from .run import Run
     from .runs import Claimed, Queued, Runs, StoredRevision, finish_run, insert_run, record_checkpoint
     from .schema import ApprovalStatus, RunKind, RunStatus, ThreadStatus, UtcDateTime, now_utc
     from .threads import Purge, Thread, ThreadCursor, Threads, touch_thread
     from .tracing import record_store_spans, recording_store_spans, run_trace_id
+    from .webhooks import Delivery, DeliveryState, Webhooks
 
 __all__ = (
     "EVENTS_CHANNEL",
@@ -62,6 +73,8 @@ __all__ = (
     "Database",
     "DatabaseUnavailable",
     "Decision",
+    "Delivery",
+    "DeliveryState",
     "EventListener",
     "EventLog",
     "EventNotice",
@@ -80,10 +93,15 @@ __all__ = (
     "PageCursor",
     "PendingCall",
     "Purge",
+    "QueueCursor",
+    "QueueItem",
     "Queued",
     "QuotaExceeded",
     "Record",
     "Records",
+    "ReviewEvent",
+    "ReviewEventType",
+    "Reviews",
     "Run",
     "RunActive",
     "RunChanged",
@@ -101,8 +119,10 @@ __all__ = (
     "Threads",
     "UnsupportedDatabase",
     "UtcDateTime",
+    "Webhooks",
     "Worker",
     "append_events",
+    "append_review_event",
     "cancel_run",
     "current_revision",
     "delegated_scope",
@@ -120,6 +140,7 @@ __all__ = (
     "record_checkpoint",
     "record_store_spans",
     "recording_store_spans",
+    "review_data",
     "run_environment",
     "run_trace_id",
     "touch_thread",
@@ -128,7 +149,16 @@ __all__ = (
 )
 
 _EXPORTS = {
-    "approvals": ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending"),
+    "approvals": (
+        "Approval",
+        "Approvals",
+        "Decision",
+        "PendingCall",
+        "ReviewEventType",
+        "append_review_event",
+        "insert_pending",
+        "review_data",
+    ),
     "cancellations": ("cancel_run", "newest_event_id"),
     "checkpoints": ("Checkpoint",),
     "conversations": ("AlsoWrite", "PageCursor", "SqlConversationStore"),
@@ -158,7 +188,9 @@ _EXPORTS = {
     "queueing": ("Claim", "NewRun"),
     "records": ("NewRecord", "Record", "Records"),
     "retention": ("delegated_scope",),
+    "reviews": ("QueueCursor", "QueueItem", "ReviewEvent", "Reviews"),
     "run": ("Run",),
+    "webhooks": ("Delivery", "DeliveryState", "Webhooks"),
     "runs": (
         "Claimed",
         "Queued",

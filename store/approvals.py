@@ -7,7 +7,7 @@ the original and the edited arguments and the reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -21,14 +21,26 @@ from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .ledger import mark_retry
 from .runs import insert_run
-from .schema import ApprovalRow, ApprovalStatus, ThreadRow, metadata, now_utc
+from .schema import ApprovalRow, ApprovalStatus, ReviewEventRow, ThreadRow, metadata, now_utc
 from .threads import touch_thread
 from .tracing import traced
 
-__all__ = ("Approval", "Approvals", "Decision", "PendingCall", "insert_pending")
+__all__ = (
+    "Approval",
+    "Approvals",
+    "Decision",
+    "PendingCall",
+    "ReviewEventType",
+    "append_review_event",
+    "approval_of",
+    "get_approval",
+    "insert_pending",
+    "review_data",
+)
 
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
+_review_events = metadata.tables[ReviewEventRow.__tablename__]
 
 JsonObject = dict[str, object]
 
@@ -51,6 +63,12 @@ class PendingCall:
     """The delegated agent that asked for the call."""
     path: tuple[str, ...] | None = None
     """The chain of agents down to `agent`, outermost first."""
+    reviewers: str = "user"
+    """Who may decide: `user` (the thread's user) or a role."""
+    expires_at: datetime | None = None
+    """The deadline the server enforces, if any."""
+    on_expiry: JsonObject | None = None
+    """What happens at `expires_at` (see `ApprovalRow.on_expiry`); `None` is a rejection."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,16 @@ class Approval:
     """The delegated agent that asked for the call."""
     path: tuple[str, ...] | None = None
     """The chain of agents down to `agent`, outermost first."""
+    reviewers: str = "user"
+    """Who may decide: `user` (the thread's user) or a role."""
+    expires_at: datetime | None = None
+    """The deadline the server enforces, if any."""
+    on_expiry: JsonObject | None = None
+    """What happens at `expires_at`: `None` or `{"action": "reject"}`, or an escalation."""
+    decided_role: str | None = None
+    """The role the reviewer decided with (`None`: the thread's user, or the server)."""
+    escalations: list[JsonObject] | None = None
+    """The escalations the call went through, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +177,9 @@ class Approvals:
         override_args: JsonObject | None = None,
         reason: str | None = None,
         event: Callable[[Approval], NewEvent],
+        check: Callable[[Approval], None] | None = None,
+        as_reviewer: bool = False,
+        also: Callable[[AsyncConnection, Approval], Awaitable[None]] | None = None,
     ) -> Decision:
         """Record a decision, its `approval_decided` event and, if it completes the set, queue the resume.
 
@@ -158,6 +189,11 @@ class Approvals:
         Raises:
             NotFound: No such tool call waits in that thread.
             AlreadyDecided: The call was given the opposite decision.
+
+        `check` sees the call as it is inside the transaction, before anything changes, and may raise
+        to refuse the decision (a reviewer without the call's role); `as_reviewer` keeps the call's role
+        (its `reviewers`) with the decision;
+        `also` runs in the transaction once the decision is recorded (an outbox row).
         """
         with translate_errors(f"deciding tool call {tool_call_id!r}"):
             async with self._engine.begin() as connection:
@@ -165,6 +201,8 @@ class Approvals:
                 current = await _get(connection, thread_id, tool_call_id)
                 if current is None:
                     raise NotFound(f"no tool call {tool_call_id!r} awaits a decision in thread {thread_id!r}")
+                if check is not None:
+                    check(current)
                 if current.status != "pending":
                     if current.status != decision:
                         raise AlreadyDecided(f"tool call {tool_call_id!r} was already {current.status}")
@@ -178,6 +216,7 @@ class Approvals:
                         reason=reason,
                         decided_by=decided_by,
                         decided_at=now_utc(),
+                        decided_role=current.reviewers if as_reviewer else None,
                     )
                 )
                 if current.outcome == "unknown" and decision == "approved":
@@ -186,6 +225,8 @@ class Approvals:
                 decided = await _get(connection, thread_id, tool_call_id)
                 assert decided is not None
                 logged = await append_events(connection, thread_id, [event(decided)])
+                if also is not None:
+                    await also(connection, decided)
                 still_pending = (
                     await connection.execute(
                         sa.select(sa.func.count())
@@ -240,6 +281,9 @@ async def insert_pending(
             "call_metadata": _dump_metadata(call.metadata),
             "agent": call.agent,
             "path": None if call.path is None else json.dumps(list(call.path)).encode(),
+            "reviewers": call.reviewers,
+            "expires_at": call.expires_at,
+            "on_expiry": None if call.on_expiry is None else _dump(call.on_expiry),
         }
         for index, call in enumerate(calls)
     ]
@@ -247,6 +291,10 @@ async def insert_pending(
     for call in calls:
         if call.outcome == "unknown":
             await _hold_again(connection, thread_id, run_id, call, trace_id)
+    for call in calls:
+        held = await _get(connection, thread_id, call.tool_call_id)
+        if held is not None and held.status == "pending":
+            await append_review_event(connection, "approval_requested", held)
 
 
 async def _hold_again(
@@ -277,6 +325,11 @@ async def _hold_again(
             resume_run_id=None,
             trace_id=trace_id,
             call_metadata=_dump_metadata(call.metadata),
+            reviewers=call.reviewers,
+            expires_at=call.expires_at,
+            on_expiry=None if call.on_expiry is None else _dump(call.on_expiry),
+            decided_role=None,
+            escalations=None,
         )
     )
 
@@ -328,4 +381,58 @@ def _approval(row: RowMapping) -> Approval:
         metadata=None if row["call_metadata"] is None else json.loads(row["call_metadata"]),
         agent=row["agent"],
         path=None if row["path"] is None else tuple(json.loads(row["path"])),
+        reviewers=row["reviewers"],
+        expires_at=row["expires_at"],
+        on_expiry=None if row["on_expiry"] is None else json.loads(row["on_expiry"]),
+        decided_role=row["decided_role"],
+        escalations=None if row["escalations"] is None else json.loads(row["escalations"]),
+    )
+
+
+get_approval = _get
+"""The call `tool_call_id` of a thread read in the caller's transaction (`store.reviews`)."""
+approval_of = _approval
+"""An approval from its row (`store.reviews`)."""
+
+
+ReviewEventType = Literal["approval_requested", "approval_decided", "approval_escalated", "approval_expired"]
+
+
+def review_data(approval: Approval, user_id: str) -> JsonObject:
+    """The approval as a review event and a webhook carry it."""
+    return {
+        "thread_id": approval.thread_id,
+        "user_id": user_id,
+        "tool_call_id": approval.tool_call_id,
+        "run_id": approval.run_id,
+        "tool_name": approval.tool_name,
+        "args": approval.args,
+        "metadata": approval.metadata,
+        "status": approval.status,
+        "reviewers": approval.reviewers,
+        "expires_at": None if approval.expires_at is None else approval.expires_at.isoformat(),
+        "override_args": approval.override_args,
+        "reason": approval.reason,
+        "decided_by": approval.decided_by,
+        "decided_role": approval.decided_role,
+        "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
+        "escalations": approval.escalations or [],
+        "created_at": approval.created_at.isoformat(),
+    }
+
+
+async def append_review_event(connection: AsyncConnection, type: ReviewEventType, approval: Approval) -> None:
+    """Log a change of `approval` for reviewers and webhooks, inside the caller's unit of work."""
+    user_id = (
+        await connection.execute(
+            sa.select(_threads.c.user_id).where(_threads.c.thread_id == approval.thread_id)
+        )
+    ).scalar_one()
+    await connection.execute(
+        _review_events.insert().values(
+            type=type,
+            reviewers=approval.reviewers,
+            data=json.dumps(review_data(approval, user_id), separators=(",", ":")).encode(),
+            created_at=now_utc(),
+        )
     )

@@ -16,8 +16,10 @@ from .files import Files
 from .leases import Leases, Worker
 from .ledger import Ledger
 from .records import Records
+from .reviews import Reviews
 from .runs import Runs
 from .threads import Threads
+from .webhooks import Webhooks
 
 __all__ = ("Database",)
 
@@ -38,6 +40,8 @@ class Database:
         self.leases = Leases(engine, self.runs.worker)
         self.events = EventLog(engine)
         self.approvals = Approvals(engine)
+        self.reviews = Reviews(engine)
+        self.webhooks = Webhooks(engine)
         self.records = Records(engine)
         self.ledger = Ledger(engine)
         self.files = Files(engine, open_blobs(None, engine) if blobs is None else blobs)

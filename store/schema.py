@@ -288,7 +288,57 @@ class ApprovalRow(Base):
     path: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
     """The chain of agents down to `agent` (a JSON list, outermost first)."""
 
-    __table_args__ = (sa.Index("ix_approvals_status_thread", "status", "thread_id"),)
+    reviewers: Mapped[str] = mapped_column(sa.String(255), server_default="user")
+    """Who may decide: `user` (the thread's user) or a role a reviewer's token holds."""
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    """When the server decides for nobody (`on_expiry`); `None`: the call waits for as long as it takes."""
+    on_expiry: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """What happens at `expires_at` (JSON): `{"action": "reject"}` or `{"action": "escalate", "to": role,
+    "expires_after": seconds, "then": ...}`."""
+    decided_role: Mapped[str | None] = mapped_column(sa.String(255))
+    """The role the reviewer decided with; `None` for the thread's user or the server."""
+    escalations: Mapped[bytes | None] = mapped_column(sa.LargeBinary())
+    """The escalations before the decision (JSON list of `{"from", "to", "at", "expires_at"}`)."""
+
+    __table_args__ = (
+        sa.Index("ix_approvals_status_thread", "status", "thread_id"),
+        sa.Index(
+            "ix_approvals_review_queue", "status", "reviewers", "created_at", "thread_id", "tool_call_id"
+        ),
+        sa.Index("ix_approvals_deadline", "status", "expires_at"),
+    )
+
+
+class ReviewEventRow(Base):
+    """A change of the review queue (`approval_requested`, `_decided`, `_escalated`, `_expired`): the
+    reviewers' stream and the webhooks' outbox, written in the transaction of the change."""
+
+    __tablename__ = "review_events"
+
+    event_id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    type: Mapped[str] = mapped_column(sa.String(32))
+    reviewers: Mapped[str] = mapped_column(sa.String(255))
+    """Who may decide the call after the change (`user` or a role)."""
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class WebhookDeliveryRow(Base):
+    """One review event to POST to one endpoint, until it answers 2xx or its retries run out."""
+
+    __tablename__ = "webhook_deliveries"
+
+    event_id: Mapped[int] = mapped_column(sa.BigInteger(), primary_key=True, autoincrement=False)
+    url: Mapped[str] = mapped_column(sa.String(2000), primary_key=True)
+    attempts: Mapped[int] = mapped_column(sa.Integer())
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    """`None` once delivered or given up."""
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    last_error: Mapped[str | None] = mapped_column(sa.Text())
+
+    __table_args__ = (sa.Index("ix_webhook_deliveries_due", "next_attempt_at"),)
 
 
 ToolExecutionStatus = Literal["started", "succeeded", "failed", "retrying"]

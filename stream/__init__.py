@@ -8,6 +8,7 @@ from __future__ import annotations
 from .events import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     EventType,
     GuardrailTripped,
@@ -32,6 +33,7 @@ from .sse import encode_event, encode_events, encode_frame, ping_frame
 __all__ = [
     "AgentChanged",
     "ApprovalDecided",
+    "ApprovalEscalated",
     "ApprovalRequired",
     "CollectingSink",
     "EventType",

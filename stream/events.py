@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, Ty
 __all__ = [
     "AgentChanged",
     "ApprovalDecided",
+    "ApprovalEscalated",
     "ApprovalRequired",
     "EventType",
     "GuardrailTripped",
@@ -148,6 +149,10 @@ class PendingCall(BaseModel):
     """The agent whose call it is, when it is a delegated agent's (or the app has hand-offs)."""
     path: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The chain of agents down to `agent`, outermost first (`["travel", "booking", "payments"]`)."""
+    reviewers: str = Field(default="user", exclude_if=lambda value: value == "user")
+    """Who decides: the role a reviewer must hold; left out when the thread's user decides (`user`)."""
+    expires_at: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The deadline the server enforces (ISO 8601); left out when there is none."""
 
 
 class ToolOutcomeUnknown(_Event):
@@ -181,6 +186,18 @@ class ApprovalDecided(_Event):
     """Why the call was rejected, as the approver wrote it."""
     decided_at: str | None = None
     """When, as stored (ISO 8601): what a client shows live is what it shows after a reload."""
+    decided_role: str | None = None
+    """The role a reviewer decided with; left out when the thread's user or the server decided."""
+
+
+class ApprovalEscalated(_Event):
+    """A call's deadline passed and it went to other reviewers, with a new deadline."""
+
+    type: Literal["approval_escalated"] = "approval_escalated"
+    tool_call_id: str
+    reviewers: str
+    expires_at: str | None
+    """The new deadline (ISO 8601), or `None`."""
 
 
 class GuardrailTripped(_Event):
@@ -225,6 +242,7 @@ _AnyEvent = (
     | ToolOutcomeUnknown
     | ApprovalRequired
     | ApprovalDecided
+    | ApprovalEscalated
     | GuardrailTripped
     | AgentChanged
     | RunFinished
@@ -243,6 +261,7 @@ EventType = Literal[
     "tool_outcome_unknown",
     "approval_required",
     "approval_decided",
+    "approval_escalated",
     "guardrail_tripped",
     "agent_changed",
     "run_finished",
@@ -260,6 +279,7 @@ _EVENT_CLASSES: tuple[type[_AnyEvent], ...] = (
     ToolOutcomeUnknown,
     ApprovalRequired,
     ApprovalDecided,
+    ApprovalEscalated,
     GuardrailTripped,
     AgentChanged,
     RunFinished,

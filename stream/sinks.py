@@ -14,6 +14,7 @@ from typing import Protocol
 from .events import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
@@ -169,6 +170,8 @@ def _line(event: StreamEvent) -> str:
             if reason is not None:
                 line += f" reason={reason!r}"
             return line
+        case ApprovalEscalated(reviewers=reviewers, expires_at=expires_at):
+            return f"approval_escalated to {reviewers!r} until {expires_at}"
         case GuardrailTripped(guardrail=guardrail, stage=stage):
             return f"guardrail_tripped {stage} {guardrail}"
         case AgentChanged(agent=agent, previous=previous):

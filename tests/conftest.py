@@ -206,7 +206,9 @@ class MigratedDatabases:
             self._postgres_url = _with_database(server_url, self._postgres_name)
             await (await SqlConversationStore.connect(self._postgres_url)).aclose()
             self._postgres = await _connect(self._postgres_url)
-            self._emptying = await _deleting_every_row(self._postgres)
+        # Read again each time: an app's setup creates its own tables (the shop's) after the first call,
+        # and rows left in them would leak from one test into the next.
+        self._emptying = await _deleting_every_row(self._postgres)
         await self._postgres.execute(self._emptying)
         return self._postgres_url
 

@@ -48,6 +48,10 @@ ROUTES = [
     ("GET", "/api/ai-sdk/chat/{thread}/stream"),
     ("GET", "/api/ai-sdk/chat/{thread}"),
     ("POST", "/api/ag-ui"),
+    ("GET", "/api/review/approvals"),
+    ("GET", "/api/review/threads/{thread}"),
+    ("POST", "/api/review/threads/{thread}/tool-calls/{call}/approve"),
+    ("POST", "/api/review/threads/{thread}/tool-calls/{call}/reject"),
 ]
 
 HOSTILE = ["\x00", "\ud800", "\udfff", "\ud83d", "\u2028", "\ufeff", "%00", "../", "'", '"', "\\", "\n"]
@@ -119,7 +123,10 @@ PROBES = st.builds(
     thread=st.sampled_from(["own", "idle", "other", "missing", "random"]),
     call=st.sampled_from(["paused", "missing", "random"]),
     query=QUERY,
-    auth=st.just("valid") | st.sampled_from(["none", "twice", "non-ascii", "garbage", "expired", "other"]),
+    auth=st.just("valid")
+    | st.sampled_from(
+        ["none", "twice", "non-ascii", "garbage", "expired", "other", "reviewer", "forged-reviewer"]
+    ),
     last_event_id=st.none() | TEXT | st.integers(-1, 10**20).map(str),
     content_type=st.just("application/json")
     | st.sampled_from([None, "text/plain", "application/x-www-form-urlencoded"]),
@@ -193,6 +200,10 @@ def _credentials(auth: str, api: Api) -> list[tuple[bytes, bytes]]:
             return [(b"authorization", f"Bearer {issue_token(SECRET, USER, ttl_seconds=-60)}".encode())]
         case "other":
             return [(b"authorization", f"Bearer {api.token('someone-else')}".encode())]
+        case "reviewer":
+            return [(b"authorization", f"Bearer {issue_token(SECRET, 'sam', roles=('support',))}".encode())]
+        case "forged-reviewer":
+            return [(b"authorization", f"Bearer {issue_token('forged', 'sam', roles=('support',))}".encode())]
         case _:
             return []
 

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from stream import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     EventType,
     GuardrailTripped,
@@ -75,6 +76,9 @@ EXAMPLES: list[StreamEvent] = [
         decision="approved",
         decided_by="alice",
         override_args={"order_id": "ORD-5678", "reason": "customer asked"},
+    ),
+    ApprovalEscalated(
+        run_id="run-1", tool_call_id="call-2", reviewers="managers", expires_at="2026-11-27T12:00:00+00:00"
     ),
     GuardrailTripped(run_id="run-1", guardrail="no_internal_details", stage="output"),
     RunFinished(run_id="run-1", status="failed", output="partial", error="the model timed out"),

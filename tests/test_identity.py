@@ -306,3 +306,44 @@ def test_settings_default_to_the_built_in_tokens_and_keep_the_jwt_secret_secret(
     )
     assert jwks.jwt is not None
     assert jwks.jwt.algorithm == "RS256"
+
+
+async def test_roles_come_from_the_verified_jwts_roles_claim(hs256: Api) -> None:
+    async def queue(token: str) -> tuple[int, str]:
+        response = await hs256.client.get(
+            "/api/review/approvals", headers={"Authorization": f"Bearer {token}"}
+        )
+        if response.status_code == 200:
+            return 200, "reviewer"
+        return error_of(response.status_code, response.content)
+
+    as_list = jwt.encode(claims(roles=["support"]), HS_SECRET, algorithm="HS256")
+    as_text = jwt.encode(claims(roles="support managers"), HS_SECRET, algorithm="HS256")
+    no_roles = jwt.encode(claims(), HS_SECRET, algorithm="HS256")
+    forged = hand_signed({"alg": "HS256", "typ": "JWT"}, claims(roles=["support"]), b"not-the-secret")
+    malformed = jwt.encode(claims(roles=[5]), HS_SECRET, algorithm="HS256")
+    only_user = jwt.encode(claims(roles=["user"]), HS_SECRET, algorithm="HS256")
+    assert [await queue(t) for t in (as_list, as_text, no_roles, forged, malformed, only_user)] == [
+        (200, "reviewer"),
+        (200, "reviewer"),
+        (404, "not_found"),
+        (401, "invalid_token"),
+        (401, "invalid_token"),
+        (404, "not_found"),
+    ]
+
+
+async def test_the_roles_claim_is_configurable(tmp_path: Path) -> None:
+    env = {
+        **jwt_env(secret=HS_SECRET, audience=AUDIENCE, issuer=ISSUER),
+        "DURABLE_CHAT_JWT_ROLES_CLAIM": "groups",
+    }
+    async with open_api(sqlite_url(tmp_path), tmp_path, env=env) as api:
+        token = jwt.encode(claims(groups=["support"], roles=None), HS_SECRET, algorithm="HS256")
+        response = await api.client.get("/api/review/approvals", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+        ignored = jwt.encode(claims(roles=["support"]), HS_SECRET, algorithm="HS256")
+        response = await api.client.get(
+            "/api/review/approvals", headers={"Authorization": f"Bearer {ignored}"}
+        )
+        assert error_of(response.status_code, response.content) == (404, "not_found")

@@ -129,6 +129,8 @@ async def test_every_decision_stays_in_the_threads_approvals(api: Api) -> None:
                 "decided_by": None,
                 "decided_at": None,
                 "created_at": IsDatetime(iso_string=True),
+                "reviewers": "user",
+                "expires_at": None,
                 "context": {
                     "Order": "ORD-3456: Cable Kit x5",
                     "Status": "delivered",
@@ -167,6 +169,8 @@ async def test_every_decision_stays_in_the_threads_approvals(api: Api) -> None:
                 "decided_by": "alice",
                 "decided_at": IsDatetime(iso_string=True),
                 "created_at": IsDatetime(iso_string=True),
+                "reviewers": "user",
+                "expires_at": None,
             },
             {
                 "thread_id": IsStr(),
@@ -181,6 +185,8 @@ async def test_every_decision_stays_in_the_threads_approvals(api: Api) -> None:
                 "decided_by": "alice",
                 "decided_at": IsDatetime(iso_string=True),
                 "created_at": IsDatetime(iso_string=True),
+                "reviewers": "user",
+                "expires_at": None,
             },
             {
                 "thread_id": IsStr(),
@@ -195,6 +201,8 @@ async def test_every_decision_stays_in_the_threads_approvals(api: Api) -> None:
                 "decided_by": "alice",
                 "decided_at": IsDatetime(iso_string=True),
                 "created_at": IsDatetime(iso_string=True),
+                "reviewers": "user",
+                "expires_at": None,
             },
         ]
     )

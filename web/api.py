@@ -11,40 +11,33 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 
-from pydantic_ai.messages import ModelMessagesTypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent import ApprovalReview, cancel, stored_events, sub_conversation_id
+from agent import cancel, sub_conversation_id
 from store import (
-    Approval,
     NotFound,
-    Record,
-    Thread,
     ThreadCursor,
 )
-from stream import RunFinished
 
 from .access import MAX_ID_LENGTH, owned_thread, path_id, user_of
 from .attachments import annotate_attachments, attached_files
 from .bodies import (
-    ApproveBody,
     MessageBody,
     NewThreadBody,
-    RejectBody,
     RenameBody,
     read_body,
 )
-from .decisions import Answer, decide_one
+from .decisions import decision_response
 from .errors import ApiError
 from .responses import JsonResponse
 from .services import Services, services
 from .text import unstorable
+from .views import approvals_json, record_json, thread_detail, thread_json
 
 __all__ = ("api_routes",)
 
@@ -100,40 +93,7 @@ async def list_threads(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     s = services(request)
     thread = await owned_thread(request, s, user_of(request, s))
-    # The messages and the id of the newest event they reflect, read consistently: a checkpoint
-    # committed between the two reads is noticed and the pair read again.
-    conversation = await s.db.conversations.load(thread.thread_id)
-    for _ in range(5):
-        again = await s.db.threads.get(thread.thread_id)
-        if again.checkpoint_event_id == thread.checkpoint_event_id:
-            break
-        thread = again
-        conversation = await s.db.conversations.load(thread.thread_id)
-    messages: object = (
-        [] if conversation is None else json.loads(ModelMessagesTypeAdapter.dump_json(conversation.messages))
-    )
-    files = (
-        await s.db.files.list(thread.thread_id, user_id=thread.user_id) if conversation is not None else []
-    )
-    attachments = annotate_attachments(thread.thread_id, messages, files)
-    trail = await approvals_json(s, thread.user_id, await s.db.approvals.list(thread_id=thread.thread_id))
-    last_event_id = await s.db.events.newest(thread.thread_id)
-    outputs = await outputs_json(s, thread.thread_id)
-    return JsonResponse(
-        {
-            **thread_json(thread),
-            "messages": messages,
-            # The files the messages attach, in order, each marked `removed` once deleted.
-            "attachments": attachments,
-            "pending_approvals": [a for a in trail if a["status"] == "pending"],
-            # Every approval, decided or not, in the order the calls were made: the decision trail.
-            "approvals": trail,
-            # The structured outputs of its runs, which the messages hold only as the model wrote them.
-            "outputs": outputs,
-            "last_event_id": last_event_id,
-            "messages_event_id": thread.checkpoint_event_id,
-        }
-    )
+    return JsonResponse(await thread_detail(s, thread))
 
 
 async def rename_thread(request: Request) -> Response:
@@ -225,26 +185,7 @@ async def _decide(request: Request, decision: Literal["approved", "rejected"]) -
     s = services(request)
     user_id = user_of(request, s, write=True)
     thread = await owned_thread(request, s, user_id)
-    tool_call_id = path_id(request, "tool_call_id", "tool call")
-    override_args: dict[str, object] | None = None
-    reason: str | None = None
-    if decision == "approved":
-        override_args = (
-            await read_body(request, ApproveBody, max_bytes=s.settings.max_body_bytes)
-        ).override_args
-    else:
-        reason = (await read_body(request, RejectBody, max_bytes=s.settings.max_body_bytes)).reason
-    answer = Answer(tool_call_id, decision, override_args=override_args, reason=reason)
-    result = await decide_one(s, user_id, thread.thread_id, answer)
-    decided_at = result.approval.decided_at
-    return JsonResponse(
-        {
-            "tool_call_id": tool_call_id,
-            "decision": decision,
-            "run_id": result.resume_run_id,
-            "decided_at": None if decided_at is None else decided_at.isoformat(),
-        }
-    )
+    return await decision_response(request, s, user_id, thread.thread_id, decision)
 
 
 # -- approvals and records ---------------------------------------------------------------------------
@@ -332,94 +273,3 @@ def decode_cursor(text: str) -> ThreadCursor:
             return ThreadCursor(moment, thread_id)
         case _:
             raise invalid
-
-
-def thread_json(thread: Thread) -> dict[str, object]:
-    """A thread as the API answers it; `agent` once a hand-off named who answers its next turn."""
-    return {
-        "thread_id": thread.thread_id,
-        "title": thread.title,
-        "status": thread.status,
-        "created_at": thread.created_at.isoformat(),
-        "updated_at": thread.updated_at.isoformat(),
-        **({} if thread.agent is None else {"agent": thread.agent}),
-    }
-
-
-async def approvals_json(s: Services, user_id: str, approvals: Sequence[Approval]) -> list[dict[str, object]]:
-    """`approvals` as the API answers them; a pending one carries the app's context for its reviewer."""
-    answered: list[dict[str, object]] = []
-    for approval in approvals:
-        context = None
-        if approval.status == "pending":
-            context = await s.app.context_for(
-                ApprovalReview(
-                    thread_id=approval.thread_id,
-                    user_id=user_id,
-                    tool_call_id=approval.tool_call_id,
-                    tool_name=approval.tool_name,
-                    args=approval.args,
-                    engine=s.db.engine,
-                    metadata=approval.metadata,
-                )
-            )
-        answered.append(approval_json(approval, context=context))
-    return answered
-
-
-async def outputs_json(s: Services, thread_id: str) -> list[dict[str, object]]:
-    """The thread's structured run outputs, oldest first, as their `run_finished` events carried them."""
-    outputs: list[dict[str, object]] = []
-    for stored in stored_events(await s.db.events.of_types(thread_id, ["run_finished"])):
-        finished = stored.event
-        if isinstance(finished, RunFinished) and finished.output_type is not None:
-            outputs.append(
-                {
-                    "run_id": finished.run_id,
-                    "tool_call_id": finished.output_tool_call_id,
-                    "output": finished.output,
-                    "output_type": finished.output_type,
-                }
-            )
-    return outputs
-
-
-def approval_json(approval: Approval, *, context: Mapping[str, object] | None = None) -> dict[str, object]:
-    """An approval as the API answers it; `outcome`, `previous`, `context`, `agent` and `path` only
-    when there are any (`agent` and `path` name a delegated agent and its chain)."""
-    extra: dict[str, object] = {}
-    if approval.outcome is not None:
-        extra["outcome"] = approval.outcome
-    if approval.previous is not None:
-        extra["previous"] = approval.previous
-    if context is not None:
-        extra["context"] = dict(context)
-    if approval.agent is not None:
-        extra["agent"] = approval.agent
-    if approval.path is not None:
-        extra["path"] = list(approval.path)
-    return {
-        "thread_id": approval.thread_id,
-        "tool_call_id": approval.tool_call_id,
-        "run_id": approval.run_id,
-        "tool_name": approval.tool_name,
-        "args": approval.args,
-        "metadata": approval.metadata,
-        "status": approval.status,
-        "override_args": approval.override_args,
-        "reason": approval.reason,
-        "decided_by": approval.decided_by,
-        "decided_at": None if approval.decided_at is None else approval.decided_at.isoformat(),
-        "created_at": approval.created_at.isoformat(),
-        **extra,
-    }
-
-
-def record_json(record: Record) -> dict[str, object]:
-    return {
-        "tool_call_id": record.tool_call_id,
-        "run_id": record.run_id,
-        "kind": record.kind,
-        "data": record.data,
-        "created_at": record.created_at.isoformat(),
-    }

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from agent import ChatApp, load_app, open_runtime
 from store import Conflict, Database, DatabaseUnavailable, EventListener, Worker, normalize_url
-from worker import Broker, Relay, Runner
+from worker import Broker, Deadlines, Relay, Runner
 
 from .ag_ui.endpoints import ag_ui_routes
 from .ai_sdk.endpoints import ai_sdk_routes
@@ -32,9 +32,11 @@ from .headers import SecurityHeaders
 from .identity import jwt_tokens
 from .limits import RateLimiter, StreamLimiter
 from .regenerate import regenerate_routes
+from .review import review_routes
 from .services import Services
 from .settings import Settings
 from .sse import sse_routes
+from .webhooks import WebhookSender
 
 __all__ = ("create_app", "error_response")
 
@@ -98,9 +100,20 @@ def create_app(
             if listener is not None:
                 listener.start()
             await runner.start()
+            deadlines = Deadlines(
+                db, runner, publish=broker.publish, poll_seconds=settings.deadline_poll_seconds
+            )
+            await deadlines.start()
+            sender = None
+            if settings.webhook_urls and settings.webhook_secret is not None:
+                sender = WebhookSender(db, settings.webhook_urls, settings.webhook_secret)
+                await sender.start()
             try:
                 yield
             finally:
+                if sender is not None:
+                    await sender.aclose()
+                await deadlines.aclose()
                 await runner.aclose()
                 if listener is not None:
                     await listener.aclose()
@@ -115,6 +128,7 @@ def create_app(
             *file_routes(),
             *regenerate_routes(),
             *sse_routes(),
+            *review_routes(),
             *ai_sdk_routes(),
             *ag_ui_routes(),
             Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),

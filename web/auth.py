@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
@@ -24,10 +25,14 @@ __all__ = (
     "API_PREFIX",
     "Authenticate",
     "Authentication",
+    "Principal",
     "Verifier",
     "bearer_token",
     "builtin_tokens",
+    "checked_roles",
     "custom",
+    "principal",
+    "roles_of",
     "unauthorized",
     "user_id",
 )
@@ -52,8 +57,16 @@ class Authenticate(Protocol):
     def __call__(self, request: Request, /) -> str | Awaitable[str | None] | None: ...
 
 
-Verifier = Callable[[Request], Awaitable[str]]
-"""What `Authentication` runs: the user of a request, or an `ApiError` (400/401/503)."""
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from: the user, and the review roles a verified token gives them."""
+
+    user_id: str
+    roles: frozenset[str] = frozenset()
+
+
+Verifier = Callable[[Request], Awaitable[Principal]]
+"""What `Authentication` runs: who sent a request, or an `ApiError` (400/401/503)."""
 
 
 class Authentication:
@@ -65,7 +78,7 @@ class Authentication:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and str(scope["path"]).startswith(API_PREFIX):
-            outcome: str | ApiError
+            outcome: Principal | ApiError
             try:
                 outcome = await self._verify(Request(scope))
             except ApiError as error:
@@ -80,10 +93,22 @@ def user_id(request: Request) -> str:
     Raises:
         ApiError: The 400 or 401 (or your callable's error) the verifier decided.
     """
+    return principal(request).user_id
+
+
+def roles_of(request: Request) -> frozenset[str]:
+    """The review roles of the request's verified token (none for your `authenticate` callable)."""
+    return principal(request).roles
+
+
+def principal(request: Request) -> Principal:
+    """Who `Authentication` found `request` comes from; the 400 or 401 it decided otherwise."""
     outcome: object = request.scope.get("state", {}).get(_STATE_KEY)
     if isinstance(outcome, ApiError):
         raise outcome
-    assert isinstance(outcome, str), f"{request.url.path!r} is not under {API_PREFIX!r}, so not authenticated"
+    assert isinstance(outcome, Principal), (
+        f"{request.url.path!r} is not under {API_PREFIX!r}, so not authenticated"
+    )
     return outcome
 
 
@@ -131,15 +156,36 @@ def checked_user(value: object, *, source: str) -> str:
     return value
 
 
+def checked_roles(value: object, *, source: str) -> frozenset[str]:
+    """`value` (a list of names, or one space-separated string; absent: none) as review roles.
+
+    `user` is never a role: it names the thread's own user, who needs no token role to decide.
+
+    Raises:
+        ApiError: 401 `invalid_token` naming `source` for anything else.
+    """
+    if value is None:
+        return frozenset()
+    names: Sequence[object] = [None]
+    if isinstance(value, str):
+        names = value.split()
+    elif isinstance(value, list):
+        names = list(value)  # pyright: ignore[reportUnknownArgumentType]
+    if not all(isinstance(n, str) and n and len(n) <= _MAX_USER_LENGTH and not unstorable(n) for n in names):
+        raise unauthorized("invalid_token", f"{source} are not a list of role names")
+    return frozenset(str(n) for n in names) - {"user"}
+
+
 def builtin_tokens(secret: str) -> Verifier:
     """The built-in `v1.` tokens signed with `secret` (`durable-chat token USER`)."""
 
-    async def verify(request: Request) -> str:
+    async def verify(request: Request) -> Principal:
         try:
             claims = verify_token(secret, bearer_token(request))
         except InvalidToken as error:
             raise unauthorized(error.code, str(error)) from error
-        return checked_user(claims.user_id, source="the bearer token")
+        user = checked_user(claims.user_id, source="the bearer token")
+        return Principal(user, checked_roles(list(claims.roles), source="the bearer token's roles"))
 
     return verify
 
@@ -147,7 +193,7 @@ def builtin_tokens(secret: str) -> Verifier:
 def custom(authenticate: Authenticate) -> Verifier:
     """Your `authenticate` callable; `None` or an exception (but `ApiError`) is a 401."""
 
-    async def verify(request: Request) -> str:
+    async def verify(request: Request) -> Principal:
         if len(request.headers.getlist("authorization")) > 1:
             bearer_token(request)  # the same 400 whoever authenticates
         try:
@@ -164,6 +210,6 @@ def custom(authenticate: Authenticate) -> Verifier:
             raise ApiError(
                 401, "unauthenticated", "the request's credentials were not accepted", headers=_CHALLENGE
             )
-        return checked_user(found, source="the authenticate callable's answer")
+        return Principal(checked_user(found, source="the authenticate callable's answer"))
 
     return verify

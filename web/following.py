@@ -26,6 +26,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 
+from starlette.requests import Request
 from starlette.responses import Response
 
 from agent import Opened, stored_events
@@ -33,10 +34,11 @@ from store import Database, DatabaseUnavailable, NotFound
 from stream import RunFinished, StoredEvent, StreamEvent, encode_events
 from worker import Broker, SubscriberDropped, Subscription
 
+from .errors import ApiError
 from .services import Services
 from .sse_response import CountedEventStream
 
-__all__ = ("event_frames", "follow_run", "idle_poll_seconds", "stream_response", "thread_batches")
+__all__ = ("after_id", "event_frames", "follow_run", "idle_poll_seconds", "stream_response", "thread_batches")
 
 logger = logging.getLogger(__name__)
 
@@ -226,3 +228,17 @@ async def _follow(
     finally:
         if subscribed is not None:  # closed however the iteration ends (closing twice does nothing)
             s.broker.close(subscribed)
+
+
+def after_id(request: Request) -> int:
+    """Where a follower is: `Last-Event-ID` or `?after=` (422 for anything but a non-negative integer)."""
+    text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    text = text.strip()
+    # ASCII only: `isdigit` also takes digits such as "²" that `int` refuses.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise ApiError(
+            422,
+            "validation_error",
+            f"Last-Event-ID / after must be a non-negative integer, not {text[:40]!r}",
+        )
+    return int(text)

@@ -15,7 +15,7 @@ from typing import Literal
 import jwt
 from starlette.requests import Request
 
-from .auth import Verifier, bearer_token, checked_user, unauthorized
+from .auth import Principal, Verifier, bearer_token, checked_roles, checked_user, unauthorized
 from .errors import ApiError
 from .jwks import KeySet, KeySetUnavailable
 
@@ -43,6 +43,8 @@ class JwtSettings:
     """Where the provider publishes its RS256/ES256 public keys; `None` with `secret`."""
     user_claim: str = "sub"
     """The claim naming the user."""
+    roles_claim: str = "roles"
+    """The claim giving the user's review roles: a list of strings or one space-separated string."""
 
     def __post_init__(self) -> None:
         if (self.secret is None) == (self.jwks_url is None):
@@ -59,7 +61,7 @@ def jwt_tokens(settings: JwtSettings, *, keys: KeySet | None = None) -> Verifier
         keys = KeySet(settings.jwks_url, algorithm=settings.algorithm)
     required = ["exp", "aud", settings.user_claim, *(["iss"] if settings.issuer else [])]
 
-    async def verify(request: Request) -> str:
+    async def verify(request: Request) -> Principal:
         token = bearer_token(request)
         try:
             header = jwt.get_unverified_header(token)
@@ -96,9 +98,10 @@ def jwt_tokens(settings: JwtSettings, *, keys: KeySet | None = None) -> Verifier
             raise unauthorized("invalid_token", f"the token has no {error.claim!r} claim") from error
         except jwt.PyJWTError as error:
             raise unauthorized("invalid_token", "the token's signature or claims are not valid") from error
-        return checked_user(
+        user = checked_user(
             claims.get(settings.user_claim), source=f"the token's {settings.user_claim!r} claim"
         )
+        return Principal(user, checked_roles(claims.get(settings.roles_claim), source=settings.roles_claim))
 
     return verify
 

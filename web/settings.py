@@ -115,6 +115,8 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    deadline_poll_seconds: float = 1.0
+    """How often a worker enforces the deadlines of held calls (`DURABLE_CHAT_DEADLINE_POLL_SECONDS`)."""
     max_runs: int = 64
     """Runs one worker drives at once (`DURABLE_CHAT_MAX_RUNS`); more wait for a slot, queued in the
     database, where another worker may take them. A run waiting on its model uses no CPU and no
@@ -137,6 +139,10 @@ class Settings:
     jwt: JwtSettings | None = None
     """The identity provider whose JWTs replace the built-in tokens (`DURABLE_CHAT_JWT_*`); `None`:
     the built-in tokens signed with `secret`."""
+    webhook_urls: tuple[str, ...] = ()
+    """Where review events are POSTed (`DURABLE_CHAT_WEBHOOK_URL`, comma-separated); none by default."""
+    webhook_secret: str | None = field(default=None, repr=False)
+    """The Standard Webhooks signing secret, `whsec_…` (`DURABLE_CHAT_WEBHOOK_SECRET`)."""
 
     def connection_options(self) -> ConnectionOptions:
         """How the server's PostgreSQL connections are pooled and configured."""
@@ -209,6 +215,7 @@ class Settings:
                 f"{ENV_PREFIX}HEARTBEAT_SECONDS ({heartbeat:g}) must be shorter than "
                 f"{ENV_PREFIX}LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
             )
+        hooks = _webhooks(env)
         jwt = _jwt(env)
         return cls(
             database_url=cls.resolve_database_url(database_url, data_dir=directory, environ=env),
@@ -233,6 +240,7 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            deadline_poll_seconds=_number("DEADLINE_POLL_SECONDS", env, 1.0),
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
             shutdown_timeout_seconds=_number("SHUTDOWN_SECONDS", env, 10.0),
@@ -241,6 +249,8 @@ class Settings:
             file_types=_file_types(env),
             files_url=cls.resolve_files_url(env),
             jwt=jwt,
+            webhook_urls=hooks[0],
+            webhook_secret=hooks[1],
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
@@ -366,6 +376,7 @@ def _jwt(env: Mapping[str, str]) -> JwtSettings | None:
         secret=secret,
         jwks_url=jwks_url,
         user_claim=_pick(None, "JWT_USER_CLAIM", env) or "sub",
+        roles_claim=_pick(None, "JWT_ROLES_CLAIM", env) or "roles",
     )
 
 
@@ -470,3 +481,25 @@ def _create_secret(path: Path) -> None:
         pass  # another process won the race; its secret is the one to use
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _webhooks(env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """`webhook_urls` and `webhook_secret` from the environment; a URL without a usable secret is refused."""
+    urls = tuple(u.strip() for u in (_pick(None, "WEBHOOK_URL", env) or "").split(",") if u.strip())
+    secret = _pick(None, "WEBHOOK_SECRET", env)
+    if not urls:
+        return (), None
+    for url in urls:
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+            raise SettingsError(f"{ENV_PREFIX}WEBHOOK_URL holds {url[:80]!r}, not an http(s) URL")
+    if secret is None or not secret.startswith("whsec_"):
+        raise SettingsError(
+            f"{ENV_PREFIX}WEBHOOK_URL needs {ENV_PREFIX}WEBHOOK_SECRET, a Standard Webhooks 'whsec_…' secret"
+        )
+    from standardwebhooks.webhooks import Webhook
+
+    try:
+        Webhook(secret)
+    except Exception as error:
+        raise SettingsError(f"{ENV_PREFIX}WEBHOOK_SECRET is not a 'whsec_' followed by base64") from error
+    return urls, secret

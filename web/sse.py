@@ -16,8 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .access import owned_thread, user_of
-from .errors import ApiError
-from .following import event_frames, idle_poll_seconds, stream_response
+from .following import after_id, event_frames, idle_poll_seconds, stream_response
 from .services import services
 
 __all__ = ("sse_routes",)
@@ -31,19 +30,6 @@ async def follow_events(request: Request) -> Response:
     s = services(request)
     user_id = user_of(request, s)
     thread = await owned_thread(request, s, user_id)
-    after = _after(request)
+    after = after_id(request)
     frames = event_frames(s.db, s.broker, thread.thread_id, after=after, poll_seconds=idle_poll_seconds(s))
     return stream_response(s, frames, user_id=user_id)
-
-
-def _after(request: Request) -> int:
-    text = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    text = text.strip()
-    # ASCII only: `isdigit` also takes digits such as "²" that `int` refuses.
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise ApiError(
-            422,
-            "validation_error",
-            f"Last-Event-ID / after must be a non-negative integer, not {text[:40]!r}",
-        )
-    return int(text)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .broker import DEFAULT_BUFFER, Broker, SubscriberDropped, Subscription
+    from .deadlines import Deadlines
     from .leases import holding_leases
     from .relay import Relay
     from .runner import Runner
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_BUFFER",
     "Broker",
+    "Deadlines",
     "Relay",
     "Runner",
     "SubscriberDropped",
@@ -30,6 +32,7 @@ __all__ = (
 
 _EXPORTS = {
     "broker": ("DEFAULT_BUFFER", "Broker", "SubscriberDropped", "Subscription"),
+    "deadlines": ("Deadlines",),
     "leases": ("holding_leases",),
     "relay": ("Relay",),
     "runner": ("Runner",),

@@ -10,6 +10,7 @@ from .app import DELAY_VARIABLE, INSTRUCTIONS, STARTER_PROMPTS, TEXTS, build_age
 from .business import Account, BusinessData, CancelOutcome, FaqAnswer, Order, RefundOutcome, money
 from .feedback import Feedback, analyze_feedback, feedback_agent, feedback_model
 from .model import DEFAULT_ORDER_ID, DEMO_MODEL_NAME, demo_model, user_messages
+from .staffed import staffed_shop_app
 from .tools import TOOLS, ShopDeps
 
 __all__ = (
@@ -35,5 +36,6 @@ __all__ = (
     "feedback_model",
     "money",
     "shop_app",
+    "staffed_shop_app",
     "user_messages",
 )

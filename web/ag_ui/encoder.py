@@ -40,6 +40,7 @@ from pydantic_core import to_json
 from stream import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     PendingCall,
@@ -142,7 +143,7 @@ class AGUIStream:
                 # `RUN_FINISHED.result` is the output itself: this says which type it is (a union's member).
                 value = {"output": output, "output_type": output_type, "tool_call_id": call_id}
                 return [CustomEvent(name="structured_output", value=value)]
-            case ApprovalDecided() | UserMessage():
+            case ApprovalDecided() | ApprovalEscalated() | UserMessage():
                 return []
 
     def end(self) -> list[BaseEvent]:
@@ -194,7 +195,12 @@ class AGUIStream:
 def _interrupt(call: PendingCall) -> Interrupt:
     """The call's interrupt; its metadata (what the tool said of it) is the interrupt's `metadata`."""
     part = ToolCallPart(tool_name=call.tool_name, args=call.args, tool_call_id=call.tool_call_id)
-    return approval_to_interrupt(part, {} if call.metadata is None else {call.tool_call_id: call.metadata})
+    interrupt = approval_to_interrupt(
+        part, {} if call.metadata is None else {call.tool_call_id: call.metadata}
+    )
+    if call.expires_at is None:
+        return interrupt
+    return interrupt.model_copy(update={"expires_at": call.expires_at})
 
 
 def _whole_text(message_id: str, text: str) -> list[BaseEvent]:

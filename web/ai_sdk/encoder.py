@@ -34,6 +34,7 @@ from pydantic_core import to_json
 from stream import (
     AgentChanged,
     ApprovalDecided,
+    ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
     RunFinished,
@@ -163,18 +164,33 @@ class UIMessageStream:
                         text = content if isinstance(content, str) else to_json(content).decode()
                         return [ToolOutputErrorChunk(tool_call_id=tool_call_id, error_text=text)]
             case ApprovalRequired(approvals=calls):
+                waiting = [c for c in calls if c.tool_call_id not in self._decided]
+                # A call a reviewer decides is not sent as a request the client could answer: the
+                # client learns it waits, for whom and until when.
                 return [
                     ApprovalRequestChunk(
                         approval_id=call.tool_call_id,
                         tool_call_id=call.tool_call_id,
                         approval_descriptor=call.metadata,
                     )
-                    for call in calls
-                    if call.tool_call_id not in self._decided
+                    if call.reviewers == "user"
+                    else DataChunk(
+                        type="data-awaiting-reviewer",
+                        data={
+                            "toolCallId": call.tool_call_id,
+                            "reviewers": call.reviewers,
+                            "expiresAt": call.expires_at,
+                        },
+                        transient=True,
+                    )
+                    for call in waiting
                 ]
             case ApprovalDecided(tool_call_id=tool_call_id):
                 self._decided.add(tool_call_id)
                 return []
+            case ApprovalEscalated(tool_call_id=tool_call_id, reviewers=reviewers, expires_at=expires_at):
+                data = {"toolCallId": tool_call_id, "reviewers": reviewers, "expiresAt": expires_at}
+                return [DataChunk(type="data-awaiting-reviewer", data=data, transient=True)]
             case GuardrailTripped(guardrail=guardrail, stage=stage):
                 data = {"guardrail": guardrail, "stage": stage}
                 return [DataChunk(type="data-guardrail-tripped", data=data, transient=True)]

@@ -212,7 +212,8 @@ class _Reply:
             case ApprovalRequired(approvals=calls):
                 for call in calls:
                     tool = self._tool(call.tool_call_id)
-                    if tool is not None:
+                    # A reviewer's call is no request the client can answer: it stays waiting.
+                    if tool is not None and call.reviewers == "user":
                         tool.state = "approval-requested"
                         tool.metadata = call.metadata
                         tool.approval = _Requested(id=call.tool_call_id, descriptor=call.metadata)

@@ -1,0 +1,217 @@
+"""The review side of approvals: the reviewers' queue, deadlines, escalations and the review events.
+
+A review event (`approval_requested`, `approval_decided`, `approval_escalated`, `approval_expired`)
+is written in the transaction of the change it reports: it is both what reviewers follow
+(`GET /api/review/events`) and the webhooks' outbox (`store.webhooks`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .approvals import Approval, JsonObject, ReviewEventType, append_review_event, approval_of, get_approval
+from .engine import reader, translate_errors
+from .events import LoggedEvent, NewEvent, append_events
+from .schema import ApprovalRow, ReviewEventRow, ThreadRow, metadata
+from .threads import touch_thread
+
+__all__ = (
+    "QueueCursor",
+    "QueueItem",
+    "ReviewEvent",
+    "Reviews",
+)
+
+_approvals = metadata.tables[ApprovalRow.__tablename__]
+_threads = metadata.tables[ThreadRow.__tablename__]
+_events = metadata.tables[ReviewEventRow.__tablename__]
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """A call in the review queue, with whose thread it is in."""
+
+    approval: Approval
+    user_id: str
+    thread_title: str | None
+
+
+@dataclass(frozen=True)
+class QueueCursor:
+    """Where a page of the queue ended: the last item's time (created or decided) and ids."""
+
+    at: datetime
+    thread_id: str
+    tool_call_id: str
+
+
+@dataclass(frozen=True)
+class ReviewEvent:
+    event_id: int
+    type: ReviewEventType
+    reviewers: str
+    data: JsonObject
+    created_at: datetime
+
+
+class Reviews:
+    """Queries and changes of the review side of the `approvals` table."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._reader = reader(engine)
+
+    async def queue(
+        self,
+        roles: Collection[str],
+        *,
+        status: Literal["pending", "decided"],
+        limit: int,
+        after: QueueCursor | None = None,
+    ) -> list[QueueItem]:
+        """Calls for `roles`: pending ones oldest first, decided ones newest decided first."""
+        a = _approvals.c
+        query = (
+            sa.select(_approvals, _threads.c.user_id, _threads.c.title)
+            .join(_threads, _threads.c.thread_id == a.thread_id)
+            .where(a.reviewers.in_(sorted(roles)))
+            .limit(limit)
+        )
+        if status == "pending":
+            key = (a.created_at, a.thread_id, a.tool_call_id)
+            query = query.where(a.status == "pending").order_by(*key)
+            if after is not None:
+                query = query.where(
+                    sa.tuple_(*key) > sa.tuple_(after.at, after.thread_id, after.tool_call_id)
+                )
+        else:
+            key = (a.decided_at, a.thread_id, a.tool_call_id)
+            query = query.where(a.status != "pending").order_by(*(column.desc() for column in key))
+            if after is not None:
+                query = query.where(
+                    sa.tuple_(*key) < sa.tuple_(after.at, after.thread_id, after.tool_call_id)
+                )
+        with translate_errors("listing the review queue"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [QueueItem(approval_of(row), row["user_id"], row["title"]) for row in rows]
+
+    async def reviews_thread(self, thread_id: str, roles: Collection[str]) -> bool:
+        """Whether a reviewer with `roles` has or had a call to decide in the thread."""
+        a = _approvals.c
+        query = sa.select(sa.literal(1)).where(
+            a.thread_id == thread_id,
+            sa.or_(a.reviewers.in_(sorted(roles)), a.decided_role.in_(sorted(roles))),
+        )
+        with translate_errors(f"reading thread {thread_id!r}"):
+            async with self._reader.connect() as connection:
+                return (await connection.execute(query.limit(1))).first() is not None
+
+    async def due(self, now: datetime, *, limit: int = 100) -> list[Approval]:
+        """Pending calls whose deadline has passed, earliest first."""
+        a = _approvals.c
+        query = (
+            sa.select(_approvals)
+            .where(a.status == "pending", a.expires_at <= now)
+            .order_by(a.expires_at)
+            .limit(limit)
+        )
+        with translate_errors("reading passed deadlines"):
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [approval_of(row) for row in rows]
+
+    async def next_deadline(self) -> datetime | None:
+        """The earliest deadline of a pending call."""
+        a = _approvals.c
+        query = sa.select(sa.func.min(a.expires_at)).where(a.status == "pending", a.expires_at.is_not(None))
+        with translate_errors("reading the next deadline"):
+            async with self._engine.connect() as connection:
+                return (await connection.execute(query)).scalar_one_or_none()
+
+    async def escalate(
+        self,
+        approval: Approval,
+        *,
+        to: str,
+        expires_after: timedelta | None,
+        on_expiry: JsonObject | None,
+        now: datetime,
+        event: Callable[[Approval], NewEvent],
+    ) -> list[LoggedEvent] | None:
+        """Hand a call whose deadline passed to the role `to`, with a new deadline.
+
+        Of workers escalating the same call at once, one does it (it answers the events it logged);
+        the others, and any call decided or moved meanwhile, answer `None`.
+        """
+        with translate_errors(f"escalating tool call {approval.tool_call_id!r}"):
+            async with self._engine.begin() as connection:
+                await touch_thread(connection, approval.thread_id)
+                current = await get_approval(connection, approval.thread_id, approval.tool_call_id)
+                if (
+                    current is None
+                    or current.status != "pending"
+                    or current.expires_at is None
+                    or current.expires_at > now
+                    or current.expires_at != approval.expires_at
+                ):
+                    return None
+                expires_at = None if expires_after is None else now + expires_after
+                step: JsonObject = {
+                    "from": current.reviewers,
+                    "to": to,
+                    "at": now.isoformat(),
+                    "expires_at": None if expires_at is None else expires_at.isoformat(),
+                }
+                a = _approvals.c
+                await connection.execute(
+                    _approvals.update()
+                    .where(a.thread_id == current.thread_id, a.tool_call_id == current.tool_call_id)
+                    .values(
+                        reviewers=to,
+                        expires_at=expires_at,
+                        on_expiry=None if on_expiry is None else json.dumps(on_expiry).encode(),
+                        escalations=json.dumps([*(current.escalations or []), step]).encode(),
+                    )
+                )
+                moved = await get_approval(connection, current.thread_id, current.tool_call_id)
+                assert moved is not None
+                logged = await append_events(connection, current.thread_id, [event(moved)])
+                await append_review_event(connection, "approval_escalated", moved)
+                return logged
+
+    async def events_after(
+        self, roles: Collection[str], after: int, *, limit: int = 500
+    ) -> list[ReviewEvent]:
+        """Review events for `roles` with an id above `after`, oldest first."""
+        e = _events.c
+        query = (
+            sa.select(_events)
+            .where(e.event_id > after, e.reviewers.in_(sorted(roles)))
+            .order_by(e.event_id)
+            .limit(limit)
+        )
+        with translate_errors("reading review events"):
+            async with self._reader.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [
+            ReviewEvent(
+                row["event_id"], row["type"], row["reviewers"], json.loads(row["data"]), row["created_at"]
+            )
+            for row in rows
+        ]
+
+    async def last_event_id(self) -> int:
+        with translate_errors("reading review events"):
+            async with self._reader.connect() as connection:
+                found = (
+                    await connection.execute(sa.select(sa.func.max(_events.c.event_id)))
+                ).scalar_one_or_none()
+        return found or 0

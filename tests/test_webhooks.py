@@ -1,0 +1,216 @@
+"""Webhooks of review events to a local receiver that fails the first tries, on SQLite and PostgreSQL.
+
+The sender is driven by calling `send_due` with a moment past each retry: no waiting on the clock.
+Signatures are checked with the `standardwebhooks` library, as a receiver would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook
+from starlette.applications import Starlette
+
+from agent.demo import staffed_shop_app
+from store import Database, now_utc
+from web import create_app
+from web.services import Services
+from web.settings import Settings, SettingsError
+from web.tokens import issue_token
+from web.webhooks import WebhookSender, retry_delay
+
+from .conftest import MigratedDatabases
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "webhook-test-secret"
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@dataclass
+class Receiver:
+    """Answers 500 to the first `failures` requests, then 204; keeps every request."""
+
+    failures: int = 2
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list[tuple[dict[str, str], bytes]])
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    url: str = ""
+
+
+@contextmanager
+def _receiver() -> Iterator[Receiver]:
+    served = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with served.lock:
+                served.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                failing = len(served.received) <= served.failures
+            self.send_response(500 if failing else 204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    served.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with _receiver() as served:
+        yield served
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def services(
+    request: pytest.FixtureRequest, migrated_databases: MigratedDatabases
+) -> AsyncIterator[Services]:
+    url = await migrated_databases.empty(request.param)
+    settings = Settings(database_url=url, model="demo", secret=SECRET, deadline_poll_seconds=3600)
+    app: Starlette = create_app(settings, staffed_shop_app(delay=0))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+            headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+            thread = (await client.post("/api/threads", json={}, headers=headers)).json()["thread_id"]
+            sent = await client.post(
+                f"/api/threads/{thread}/messages", json={"content": "Please refund ORD-9012"}, headers=headers
+            )
+            assert sent.status_code == 202
+            async with asyncio.timeout(30):
+                while True:
+                    detail = (await client.get(f"/api/threads/{thread}", headers=headers)).json()
+                    if detail["status"] == "awaiting_approval":
+                        break
+                    await asyncio.sleep(0.02)
+            found = app.state.services
+            assert isinstance(found, Services)
+            yield found
+
+
+async def test_a_failing_endpoint_gets_the_same_message_until_it_answers(
+    services: Services, receiver: Receiver
+) -> None:
+    sender = WebhookSender(services.db, [receiver.url], WEBHOOK_SECRET)
+
+    assert await sender.send_due() == 0
+    [failing] = await services.db.webhooks.undelivered()
+    assert (failing.type, failing.attempts, failing.last_error) == ("approval_requested", 1, "answered 500")
+    assert failing.next_attempt_at is not None
+    assert await sender.send_due(now=failing.next_attempt_at - timedelta(milliseconds=1)) == 0
+    assert len(receiver.received) == 1
+
+    assert await sender.send_due(now=now_utc() + timedelta(seconds=30)) == 0
+    assert await sender.send_due(now=now_utc() + timedelta(minutes=5)) == 1
+    assert await services.db.webhooks.undelivered() == []
+    assert await sender.send_due(now=now_utc() + timedelta(hours=2)) == 0
+
+    assert len(receiver.received) == 3
+    verifier = Webhook(WEBHOOK_SECRET)
+    payloads = [verifier.verify(body, headers) for headers, body in receiver.received]
+    assert len({headers["webhook-id"] for headers, _ in receiver.received}) == 1
+    assert payloads[0] == payloads[2]
+    assert payloads[0]["type"] == "approval.requested"
+    assert payloads[0]["data"]["reviewers"] == "support"
+    assert payloads[0]["data"]["user_id"] == "alice"
+    assert payloads[0]["data"]["tool_name"] == "issue_refund"
+
+
+async def test_a_forged_signature_is_refused_by_the_library(services: Services, receiver: Receiver) -> None:
+    receiver.failures = 0
+    sender = WebhookSender(services.db, [receiver.url], "whsec_" + "QUJD" * 8)
+    assert await sender.send_due() == 1
+    [(headers, body)] = receiver.received
+    with pytest.raises(Exception, match="signature"):
+        Webhook(WEBHOOK_SECRET).verify(body, headers)
+    assert json.loads(body)["type"] == "approval.requested"
+
+
+async def test_a_delivery_claimed_by_a_worker_that_died_is_sent_again(
+    services: Services, receiver: Receiver
+) -> None:
+    receiver.failures = 0
+    await services.db.webhooks.schedule(receiver.url, since=timedelta(hours=25))
+    # A worker claims it and dies before sending: nobody else takes it while its hold lasts.
+    [held] = await services.db.webhooks.claim(now_utc(), hold=timedelta(minutes=2))
+    sender = WebhookSender(services.db, [receiver.url], WEBHOOK_SECRET)
+    assert await sender.send_due() == 0
+    assert await sender.send_due(now=now_utc() + timedelta(minutes=3)) == 1
+    [(headers, _)] = receiver.received
+    assert headers["webhook-id"] == f"msg_{held.event_id}"
+
+
+async def test_two_senders_send_each_message_once(services: Services, receiver: Receiver) -> None:
+    receiver.failures = 0
+    other = await Database.connect(services.settings.database_url, migrate=False)
+    try:
+        senders = [
+            WebhookSender(services.db, [receiver.url], WEBHOOK_SECRET),
+            WebhookSender(other, [receiver.url], WEBHOOK_SECRET),
+        ]
+        delivered = await asyncio.gather(*(s.send_due() for s in senders))
+    finally:
+        await other.aclose()
+    assert sorted(delivered) == [0, 1]
+    assert len(receiver.received) == 1
+
+
+def test_the_retries_double_from_a_second_to_an_hour() -> None:
+    assert [retry_delay(n).total_seconds() for n in (1, 2, 3, 4, 12, 13, 40)] == [
+        1,
+        2,
+        4,
+        8,
+        2048,
+        3600,
+        3600,
+    ]
+    # Over a day of retries before giving up (GIVE_UP_AFTER is 25 h).
+    total = timedelta(0)
+    attempts = 0
+    while total < timedelta(hours=24):
+        attempts += 1
+        total += retry_delay(attempts)
+    assert attempts < 40
+
+
+def test_a_webhook_url_needs_a_standard_webhooks_secret(tmp_path: Path) -> None:
+    base = {"DURABLE_CHAT_WEBHOOK_URL": "http://127.0.0.1:9/a, https://example.com/b"}
+    with pytest.raises(SettingsError, match="WEBHOOK_SECRET"):
+        Settings.load(secret=SECRET, data_dir=tmp_path, environ=base)
+    with pytest.raises(SettingsError, match="WEBHOOK_SECRET"):
+        Settings.load(
+            secret=SECRET, data_dir=tmp_path, environ={**base, "DURABLE_CHAT_WEBHOOK_SECRET": "plain"}
+        )
+    with pytest.raises(SettingsError, match="WEBHOOK_URL"):
+        Settings.load(
+            secret=SECRET,
+            data_dir=tmp_path,
+            environ={"DURABLE_CHAT_WEBHOOK_URL": "ftp://x", "DURABLE_CHAT_WEBHOOK_SECRET": WEBHOOK_SECRET},
+        )
+    loaded = Settings.load(
+        secret=SECRET, data_dir=tmp_path, environ={**base, "DURABLE_CHAT_WEBHOOK_SECRET": WEBHOOK_SECRET}
+    )
+    assert loaded.webhook_urls == ("http://127.0.0.1:9/a", "https://example.com/b")

@@ -1,0 +1,132 @@
+"""Webhooks: each review event POSTed to every configured endpoint, signed per Standard Webhooks.
+
+The body is `{"type": "approval.requested" | ..., "timestamp", "data"}`; the headers `webhook-id`
+(the same on every retry), `webhook-timestamp` and `webhook-signature`, made by the `standardwebhooks`
+library. A delivery that fails (any non-2xx answer, a timeout, no connection) is retried after about
+a second, doubling up to an hour, for 25 hours. The sender is a task of its own: a slow endpoint
+delays only other notifications, never a run. It lives in `web/` as the one package that speaks
+HTTP (the worker knows none). See `docs/review.md`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import httpx2
+from standardwebhooks.webhooks import Webhook
+
+from store import Database, Delivery, StoreError, now_utc
+
+__all__ = ("WebhookSender", "retry_delay")
+
+logger = logging.getLogger(__name__)
+
+FIRST_RETRY = timedelta(seconds=1)
+MAX_RETRY = timedelta(hours=1)
+GIVE_UP_AFTER = timedelta(hours=25)
+"""Retries go on for at least a day."""
+_HOLD = timedelta(minutes=2)
+"""How long a claimed delivery is this worker's; past it (the worker died) another sends it again."""
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """How long to wait after the `attempts`-th failed attempt: 1 s, 2 s, 4 s... up to an hour."""
+    return min(FIRST_RETRY * (2 ** min(max(attempts - 1, 0), 20)), MAX_RETRY)
+
+
+def webhook_type(event_type: str) -> str:
+    """`approval_requested` → `approval.requested`."""
+    return event_type.replace("_", ".", 1)
+
+
+class WebhookSender:
+    """Delivers review events to `urls`, signed with `secret` (`whsec_…`)."""
+
+    def __init__(
+        self,
+        db: Database,
+        urls: Sequence[str],
+        secret: str,
+        *,
+        poll_seconds: float = 1.0,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        self._db = db
+        self._urls = list(urls)
+        self._signer = Webhook(secret)
+        self._poll_seconds = poll_seconds
+        self._timeout = timeout_seconds
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="webhooks")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def send_due(self, now: datetime | None = None) -> int:
+        """Schedule new events, then attempt every due delivery once; return how many were delivered."""
+        moment = now_utc() if now is None else now
+        for url in self._urls:
+            await self._db.webhooks.schedule(url, since=GIVE_UP_AFTER)
+        claimed = await self._db.webhooks.claim(moment, hold=_HOLD)
+        if not claimed:
+            return 0
+        async with httpx2.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
+            outcomes = await asyncio.gather(*(self._attempt(client, d) for d in claimed))
+        return sum(outcomes)
+
+    async def _attempt(self, client: httpx2.AsyncClient, delivery: Delivery) -> bool:
+        body = json.dumps(
+            {
+                "type": webhook_type(delivery.type),
+                "timestamp": delivery.created_at.isoformat(),
+                "data": delivery.data,
+            },
+            separators=(",", ":"),
+        )
+        message_id = f"msg_{delivery.event_id}"
+        sent_at = now_utc()
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(int(sent_at.timestamp())),
+            "webhook-signature": self._signer.sign(message_id, sent_at, body),
+        }
+        error: str | None = None
+        try:
+            answer = await client.post(delivery.url, content=body.encode(), headers=headers)
+            if not 200 <= answer.status_code < 300:
+                error = f"answered {answer.status_code}"
+        except httpx2.HTTPError as failure:
+            error = f"{type(failure).__name__}: {failure}"
+        now = now_utc()
+        if error is None:
+            await self._db.webhooks.delivered(delivery, now)
+            return True
+        given_up = now - delivery.created_at >= GIVE_UP_AFTER
+        retry_at = None if given_up else now + retry_delay(delivery.attempts + 1)
+        logger.warning(
+            "webhook %s to %s failed (%s)%s", message_id, delivery.url, error, "; gave up" if given_up else ""
+        )
+        await self._db.webhooks.failed(delivery, error, retry_at=retry_at)
+        return False
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.send_due()
+            except StoreError as error:
+                logger.warning("sending webhooks failed: %s", error)
+            except Exception:
+                logger.exception("sending webhooks failed")
+            await asyncio.sleep(self._poll_seconds)
