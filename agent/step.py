@@ -61,7 +61,7 @@ from stream import (
 )
 
 from .app import RunKind, RunScope
-from .approvals import approval_required, call_args, denial, held_calls, reviewed_calls, stored_decisions
+from .approvals import approval_required, call_args, held_calls, reviewed_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .delegation import Delegations

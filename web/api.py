@@ -14,6 +14,7 @@ import json
 from datetime import datetime
 from typing import Literal
 
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -25,7 +26,7 @@ from store import (
 )
 
 from .access import MAX_ID_LENGTH, owned_thread, path_id, user_of
-from .attachments import annotate_attachments, attached_files
+from .attachments import attached_files
 from .bodies import (
     MessageBody,
     NewThreadBody,
