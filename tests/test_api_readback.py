@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from stream import ApprovalDecided, event_data
 from web.services import Services
 
 from .asgi import Api, call, error_of, open_api
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -59,12 +59,12 @@ async def _paused(api: Api, content: str) -> tuple[str, str]:
         f"/api/threads/{thread_id}/messages", json={"content": content}, headers=api.auth(USER)
     )
     assert posted.status_code == 202, posted.text
-    with anyio.fail_after(30):
-        while True:  # waits on the condition; the deadline only fails the test
-            thread = (await api.client.get(f"/api/threads/{thread_id}", headers=api.auth(USER))).json()
-            if thread["pending_approvals"]:
-                return thread_id, thread["pending_approvals"][0]["tool_call_id"]
-            await anyio.sleep(0.02)
+
+    async def paused() -> str | None:
+        thread = (await api.client.get(f"/api/threads/{thread_id}", headers=api.auth(USER))).json()
+        return thread["pending_approvals"][0]["tool_call_id"] if thread["pending_approvals"] else None
+
+    return thread_id, await eventually(paused)
 
 
 @pytest.fixture

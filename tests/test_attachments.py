@@ -5,7 +5,6 @@ On SQLite and PostgreSQL, with the bytes in the database.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -31,6 +30,7 @@ from web import Settings, create_app
 from web.tokens import issue_token
 
 from .asgi import SECRET, error_of
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -128,15 +128,15 @@ async def send(api: httpx.AsyncClient, thread_id: str, content: str, files: list
 
 async def until_idle(api: httpx.AsyncClient, thread_id: str, replies: int) -> Json:
     """The thread once it has `replies` replies and no run."""
-    async with asyncio.timeout(30):
-        while True:
-            detail: Json = (await api.get(f"/api/threads/{thread_id}", headers=auth())).json()
-            messages = detail["messages"]
-            assert isinstance(messages, list)
-            ended = sum(1 for m in messages if isinstance(m, dict) and m.get("kind") == "response")
-            if detail["status"] == "idle" and ended >= replies:
-                return detail
-            await asyncio.sleep(0.02)
+
+    async def idle() -> Json | None:
+        detail: Json = (await api.get(f"/api/threads/{thread_id}", headers=auth())).json()
+        messages = detail["messages"]
+        assert isinstance(messages, list)
+        ended = sum(1 for m in messages if isinstance(m, dict) and m.get("kind") == "response")
+        return detail if detail["status"] == "idle" and ended >= replies else None
+
+    return await eventually(idle)
 
 
 async def test_the_model_receives_exactly_the_uploaded_bytes_on_every_turn(open_api: OpenApi) -> None:
@@ -315,12 +315,12 @@ async def test_a_regenerated_reply_gets_the_same_files(open_api: OpenApi) -> Non
     await until_idle(api, thread_id, 1)
     answer = await api.post(f"/api/threads/{thread_id}/regenerate", headers=auth())
     assert answer.status_code == 202, answer.text
-    async with asyncio.timeout(30):
-        while True:  # the regenerated reply asked, and the thread idle again
-            detail = await until_idle(api, thread_id, 1)
-            if len(seen.requests) == 2:
-                break
-            await asyncio.sleep(0.02)
+
+    async def regenerated() -> Json | None:  # the regenerated reply asked, and the thread idle again
+        detail = await until_idle(api, thread_id, 1)
+        return detail if len(seen.requests) == 2 else None
+
+    detail = await eventually(regenerated)
     sent = ["What is this?", f"image/png {hashlib.sha256(PNG).hexdigest()}"]
     assert seen.requests == [sent, sent]
     attachments = detail["attachments"]

@@ -3,7 +3,6 @@ with SIGKILL, restarted, approved with edited arguments, completed; the inner ch
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import httpx
 import pytest
 
 from .live_server import LiveServer, auth, sqlite_url
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -19,12 +19,12 @@ Json = dict[str, Any]
 
 
 async def until(client: httpx.AsyncClient, token: str, thread_id: str, done: Callable[[Json], bool]) -> Json:
-    async with asyncio.timeout(60):
-        while True:
-            detail: Json = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
-            if done(detail):
-                return detail
-            await asyncio.sleep(0.05)
+
+    async def done_yet() -> Json | None:
+        detail: Json = (await client.get(f"/api/threads/{thread_id}", headers=auth(token))).json()
+        return detail if done(detail) else None
+
+    return await eventually(done_yet)
 
 
 async def test_a_nested_approval_survives_sigkill_and_resumes_with_edited_arguments(tmp_path: Path) -> None:

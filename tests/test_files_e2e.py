@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from .live_server import LiveServer, auth, sqlite_url
+from .waiting import eventually_sync
 
 DEADLINE = 30.0
 BOUNDARY = "e2e-boundary-51c2"
@@ -47,7 +47,7 @@ def test_kill_9_mid_upload_leaves_nothing_listed_or_stored(server: LiveServer, t
     with socket.create_connection(("127.0.0.1", server.port)) as connection:
         connection.sendall(request + head + b"x" * (size // 2))
         # The server is spooling the file: it holds an unnamed temporary file open.
-        _wait_for(lambda: _spooling(server.pid), "the server to spool the upload")
+        eventually_sync(lambda: _spooling(server.pid), "the server to spool the upload")
         server.kill()
 
     server.start()
@@ -81,14 +81,6 @@ def _spooling(pid: int) -> bool:
         if target.endswith("(deleted)"):
             return True
     return False
-
-
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def _objects(root: Path) -> list[Path]:

@@ -4,7 +4,6 @@ conversation readable; hand-offs and the thread's `agent`. On SQLite and Postgre
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from web import Settings, create_app, issue_token
 
 from .agent_chains import Chain
 from .conformance import Scripted
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -55,12 +55,12 @@ async def send(api: httpx.AsyncClient, thread_id: str, content: str) -> None:
 
 
 async def until(api: httpx.AsyncClient, thread_id: str, done: Callable[[Json], bool]) -> Json:
-    async with asyncio.timeout(30):
-        while True:
-            detail: Json = (await api.get(f"/api/threads/{thread_id}", headers=HEADERS)).json()
-            if done(detail):
-                return detail
-            await asyncio.sleep(0.02)
+
+    async def done_yet() -> Json | None:
+        detail: Json = (await api.get(f"/api/threads/{thread_id}", headers=HEADERS)).json()
+        return detail if done(detail) else None
+
+    return await eventually(done_yet)
 
 
 async def test_a_nested_approval_over_the_api(database_url: str, tmp_path: Path) -> None:

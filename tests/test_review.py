@@ -7,7 +7,7 @@ deadlines are enforced by calling `worker.Deadlines.sweep` with a moment past th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -26,6 +26,7 @@ from web.tokens import issue_token
 from worker import Deadlines
 
 from .conftest import MigratedDatabases
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -72,16 +73,7 @@ class Api:
             detail = await self.detail(thread_id)
             return detail if detail["status"] in statuses else None
 
-        return await _eventually(check)
-
-
-async def _eventually(check: Callable[[], Awaitable[T | None]]) -> T:
-    async with asyncio.timeout(DEADLINE):
-        while True:
-            value = await check()
-            if value is not None:
-                return value
-            await asyncio.sleep(0.02)
+        return await eventually(check)
 
 
 @pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -30,6 +30,7 @@ from web.tokens import issue_token
 from web.webhooks import WebhookSender, retry_delay
 
 from .conftest import MigratedDatabases
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -99,12 +100,12 @@ async def services(
                 f"/api/threads/{thread}/messages", json={"content": "Please refund ORD-9012"}, headers=headers
             )
             assert sent.status_code == 202
-            async with asyncio.timeout(30):
-                while True:
-                    detail = (await client.get(f"/api/threads/{thread}", headers=headers)).json()
-                    if detail["status"] == "awaiting_approval":
-                        break
-                    await asyncio.sleep(0.02)
+
+            async def paused() -> bool | None:
+                detail = (await client.get(f"/api/threads/{thread}", headers=headers)).json()
+                return True if detail["status"] == "awaiting_approval" else None
+
+            await eventually(paused)
             found = app.state.services
             assert isinstance(found, Services)
             yield found
