@@ -431,6 +431,7 @@ async def append_review_event(connection: AsyncConnection, type: ReviewEventType
     await connection.execute(
         _review_events.insert().values(
             type=type,
+            thread_id=approval.thread_id,
             reviewers=approval.reviewers,
             data=json.dumps(review_data(approval, user_id), separators=(",", ":")).encode(),
             created_at=now_utc(),

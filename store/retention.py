@@ -22,13 +22,23 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .erasure import erase_conversation
-from .schema import ACTIVE_RUN_STATUSES, ConversationRecordRow, RunRow, ThreadRow, metadata
+from .schema import (
+    ACTIVE_RUN_STATUSES,
+    ConversationRecordRow,
+    ReviewEventRow,
+    RunRow,
+    ThreadRow,
+    WebhookDeliveryRow,
+    metadata,
+)
 
 __all__ = ("count_active_stale", "delegated_scope", "erase_stale", "erase_thread", "find_stale")
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 _runs = metadata.tables[RunRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
+_review_events = metadata.tables[ReviewEventRow.__tablename__]
+_deliveries = metadata.tables[WebhookDeliveryRow.__tablename__]
 
 
 def delegated_scope(thread_id: str) -> str:
@@ -48,6 +58,10 @@ async def erase_thread(connection: AsyncConnection, thread_id: str) -> bool:
     )
     for (conversation_id,) in subs.all():
         await erase_conversation(connection, conversation_id)
+    # Its review events hold its calls' arguments: they go, with any delivery of them still due.
+    events = sa.select(_review_events.c.event_id).where(_review_events.c.thread_id == thread_id)
+    await connection.execute(_deliveries.delete().where(_deliveries.c.event_id.in_(events)))
+    await connection.execute(_review_events.delete().where(_review_events.c.thread_id == thread_id))
     deleted = await connection.execute(
         _threads.delete().where(_threads.c.thread_id == thread_id).returning(_threads.c.thread_id)
     )

@@ -319,10 +319,14 @@ class ReviewEventRow(Base):
         sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True
     )
     type: Mapped[str] = mapped_column(sa.String(32))
+    thread_id: Mapped[str] = mapped_column(sa.String(64))
+    """The thread of the call: deleting the thread deletes its review events (they hold its arguments)."""
     reviewers: Mapped[str] = mapped_column(sa.String(255))
     """Who may decide the call after the change (`user` or a role)."""
     data: Mapped[bytes] = mapped_column(sa.LargeBinary())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (sa.Index("ix_review_events_thread", "thread_id"),)
 
 
 class WebhookDeliveryRow(Base):

@@ -47,11 +47,13 @@ def upgrade() -> None:
             autoincrement=True,
         ),
         sa.Column("type", sa.String(length=32), nullable=False),
+        sa.Column("thread_id", sa.String(length=64), nullable=False),
         sa.Column("reviewers", sa.String(length=255), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
         sa.Column("created_at", UtcDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("event_id", name=op.f("pk_review_events")),
     )
+    op.create_index("ix_review_events_thread", "review_events", ["thread_id"])
     op.create_table(
         "webhook_deliveries",
         sa.Column("event_id", sa.BigInteger(), nullable=False),
@@ -68,6 +70,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_webhook_deliveries_due", table_name="webhook_deliveries")
     op.drop_table("webhook_deliveries")
+    op.drop_index("ix_review_events_thread", table_name="review_events")
     op.drop_table("review_events")
     op.drop_index("ix_approvals_deadline", table_name="approvals")
     op.drop_index("ix_approvals_review_queue", table_name="approvals")
