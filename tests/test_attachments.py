@@ -374,7 +374,8 @@ async def test_a_follower_sees_the_attachments_the_thread_answers_afterwards(
     [live] = _user_messages(answer.body)
     attachments = detail["attachments"]
     assert isinstance(attachments, list)
-    assert attachments and all(isinstance(a, dict) for a in attachments)
+    assert attachments
+    assert all(isinstance(a, dict) for a in attachments)
     keys = ("file_id", "name", "media_type", "size")
     assert live["content"] == "Compare these"
     assert live["attachments"] == [{k: a[k] for k in keys} for a in attachments]  # pyright: ignore[reportIndexIssue, reportUnknownVariableType]
