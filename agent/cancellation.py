@@ -37,7 +37,7 @@ from pydantic_ai.messages import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Database, LoggedEvent, NewEvent, NoActiveRun, Run, RunChanged, cancel_run
+from store import Database, LoggedEvent, NewEvent, NoActiveRun, Run, RunChanged, StoredFile, cancel_run
 from stream import (
     RunFinished,
     RunStarted,
@@ -52,6 +52,7 @@ from stream import (
 )
 
 from .eventlog import Publisher, stored_events
+from .files import file_reference
 
 __all__ = ("Cancellation", "cancel", "interrupted_messages")
 
@@ -104,7 +105,8 @@ async def _attempt(db: Database, thread_id: str) -> Cancellation | None:
     if conversation is None:
         conversation = Conversation(conversation_id=thread_id)
     events = [stored.event for stored in stored_events(logged) if stored.event.run_id == run.run_id]
-    messages, kept = interrupted_messages(conversation.messages, run, events)
+    files = await _attached(db, run) if run.checkpoints == 0 else []
+    messages, kept = interrupted_messages(conversation.messages, run, events, files)
     conversation.messages = messages
     conversation.deferred_tool_requests = None
     closing: list[LoggedEvent] = []
@@ -125,8 +127,19 @@ async def _attempt(db: Database, thread_id: str) -> Cancellation | None:
     return Cancellation(run.run_id, stored, kept)
 
 
+async def _attached(db: Database, run: Run) -> list[StoredFile]:
+    """The files attached to the run's message, in order (ones deleted since are left out, as a step does)."""
+    if not run.attached:
+        return []
+    files = {f.file_id: f for f in await db.files.list(run.thread_id)}
+    return [files[file_id] for file_id in run.attached if file_id in files]
+
+
 def interrupted_messages(
-    stored: Sequence[ModelMessage], run: Run, events: Sequence[StreamEvent]
+    stored: Sequence[ModelMessage],
+    run: Run,
+    events: Sequence[StreamEvent],
+    files: Sequence[StoredFile] = (),
 ) -> tuple[list[ModelMessage], str | None]:
     """The conversation once `run` is cancelled, and the partial reply kept (if any).
 
@@ -134,6 +147,8 @@ def interrupted_messages(
         stored: The conversation at the run's last checkpoint.
         run: The run being cancelled.
         events: The run's events stored since that checkpoint, in order.
+        files: The files attached to the run's message, stored with it as references when the
+            run is cancelled before its first checkpoint.
     """
     latest = _latest_attempt(events)
     run_tag = f"{run.run_id}.{run.attempt}"
@@ -142,7 +157,8 @@ def interrupted_messages(
         # Nothing of this run is stored yet: its message is, now, as a new turn would store it.
         if _open_calls(messages):
             messages = repair_messages(messages)
-        messages.append(ModelRequest(parts=[UserPromptPart(run.content)], run_id=run_tag))
+        content = [run.content, *map(file_reference, files)] if files else run.content
+        messages.append(ModelRequest(parts=[UserPromptPart(content)], run_id=run_tag))
     results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
     messages = _closed(messages, _open_calls(messages), results, run_tag)
     # Calls of read-only tools wait for the next checkpoint (`ChatApp.read_only_tools`): those the

@@ -14,8 +14,8 @@ from typing import Literal
 
 from opentelemetry import trace
 
-from store import Claim, Claimed, NewRun, Queued, Run, RunKind
-from stream import RunStarted, StoredEvent, StreamEvent, UserMessage, event_from_data
+from store import Claim, Claimed, NewRun, Queued, Run, RunKind, StoredFile
+from stream import AttachedFile, RunStarted, StoredEvent, StreamEvent, UserMessage, event_from_data
 
 from .eventlog import new_event
 from .guardrails import message_window
@@ -98,7 +98,8 @@ async def queue_run(
         # trace id as every later event of the run does. One never ended (a refused run) is
         # never exported.
         span = start_run_span(run_id)
-        opening = opening_events(run_id, kind, content, trace_id=format_trace_id(span))
+        attached = await _attached(runtime, thread_id, user_id, file_ids)
+        opening = opening_events(run_id, kind, content, attached, trace_id=format_trace_id(span))
     new = NewRun(
         thread_id=thread_id,
         kind=kind,
@@ -131,13 +132,34 @@ def start_run_span(run_id: str) -> trace.Span:
 
 
 def opening_events(
-    run_id: str, kind: StartKind, content: str | None, *, trace_id: str | None = None
+    run_id: str,
+    kind: StartKind,
+    content: str | None,
+    files: Sequence[StoredFile] = (),
+    *,
+    trace_id: str | None = None,
 ) -> list[StreamEvent]:
-    """The events a run starts with: `run_started`, and the user's message for a `message` run with `content`."""
+    """The events a run starts with: `run_started`, and the user's message for a `message` run with
+    `content`, with the `files` attached to it."""
     events: list[StreamEvent] = [RunStarted(run_id=run_id, kind=kind, trace_id=trace_id)]
     if kind == "message" and content is not None:
-        events.append(UserMessage(run_id=run_id, content=content, trace_id=trace_id))
+        attachments = [
+            AttachedFile(file_id=f.file_id, name=f.name, media_type=f.media_type, size=f.size) for f in files
+        ]
+        events.append(
+            UserMessage(run_id=run_id, content=content, attachments=attachments or None, trace_id=trace_id)
+        )
     return events
+
+
+async def _attached(
+    runtime: Runtime, thread_id: str, user_id: str | None, file_ids: Sequence[str]
+) -> list[StoredFile]:
+    """The files `file_ids` names, in order (read only when there are some: a message without files costs nothing)."""
+    if not file_ids:
+        return []
+    files = {f.file_id: f for f in await runtime.db.files.list(thread_id, user_id=user_id)}
+    return [files[file_id] for file_id in file_ids if file_id in files]
 
 
 def opening_stored(claimed: Claimed) -> list[StoredEvent]:

@@ -38,15 +38,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
-from store import (
-    Claimed,
-    DatabaseUnavailable,
-    LeaseLost,
-    PendingCall,
-    Run,
-    RunStatus,
-    now_utc,
-)
+from store import Claimed, DatabaseUnavailable, LeaseLost, PendingCall, Run, RunStatus, StoredFile, now_utc
 from stream import (
     AgentChanged,
     GuardrailTripped,
@@ -309,13 +301,17 @@ class _Step:
             self.agent = self.runtime.app.speaker(await speaker(self.db, run))
             self.tags.agent = self.delegations.root = self.agent.name or "assistant"
         if not self.claimed.opening:  # else the queueing stored them
-            for event in opening_events(run.run_id, kind, run.content if run.attempt == 1 else None):
+            content = run.content if run.attempt == 1 else None
+            files = await self._attached() if content is not None and run.kind == "message" else []
+            for event in opening_events(run.run_id, kind, content, files):
                 await self.out.emit(event)
         loaded = await self._load()
         if loaded is not None:
             self.conversation = loaded
         prompt = run.content if run.kind == "message" and not continuing else None
-        attached: list[UserContent] = await self._attached() if prompt is not None else []
+        attached: list[UserContent] = (
+            [file_reference(f) for f in await self._attached()] if prompt is not None else []
+        )
         if run.kind == "regenerate" and not continuing:
             # Drop the last reply (kept stored as a branch) and ask its user message again.
             asked = self.conversation.messages
@@ -342,13 +338,13 @@ class _Step:
                 [prompt, *attached] if attached and prompt is not None else prompt, deferred, deps
             )
 
-    async def _attached(self) -> list[UserContent]:
-        """References to the files attached to the run's message (ones deleted since are left out)."""
+    async def _attached(self) -> list[StoredFile]:
+        """The files attached to the run's message (ones deleted since are left out)."""
         wanted = self.run.attached
         if not wanted:
             return []
         files = {f.file_id: f for f in await self.scope.files.list()}
-        return [file_reference(files[file_id]) for file_id in wanted if file_id in files]
+        return [files[file_id] for file_id in wanted if file_id in files]
 
     async def _run(
         self, prompt: str | Sequence[UserContent] | None, deferred: DeferredToolResults | None, deps: object

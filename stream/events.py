@@ -19,6 +19,7 @@ __all__ = [
     "ApprovalDecided",
     "ApprovalEscalated",
     "ApprovalRequired",
+    "AttachedFile",
     "EventType",
     "GuardrailTripped",
     "PendingCall",
@@ -80,11 +81,24 @@ class RunStarted(_Event):
     kind: Literal["message", "resume", "recover", "regenerate"]
 
 
+class AttachedFile(BaseModel):
+    """A file attached to a user message, as the stored message refers to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    file_id: str
+    name: str
+    media_type: str
+    size: int
+
+
 class UserMessage(_Event):
     """The user message the run answers."""
 
     type: Literal["user_message"] = "user_message"
     content: str
+    attachments: list[AttachedFile] | None = None
+    """The files attached to the message, in order; left out when none."""
 
 
 class TextDelta(_Event):

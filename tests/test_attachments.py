@@ -6,11 +6,13 @@ On SQLite and PostgreSQL, with the bytes in the database.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -29,7 +31,7 @@ from store.schema import ConversationEntryRow
 from web import Settings, create_app
 from web.tokens import issue_token
 
-from .asgi import SECRET, error_of
+from .asgi import SECRET, Answer, call, error_of
 from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -326,3 +328,55 @@ async def test_a_regenerated_reply_gets_the_same_files(open_api: OpenApi) -> Non
     attachments = detail["attachments"]
     assert isinstance(attachments, list)
     assert [a["file_id"] for a in attachments] == [png_id]
+
+
+def _user_messages(stream: bytes) -> list[Json]:
+    """The `user_message` events of an SSE answer, as JSON."""
+    found: list[Json] = []
+    for frame in stream.decode().split("\n\n"):
+        lines = frame.splitlines()
+        if "event: user_message" in lines:
+            found.append(
+                json.loads(
+                    "".join(line.removeprefix("data: ") for line in lines if line.startswith("data: "))
+                )
+            )
+    return found
+
+
+async def test_a_follower_sees_the_attachments_the_thread_answers_afterwards(
+    database_url: str, tmp_path: Path
+) -> None:
+    seen = Seen()
+    settings = Settings(database_url=database_url, secret=SECRET, data_dir=tmp_path)
+    app = create_app(settings, app=scoped(Agent(hashing_model(seen), deps_type=RunScope)))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30) as api,
+    ):
+        thread_id = await new_thread(api)
+        png_id = await upload(api, thread_id, "chart.png", PNG, "image/png")
+        csv_id = await upload(api, thread_id, "orders.csv", CSV, "text/csv")
+        followed, done, answers = anyio.Event(), anyio.Event(), list[Answer]()
+        headers = [(b"authorization", auth()["Authorization"].encode())]
+
+        async def follow() -> None:
+            url = f"/api/threads/{thread_id}/events?after=0"
+            answers.append(await call(app, "GET", url, headers=headers, started=followed, until=done))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follow)
+            await followed.wait()
+            await send(api, thread_id, "Compare these", [png_id, csv_id])
+            detail = await until_idle(api, thread_id, 1)
+            done.set()
+    [answer] = answers
+    [live] = _user_messages(answer.body)
+    attachments = detail["attachments"]
+    assert isinstance(attachments, list)
+    assert attachments
+    assert all(isinstance(a, dict) for a in attachments)
+    keys = ("file_id", "name", "media_type", "size")
+    assert live["content"] == "Compare these"
+    assert live["attachments"] == [{k: a[k] for k in keys} for a in attachments]  # pyright: ignore[reportIndexIssue, reportUnknownVariableType]
+    assert [a["name"] for a in live["attachments"]] == ["chart.png", "orders.csv"]  # pyright: ignore[reportIndexIssue, reportUnknownVariableType, reportGeneralTypeIssues]

@@ -8,6 +8,8 @@ test lets the driver go on: it must store nothing more.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -23,12 +25,13 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import Runtime, RuntimeOptions, cancel, interrupted_messages, run_step
+from agent import Attachment, Runtime, RuntimeOptions, attachments_in, cancel, interrupted_messages, run_step
 from agent.demo import INSTRUCTIONS, TOOLS, ShopDeps
-from store import LeaseLost, NewEvent, NewRun, NoActiveRun, Run, Thread
+from store import LeaseLost, NewEvent, NewFile, NewRun, NoActiveRun, Run, Thread
 from stream import RunFinished, RunStarted, TextDelta, ToolCall, ToolResult, event_from_data
 
 from .step_app import App, AppFactory, shapes
@@ -269,6 +272,37 @@ async def test_a_queued_run_is_cancelled_and_its_message_kept(app: App) -> None:
             "response: text",
         ]
     )
+
+
+async def test_a_run_cancelled_before_its_first_checkpoint_keeps_its_attachments(app: App) -> None:
+    thread = await app.thread()
+    data = b"order,amount\nA-1,24.95\n"
+    stored = await app.db.files.save(
+        NewFile(
+            thread_id=thread.thread_id,
+            user_id=thread.user_id,
+            name="orders.csv",
+            media_type="text/csv",
+            source=io.BytesIO(data),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+    )
+    new = NewRun(thread_id=thread.thread_id, kind="message", content="Read this", file_ids=[stored.file_id])
+    await app.db.runs.queue(new)
+
+    await cancel(app.db, thread.thread_id)
+
+    messages = await app.messages(thread)
+    assert shapes(messages) == snapshot(["request: user-prompt", "response: "])
+    assert isinstance(messages[0], ModelRequest)
+    [prompt] = messages[0].parts
+    assert isinstance(prompt, UserPromptPart)
+    assert attachments_in(messages) == [
+        Attachment(file_id=stored.file_id, name="orders.csv", media_type="text/csv", size=len(data))
+    ]
+    assert not isinstance(prompt.content, str)
+    assert prompt.content[0] == "Read this"
 
 
 async def test_no_active_run_and_a_paused_thread_have_nothing_to_cancel(app: App) -> None:
