@@ -157,7 +157,9 @@ def interrupted_messages(
         # Nothing of this run is stored yet: its message is, now, as a new turn would store it.
         if _open_calls(messages):
             messages = repair_messages(messages)
-        content = [run.content, *map(file_reference, files)] if files else run.content
+        content = (
+            [*([run.content] if run.content else []), *map(file_reference, files)] if files else run.content
+        )
         messages.append(ModelRequest(parts=[UserPromptPart(content)], run_id=run_tag))
     results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
     messages = _closed(messages, _open_calls(messages), results, run_tag)

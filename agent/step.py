@@ -335,7 +335,10 @@ class _Step:
         self.scope = replace(self.scope, kind=kind, message=_answered(run, prompt, self.conversation))
         async with self.runtime.app.deps_for(self.scope) as deps:
             return await self._run(
-                [prompt, *attached] if attached and prompt is not None else prompt, deferred, deps
+                # Files alone (a photo with no text) ask with no empty text part.
+                [*([prompt] if prompt else []), *attached] if attached and prompt is not None else prompt,
+                deferred,
+                deps,
             )
 
     async def _attached(self) -> list[StoredFile]:

@@ -147,7 +147,7 @@ class _Chat:
         attached: list[StoredFile] = []
         while True:
             text = (await read_line(USER)).strip()
-            if not text:
+            if not text and not attached:  # Enter alone sends attached files with no text
                 continue
             if text == QUIT:
                 raise EndOfInput
@@ -182,7 +182,7 @@ class _Chat:
             return
         attached.append(stored)
         self._say(
-            f"(attached {stored.name}, {stored.media_type}, {stored.size} bytes: it goes with your next message)"
+            f"(attached {stored.name}, {stored.media_type}, {stored.size} bytes: it goes with your next message; Enter alone sends it now)"
         )
 
     async def drive(self, run_id: str, opened: Opened | None = None) -> None:

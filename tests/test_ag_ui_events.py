@@ -8,6 +8,7 @@ from inline_snapshot import snapshot
 
 from stream import (
     ApprovalDecided,
+    AttachedFile,
     ApprovalRequired,
     GuardrailTripped,
     PendingCall,
@@ -281,3 +282,41 @@ def test_the_output_call_gets_its_result_and_the_run_its_output_and_type() -> No
             },
         ]
     )
+
+
+def test_the_user_messages_files_are_told_live_with_their_endpoints() -> None:
+    files = [
+        AttachedFile(file_id="f1", name="photo.png", media_type="image/png", size=812),
+        AttachedFile(file_id="f2", name="orders.csv", media_type="text/csv", size=28),
+    ]
+    stream = AGUIStream(thread_id="chat-1", run_id="client-run-1", files_thread_id="t-1")
+    events = stream.encode(UserMessage(run_id=R, content="", attachments=files))
+    assert [json.loads(encode_event(e).decode().removeprefix("data: ")) for e in events] == snapshot(
+        [
+            {
+                "type": "CUSTOM",
+                "name": "user_files",
+                "value": {
+                    "files": [
+                        {
+                            "file_id": "f1",
+                            "name": "photo.png",
+                            "media_type": "image/png",
+                            "size": 812,
+                            "url": "/api/threads/t-1/files/f1",
+                        },
+                        {
+                            "file_id": "f2",
+                            "name": "orders.csv",
+                            "media_type": "text/csv",
+                            "size": 28,
+                            "url": "/api/threads/t-1/files/f2",
+                        },
+                    ]
+                },
+            }
+        ]
+    )
+    assert stream.encode(UserMessage(run_id=R, content="hi")) == []
+    # Without the stored thread to name the endpoints, nothing is said of them.
+    assert frames([UserMessage(run_id=R, content="hi", attachments=files)])[1]["type"] == "RUN_ERROR"

@@ -9,6 +9,7 @@ from pydantic_ai.ui.vercel_ai.response_types import TextDeltaChunk
 
 from stream import (
     ApprovalDecided,
+    AttachedFile,
     ApprovalRequired,
     GuardrailTripped,
     PendingCall,
@@ -295,3 +296,22 @@ def test_a_chunk_is_one_sse_frame_written_by_the_stream_framing() -> None:
     assert encode_chunk(TextDeltaChunk(id="p1", delta="a\nb")) == (
         b'data: {"type":"text-delta","delta":"a\\nb","id":"p1"}\n\n'
     )
+
+
+def test_the_user_messages_files_are_told_live_with_their_endpoints() -> None:
+    photo = AttachedFile(file_id="f1", name="photo.png", media_type="image/png", size=812)
+    events: list[StreamEvent] = [
+        RunStarted(run_id=R, kind="message"),
+        UserMessage(run_id=R, content="", attachments=[photo]),
+        RunFinished(run_id=R, status="completed"),
+    ]
+    stream = UIMessageStream(message_id="msg-1", thread_id="t/1")
+    chunks = [c.encode(6) for e in events for c in stream.encode(e)]
+    assert chunks == snapshot(
+        [
+            '{"type":"data-user-files","data":{"files":[{"fileId":"f1","filename":"photo.png","mediaType":"image/png","size":812,"url":"/api/threads/t%2F1/files/f1"}]},"transient":true}'
+        ]
+    )
+    # Without files, or without the thread to name their endpoints, nothing is said.
+    assert UIMessageStream(message_id="m", thread_id="t").encode(UserMessage(run_id=R, content="hi")) == []
+    assert UIMessageStream(message_id="m").encode(events[1]) == []

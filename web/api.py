@@ -33,6 +33,7 @@ from .bodies import (
     RenameBody,
     read_body,
 )
+from .chats import EMPTY_DETAIL, EMPTY_MESSAGE
 from .decisions import decision_response
 from .errors import ApiError
 from .responses import JsonResponse
@@ -148,6 +149,8 @@ async def post_message(request: Request) -> Response:
 
 def _message(body: MessageBody, s: Services) -> MessageBody:
     limit = s.settings.max_message_chars
+    if not body.content and not body.files:
+        raise ApiError(422, "validation_error", EMPTY_MESSAGE, details=[EMPTY_DETAIL])
     if len(body.content) > limit:
         details: list[dict[str, object]] = [
             {"loc": "content", "msg": f"at most {limit} characters", "type": "string_too_long"}

@@ -62,7 +62,8 @@ class RenameBody(_Strict):
 
 
 class MessageBody(_Strict):
-    content: str = Field(min_length=1)
+    content: str = ""
+    """The message's text; may be empty when `files` attaches something (a photo alone)."""
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     files: list[str] = Field(default_factory=list[str], max_length=20)
     """Ids of files of the thread attached to the message."""

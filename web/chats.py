@@ -20,6 +20,8 @@ from .errors import ApiError
 from .services import Services
 
 __all__ = (
+    "EMPTY_DETAIL",
+    "EMPTY_MESSAGE",
     "MAX_CHAT_ID",
     "chat_thread",
     "check_length",
@@ -63,11 +65,16 @@ def _derived_thread_id(user_id: str, chat_id: str) -> str:
     return f"chat-{digest[:40]}"
 
 
-def check_length(s: Services, content: str) -> None:
-    """A message longer than the native API takes is refused the same way (422)."""
+EMPTY_MESSAGE = "the message has no text and no files"
+EMPTY_DETAIL: dict[str, object] = {"loc": "content", "msg": "text or files required", "type": "missing"}
+
+
+def check_length(s: Services, content: str, *, files: bool = False) -> None:
+    """A message longer than the native API takes is refused the same way (422); so is one with
+    neither text nor (`files`) attachments."""
     limit = s.settings.max_message_chars
-    if not content.strip():
-        raise ApiError(422, "validation_error", "the message has no text")
+    if not content.strip() and not files:
+        raise ApiError(422, "validation_error", EMPTY_MESSAGE, details=[EMPTY_DETAIL])
     if len(content) > limit:
         raise ApiError(
             422,
@@ -81,7 +88,7 @@ async def _queue_message(
     s: Services, thread: Thread, content: str, *, idempotency_key: str | None, file_ids: Sequence[str] = ()
 ) -> Opened:
     """Queue the run answering a user message, as `POST /api/threads/{id}/messages` does."""
-    _check_message(s, content, idempotency_key)
+    _check_message(s, content, idempotency_key, files=bool(file_ids))
     try:
         queued = await s.runner.queue(
             thread.thread_id, "message", content=content, idempotency_key=idempotency_key, file_ids=file_ids
@@ -108,7 +115,7 @@ async def queue_chat_message(
     one trip. Else (the chat is a thread of the user's own) the thread `chat_thread` finds.
     """
     if _valid_chat_id(chat_id):  # else `chat_thread` refuses it
-        _check_message(s, content, idempotency_key)
+        _check_message(s, content, idempotency_key, files=bool(file_ids))
         derived = _derived_thread_id(user_id, chat_id)
         try:
             queued = await s.runner.queue(
@@ -131,7 +138,7 @@ async def queue_chat_message(
     )
 
 
-def _check_message(s: Services, content: str, idempotency_key: str | None) -> None:
-    check_length(s, content)
+def _check_message(s: Services, content: str, idempotency_key: str | None, *, files: bool = False) -> None:
+    check_length(s, content, files=files)
     if idempotency_key is not None and len(idempotency_key) > MAX_CHAT_ID:
         raise ApiError(422, "validation_error", f"a message id has at most {MAX_CHAT_ID} characters")

@@ -56,6 +56,8 @@ from stream import (
     UserMessage,
 )
 
+from ..attachments import file_url
+
 __all__ = ("AGUIStream", "encode_event", "interrupt_id_to_tool_call_id")
 
 _ENCODER = EventEncoder()
@@ -69,9 +71,11 @@ def encode_event(event: BaseEvent) -> bytes:
 class AGUIStream:
     """The AG-UI events of one run request: `RUN_STARTED`, the run's events, then how it ended."""
 
-    def __init__(self, *, thread_id: str, run_id: str) -> None:
-        """`thread_id`, `run_id`: the client's, from its `RunAgentInput`."""
+    def __init__(self, *, thread_id: str, run_id: str, files_thread_id: str | None = None) -> None:
+        """`thread_id`, `run_id`: the client's, from its `RunAgentInput`. `files_thread_id`: the
+        stored thread whose files the user's message attaches (their endpoints go in `user_files`)."""
         self._thread_id = thread_id
+        self._files_thread_id = files_thread_id
         self._run_id = run_id
         self._open_texts: list[str] = []
         self._pending: list[PendingCall] = []
@@ -143,7 +147,22 @@ class AGUIStream:
                 # `RUN_FINISHED.result` is the output itself: this says which type it is (a union's member).
                 value = {"output": output, "output_type": output_type, "tool_call_id": call_id}
                 return [CustomEvent(name="structured_output", value=value)]
-            case ApprovalDecided() | ApprovalEscalated() | UserMessage():
+            case UserMessage(attachments=attachments):
+                # The user's message is the client's own: this tells it where its files are stored.
+                if not attachments or self._files_thread_id is None:
+                    return []
+                files = [
+                    {
+                        "file_id": f.file_id,
+                        "name": f.name,
+                        "media_type": f.media_type,
+                        "size": f.size,
+                        "url": file_url(self._files_thread_id, f.file_id),
+                    }
+                    for f in attachments
+                ]
+                return [CustomEvent(name="user_files", value={"files": files})]
+            case ApprovalDecided() | ApprovalEscalated():
                 return []
 
     def end(self) -> list[BaseEvent]:

@@ -67,7 +67,6 @@ async def run_agent(request: Request) -> Response:
     # The answer is a stream: refuse one too many before a run is queued, not after.
     s.streams.check(user_id)
     body = await read_body(request, RunAgentInput, max_bytes=inline_body_limit(s))
-    encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id)
     last = body.messages[-1] if body.messages else None
     if not body.resume and isinstance(last, UserMessage):
         file_ids = await _attach(s, user_id, body.thread_id, last)
@@ -75,9 +74,11 @@ async def run_agent(request: Request) -> Response:
         thread_id, queued = await queue_chat_message(
             s, user_id, body.thread_id, _text(last), idempotency_key=last.id, file_ids=file_ids
         )
+        encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id, files_thread_id=thread_id)
         return _stream(s, thread_id, user_id, queued.run.run_id, encoder, opened=queued)
     thread = await chat_thread(s, user_id, body.thread_id, create=True)
     assert thread is not None
+    encoder = AGUIStream(thread_id=body.thread_id, run_id=body.run_id, files_thread_id=thread.thread_id)
     if body.resume:
         resume_run_id = await decide_all(s, user_id, thread, _answers(body.resume))
         if resume_run_id is None:  # other calls still wait: the same interrupt, for them
@@ -134,7 +135,7 @@ async def _attach(s: Services, user_id: str, chat_id: str, message: UserMessage)
                 pass
     if not inline:
         return []
-    check_length(s, _text(message))  # a message refused anyway stores no files
+    check_length(s, _text(message), files=True)  # a message refused anyway stores no files
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
     file_ids: list[str] = []

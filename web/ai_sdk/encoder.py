@@ -50,6 +50,8 @@ from stream import (
     encode_frame,
 )
 
+from ..attachments import file_url
+
 __all__ = (
     "HEADERS",
     "SDK_VERSION",
@@ -103,13 +105,17 @@ class UIMessageStream:
     `lastAssistantMessageIsCompleteWithApprovalResponses` looks at the calls of the last response.
     """
 
-    def __init__(self, *, message_id: str | None, decided: Collection[str] = ()) -> None:
+    def __init__(
+        self, *, message_id: str | None, decided: Collection[str] = (), thread_id: str | None = None
+    ) -> None:
         """`message_id`: the assistant message the chunks build, or `None` to continue the client's last one.
 
         `decided`: calls decided already, whose approval request a replay leaves out so the
-        client does not offer a decision that was made.
+        client does not offer a decision that was made. `thread_id`: the thread whose files the
+        user's message attaches (their endpoints go in `data-user-files`).
         """
         self._message_id = message_id
+        self._thread_id = thread_id
         self._decided = set(decided)
         self._open_texts: list[str] = []
         self._in_step = False
@@ -214,8 +220,21 @@ class UIMessageStream:
                 if call_id is None or call_id not in self._tools:
                     return []
                 return [ToolOutputAvailableChunk(tool_call_id=call_id, output=event.output)]
-            case UserMessage():
-                return []
+            case UserMessage(attachments=attachments):
+                # The user's message is the client's own: this tells it where its files are stored.
+                if not attachments or self._thread_id is None:
+                    return []
+                files = [
+                    {
+                        "fileId": f.file_id,
+                        "filename": f.name,
+                        "mediaType": f.media_type,
+                        "size": f.size,
+                        "url": file_url(self._thread_id, f.file_id),
+                    }
+                    for f in attachments
+                ]
+                return [DataChunk(type="data-user-files", data={"files": files}, transient=True)]
 
     def end(self) -> list[BaseChunk]:
         """The chunks that close the response: open parts, the step, `finish` (or `abort`), `[DONE]`."""

@@ -120,7 +120,7 @@ async def post_chat(request: Request) -> Response:
             user_id,
             run_id,
             run_id,
-            UIMessageStream(message_id=run_id),
+            UIMessageStream(message_id=run_id, thread_id=thread_id),
             opened=queued,
         )
     thread = await chat_thread(s, user_id, body.id, create=True)
@@ -168,7 +168,7 @@ async def post_chat(request: Request) -> Response:
 
 async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part], text: str) -> list[str]:
     """The files of a user message's `file` parts, stored as files of the chat's thread (made if new)."""
-    check_length(s, text)  # a message refused anyway stores no files
+    check_length(s, text, files=True)  # a message refused anyway stores no files
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
     file_ids: list[str] = []
@@ -200,7 +200,7 @@ async def resume_stream(request: Request) -> Response:
     decided = [
         a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id) if a.status != "pending"
     ]
-    encoder = UIMessageStream(message_id=first.run_id, decided=decided)
+    encoder = UIMessageStream(message_id=first.run_id, decided=decided, thread_id=thread.thread_id)
     return _stream(s, thread.thread_id, thread.user_id, first.run_id, active.run_id, encoder)
 
 

@@ -16,7 +16,7 @@ import { Approvals } from "./approvals.js";
 import { closeDrawer, wireDrawer } from "./drawer.js";
 import { button, byTestId, copyText, element, formatTime, titleFrom } from "./dom.js";
 import { follow } from "./events.js";
-import { clearPending, fileUrl, pendingFiles, wireAttachments } from "./files.js";
+import { clearPending, eventAttachments, pendingFiles, wireAttachments } from "./files.js";
 import { hideRecords, wireHeader } from "./header.js";
 import { TOKEN_KEY, readFragment, userOf, writeFragment } from "./session.js";
 import { fillStarters } from "./starters.js";
@@ -40,7 +40,6 @@ const state = {
   app: null,
   canRegenerate: false,
   finished: new Set(), // runs whose end this page has seen
-  outgoing: null, // the files of the message being sent, shown with it when its event comes
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -318,9 +317,8 @@ function applyEvent(type, data) {
       hideInline(byTestId("send-error"));
       break;
     case "user_message":
-      // The files this page just sent go with its message (the event names none).
-      transcript.userMessage(data.content, undefined, state.outgoing);
-      state.outgoing = null;
+      // The event names the message's files, whichever page or client sent them.
+      transcript.userMessage(data.content, undefined, eventAttachments(state.threadId, data.attachments));
       break;
     case "text_delta":
       transcript.appendText(data.part_id, data.delta, data.run_id);
@@ -413,7 +411,8 @@ function leaveThread() {
 async function sendMessage(text) {
   const input = byTestId("message-input");
   const content = (text ?? input.value).trim();
-  if (!content || !state.threadId) return;
+  const files = pendingFiles();
+  if ((!content && !files.length) || !state.threadId) return; // a photo alone is a message
   const blocked = blockedReason();
   if (blocked) {
     const hint = byTestId("composer-hint");
@@ -425,9 +424,7 @@ async function sendMessage(text) {
   const send = byTestId("send");
   hideInline(byTestId("send-error"));
   send.disabled = true;
-  if (!state.title) setTitle(titleFrom(content)); // named at once, as the server names it
-  const files = pendingFiles();
-  state.outgoing = files.map((file) => ({ ...file, url: fileUrl(state.threadId, file.file_id) }));
+  if (!state.title && content) setTitle(titleFrom(content)); // named at once, as the server names it
   try {
     const answer = await api("POST", `/api/threads/${encodeURIComponent(state.threadId)}/messages`, {
       content,
@@ -444,7 +441,6 @@ async function sendMessage(text) {
     }
     refreshThreads();
   } catch (error) {
-    state.outgoing = null;
     showInline(byTestId("send-error"), plainError(error));
   } finally {
     send.disabled = false;

@@ -105,6 +105,12 @@ export function fileUrl(threadId, fileId) {
   return `/api/threads/${encodeURIComponent(threadId)}/files/${encodeURIComponent(fileId)}`;
 }
 
+/** A live `user_message` event's `attachments`, with the endpoint of each (`null` when none). */
+export function eventAttachments(threadId, attachments) {
+  if (!attachments?.length) return null;
+  return attachments.map((file) => ({ ...file, url: fileUrl(threadId, file.file_id) }));
+}
+
 /** The previews of a message's attachments: `{file_id, name, media_type, size, removed?, url}` each. */
 export function attachmentsNode(attachments) {
   const box = element("div", "attachments", "attachments");
