@@ -8,8 +8,8 @@ from inline_snapshot import snapshot
 
 from stream import (
     ApprovalDecided,
-    AttachedFile,
     ApprovalRequired,
+    AttachedFile,
     GuardrailTripped,
     PendingCall,
     RunFinished,

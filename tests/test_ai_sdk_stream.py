@@ -9,8 +9,8 @@ from pydantic_ai.ui.vercel_ai.response_types import TextDeltaChunk
 
 from stream import (
     ApprovalDecided,
-    AttachedFile,
     ApprovalRequired,
+    AttachedFile,
     GuardrailTripped,
     PendingCall,
     RunFinished,

@@ -20,7 +20,15 @@ from .errors import ApiError
 from .media import Sniffer, UnsupportedType, media_type_of, safe_name
 from .services import Services
 
-__all__ = ("decode_data_url", "inline_body_limit", "save_inline_file")
+__all__ = ("InlineFiles", "decode_data_url", "inline_body_limit", "inline_files_of", "save_inline_file")
+
+InlineFiles = dict[tuple[str, str], StoredFile]
+"""A thread's files by (sha256, name): what a message's data URLs may be already."""
+
+
+async def inline_files_of(s: Services, thread_id: str, user_id: str) -> InlineFiles:
+    """The thread's files by content and name, for `save_inline_file(known=...)`."""
+    return {(f.sha256, f.name): f for f in await s.db.files.list(thread_id, user_id=user_id)}
 
 
 def inline_body_limit(s: Services) -> int:
@@ -48,9 +56,19 @@ def decode_data_url(url: str) -> tuple[str | None, bytes]:
 
 
 async def save_inline_file(
-    s: Services, thread_id: str, user_id: str, *, data: bytes, declared: str | None, name: str | None
+    s: Services,
+    thread_id: str,
+    user_id: str,
+    *,
+    data: bytes,
+    declared: str | None,
+    name: str | None,
+    known: InlineFiles | None = None,
 ) -> StoredFile:
     """Store bytes a message carried as a file of the thread, checked as an upload is.
+
+    `known`: the thread's files (`inline_files_of`); one with the same bytes and name is the file,
+    not stored again: a client that retries its POST (as `useChat` does) resends its data URLs.
 
     Raises:
         ApiError: 413 `file_too_large` or `quota_exceeded`, 415 `unsupported_media_type`, 404 for a thread gone.
@@ -58,10 +76,13 @@ async def save_inline_file(
     limit = s.settings.max_file_bytes
     if len(data) > limit:
         raise ApiError(413, "file_too_large", f"the file is larger than the limit of {limit} bytes")
+    safe = safe_name(name)
+    sha256 = hashlib.sha256(data).hexdigest()
+    if known is not None and (same := known.get((sha256, safe))) is not None:
+        return same
     sniffer = Sniffer()
     sniffer.feed(data)
     sniffer.finish()
-    safe = safe_name(name)
     try:
         media_type = media_type_of(sniffer, declared=declared, name=safe, allowed=s.settings.file_types)
     except UnsupportedType as error:
@@ -73,10 +94,10 @@ async def save_inline_file(
         media_type=media_type,
         source=io.BytesIO(data),
         size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
+        sha256=sha256,
     )
     try:
-        return await s.db.files.save(new, quota=s.settings.file_quota_bytes)
+        stored = await s.db.files.save(new, quota=s.settings.file_quota_bytes)
     except QuotaExceeded as error:
         raise ApiError(
             413,
@@ -85,3 +106,6 @@ async def save_inline_file(
         ) from error
     except NotFound as error:
         raise ApiError.not_found(f"no thread {thread_id!r}") from error
+    if known is not None:
+        known[(sha256, safe)] = stored  # the same file twice in one message is stored once
+    return stored

@@ -40,7 +40,7 @@ from ..chats import chat_thread, check_length, queue_chat_message
 from ..decisions import Answer, decide_all
 from ..errors import ApiError
 from ..following import follow_run, stream_response
-from ..inline_files import decode_data_url, inline_body_limit, save_inline_file
+from ..inline_files import decode_data_url, inline_body_limit, inline_files_of, save_inline_file
 from ..services import Services, services
 from .encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
@@ -139,13 +139,16 @@ async def _attach(s: Services, user_id: str, chat_id: str, message: UserMessage)
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
     file_ids: list[str] = []
+    known = await inline_files_of(s, thread.thread_id, user_id)
     for url, declared, name in inline:
         if not url.startswith("data:"):
             # Only a file of the thread, by its endpoint: the server fetches no URL.
             file_ids.append(url.rstrip("/").rpartition("/")[2])
             continue
         _, data = decode_data_url(url)
-        stored = await save_inline_file(s, thread.thread_id, user_id, data=data, declared=declared, name=name)
+        stored = await save_inline_file(
+            s, thread.thread_id, user_id, data=data, declared=declared, name=name, known=known
+        )
         file_ids.append(stored.file_id)
     return await attached_files(s, thread.thread_id, user_id, file_ids)
 

@@ -33,7 +33,7 @@ from ..chats import chat_thread, check_length, queue_chat_message
 from ..decisions import Answer, decide_all
 from ..errors import ApiError
 from ..following import follow_run, stream_response
-from ..inline_files import decode_data_url, inline_body_limit, save_inline_file
+from ..inline_files import decode_data_url, inline_body_limit, inline_files_of, save_inline_file
 from ..responses import JsonResponse
 from ..runs import queue_regenerate
 from ..services import Services, services
@@ -172,6 +172,7 @@ async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part
     thread = await chat_thread(s, user_id, chat_id, create=True)
     assert thread is not None
     file_ids: list[str] = []
+    known = await inline_files_of(s, thread.thread_id, user_id)
     for part in parts:
         url = part.url or ""
         if not url.startswith("data:"):
@@ -180,7 +181,13 @@ async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part
             continue
         declared, data = decode_data_url(url)
         stored = await save_inline_file(
-            s, thread.thread_id, user_id, data=data, declared=part.media_type or declared, name=part.filename
+            s,
+            thread.thread_id,
+            user_id,
+            data=data,
+            declared=part.media_type or declared,
+            name=part.filename,
+            known=known,
         )
         file_ids.append(stored.file_id)
     return await attached_files(s, thread.thread_id, user_id, file_ids)
