@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from pathlib import Path
 
+import httpx
 from playwright.sync_api import Page, expect
 
 from .browser import new_chat, sign_in
-from .live_server import LiveServer
+from .live_server import LiveServer, auth
 
 CSV = b"order,amount\nORD-5678,99.98\n"
 
@@ -98,3 +100,44 @@ def test_a_pasted_image_and_a_dropped_file_are_attached(server: LiveServer, page
     )
     expect(page.get_by_test_id("send-error")).to_be_visible()
     expect(page.get_by_test_id("pending-file")).to_have_count(2)
+
+
+def test_a_photo_alone_is_sent_and_another_clients_files_show_live(server: LiveServer, page: Page) -> None:
+    token = sign_in(page, server)
+    new_chat(page)
+    thread_id = re.search(r"thread=([^&]+)", page.url).group(1)  # pyright: ignore[reportOptionalMemberAccess]
+    png = list(tiny_png())
+    page.get_by_test_id("message-input").evaluate(
+        """(input, bytes) => {
+            const data = new DataTransfer();
+            data.items.add(new File([new Uint8Array(bytes)], "photo.png", { type: "image/png" }));
+            input.dispatchEvent(new ClipboardEvent("paste", { clipboardData: data, bubbles: true, cancelable: true }));
+        }""",
+        png,
+    )
+    expect(page.get_by_test_id("pending-file")).to_have_count(1)
+    page.get_by_test_id("message-input").press("Enter")  # no text: the photo alone is the message
+    expect(page.get_by_test_id("pending-files")).to_be_hidden()
+    expect(page.get_by_test_id("user-turn")).to_have_count(1)
+    expect(page.get_by_test_id("user-turn").last.get_by_test_id("attachment-image")).to_have_attribute(
+        "alt", "photo.png"
+    )
+    expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
+
+    # Another client (the API) sends a file to the thread this page shows: it appears as it is sent.
+    with httpx.Client(base_url=server.base_url, headers=auth(token), timeout=30) as api:
+        uploaded = api.post(
+            f"/api/threads/{thread_id}/files", files={"file": ("orders.csv", CSV, "text/csv")}
+        )
+        assert uploaded.status_code == 201, uploaded.text
+        sent = api.post(
+            f"/api/threads/{thread_id}/messages",
+            json={"content": "From my phone", "files": [uploaded.json()["file_id"]]},
+        )
+        assert sent.status_code == 202, sent.text
+    turn = page.get_by_test_id("user-turn").nth(1)
+    expect(turn.get_by_test_id("user-message")).to_have_text("From my phone")
+    expect(turn.get_by_test_id("attachment")).to_have_text("orders.csv · 28 B")
+    with page.expect_download() as downloading:
+        turn.get_by_test_id("attachment").click()
+    assert Path(downloading.value.path()).read_bytes() == CSV
