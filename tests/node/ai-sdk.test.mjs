@@ -169,3 +169,36 @@ test(`${version}: a file is sent, kept on the thread and read back from the hist
   const theirs = await fetch(`${BASE_URL}${file.url}`, { headers: auth(OTHER_TOKEN) });
   assert.equal(theirs.status, 404);
 });
+
+test(`${version}: a photo alone is a message, and the transport's body sent again stores it once`, async () => {
+  const id = newId('photo');
+  const chat = createChat(ai, { id, token: TOKEN });
+  const png = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(32, 9)]);
+  const url = `data:image/png;base64,${png.toString('base64')}`;
+  await chat.sendMessage({ files: [{ type: 'file', mediaType: 'image/png', filename: 'photo.png', url }] });
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(lastMessage(chat).role, 'assistant');
+
+  // What the transport posted, posted again (a retry after a dropped connection).
+  const body = { id, trigger: 'submit-message', messages: [chat.messages[0]] };
+  const again = await fetch(`${BASE_URL}/api/ai-sdk/chat`, {
+    method: 'POST',
+    headers: { ...auth(), 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  assert.equal(again.status, 200);
+  await again.text();
+  const history = await getJson(`/api/ai-sdk/chat/${id}`);
+  await ai.validateUIMessages({ messages: history.body.messages });
+  assert.deepEqual(
+    history.body.messages.map((message) => message.role),
+    ['user', 'assistant'],
+  );
+  const file = history.body.messages[0].parts.find((part) => part.type === 'file');
+  const threadId = file.url.split('/')[3];
+  const files = await getJson(`/api/threads/${threadId}/files`);
+  assert.deepEqual(
+    files.body.files.map((f) => [f.name, f.size]),
+    [['photo.png', png.length]],
+  );
+});
