@@ -2,8 +2,11 @@
 
 `python -m bench.files [--quick]` writes the section `files` of `docs/benchmarks.md`.
 
-- Upload: the server's resident memory sampled while it receives a 20 MB PDF (growth over its idle
-  baseline, after two warm-up uploads), and the upload's throughput beside writing the same bytes
+- Upload: the server's resident memory sampled while it receives a 20 MB PDF (peak growth over
+  the moment before): a fresh server's first upload of 20 MB and of 60 MB (a one-off growth that
+  does not scale with the body); another's first 20 MB upload after a 4 MB one that paid it; each
+  later upload. Beside it the
+  upload's throughput beside writing the same bytes
   to the same backend directly (`Files.blobs.put`, in this process, on a database of its own).
 - Turn: the store's share of a turn (load the thread, save the turn's two messages) on a thread
   whose history attaches 20 files of 1 MB each, beside the same thread without them; and beside it
@@ -20,6 +23,7 @@ import io
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -38,6 +42,9 @@ from web import issue_token
 MB = 1024 * 1024
 UPLOAD_MB = 20
 ATTACHMENTS = 20
+WARM_UP_MB = 4
+"""The first upload of the warmed server: it pays the one-off growth (see the section's notes)."""
+_LIMITS = {"DURABLE_CHAT_MAX_FILE_MB": str(3 * UPLOAD_MB), "DURABLE_CHAT_FILE_QUOTA_MB": "10000"}
 
 
 def pdf(size: int) -> bytes:
@@ -47,57 +54,83 @@ def pdf(size: int) -> bytes:
 
 
 async def upload(logs: Path, repeats: int) -> list[str]:
-    url = f"sqlite+aiosqlite:///{logs / 'upload.db'}"
-    headers = {"Authorization": f"Bearer {issue_token(SECRET, 'bench')}"}
-    growths: list[float] = []
-    seconds: list[float] = []
-    async with (
-        serving("ours", ours_argv(url), server_env(), logs) as server,
-        httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=120) as client,
-    ):
-        thread_id = (await client.post("/api/threads", json={})).json()["thread_id"]
-        path = f"/api/threads/{thread_id}/files"
-        idle = server.status("VmRSS") or 0
-        for _ in range(2):  # warm-up: the code paths and the pools, at full size
-            answer = await client.post(
-                path, files={"file": ("w.pdf", pdf(UPLOAD_MB * MB), "application/pdf")}
-            )
-            answer.raise_for_status()
-        warmed = server.status("VmRSS") or 0
-        for _ in range(repeats):
-            data = pdf(UPLOAD_MB * MB)
-            baseline = server.status("VmRSS") or 0
-            done = asyncio.Event()
-            sampler = asyncio.create_task(_peak_rss(server, done))
-            started = time.perf_counter()
-            answer = await client.post(path, files={"file": ("big.pdf", data, "application/pdf")})
-            seconds.append(time.perf_counter() - started)
-            done.set()
-            peak = max(baseline, await sampler)
-            answer.raise_for_status()
-            growths.append((peak - baseline) / 1024)
+    cold = await _uploads(logs, "cold", repeats=0, small_first=False)
+    # The same first upload with 3x the bytes: a streaming server grows by the same one-off amount.
+    big = await _uploads(logs, "big", repeats=0, small_first=False, size=3 * UPLOAD_MB * MB)
+    warm = await _uploads(logs, "warm", repeats=repeats, small_first=True)
     direct = await _direct(logs, repeats)
-    upload_rate = UPLOAD_MB / median(seconds)
+    upload_rate = UPLOAD_MB / median(warm.seconds)
     direct_rate = UPLOAD_MB / median(direct)
     return [
         *table(
             ["20 MB upload", "value"],
             [
+                ["server memory: a fresh server's first 20 MB upload over idle", _mb(cold.first)],
+                ["server memory: a fresh server's first 60 MB upload over idle", _mb(big.first)],
                 [
-                    "server memory: the two warm-up uploads over the idle server",
-                    f"{(warmed - idle) / 1024:.1f} MB",
+                    f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle",
+                    _mb(warm.small),
                 ],
-                [
-                    "server memory: peak during an upload over before it (max of runs)",
-                    f"{max(growths):.1f} MB",
-                ],
+                ["server memory: the 20 MB upload after it (target ≤ 2 MB)", _mb(warm.first)],
+                ["server memory: each later 20 MB upload over before it (max of runs)", _mb(max(warm.later))],
                 ["upload throughput (median)", f"{upload_rate:.0f} MB/s"],
                 ["the same bytes to the backend directly (median)", f"{direct_rate:.0f} MB/s"],
-                ["direct / upload", f"{direct_rate / upload_rate:.2f}x"],
+                ["direct / upload (target ≤ 2x)", f"{direct_rate / upload_rate:.2f}x"],
             ],
             "lr",
         ),
     ]
+
+
+def _mb(kilobytes: float) -> str:
+    return f"{kilobytes / 1024:.1f} MB"
+
+
+@dataclass
+class _Uploads:
+    small: float = 0.0
+    """kB the resident set grew by over a `WARM_UP_MB` upload (peak over idle)."""
+    first: float = 0.0
+    """kB the first 20 MB upload grew it by (peak over before it)."""
+    later: list[float] = field(default_factory=list[float])
+    seconds: list[float] = field(default_factory=list[float])
+    """Of every 20 MB upload after the first."""
+
+
+async def _uploads(
+    logs: Path, name: str, *, repeats: int, small_first: bool, size: int = UPLOAD_MB * MB
+) -> _Uploads:
+    """A fresh server's uploads of `size`: the first (after a `WARM_UP_MB` one if `small_first`), then `repeats` more."""
+    url = f"sqlite+aiosqlite:///{logs / f'upload-{name}.db'}"
+    headers = {"Authorization": f"Bearer {issue_token(SECRET, 'bench')}"}
+    found = _Uploads()
+    async with (
+        serving(f"ours-{name}", ours_argv(url), server_env(_LIMITS), logs) as server,
+        httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=120) as client,
+    ):
+        thread_id = (await client.post("/api/threads", json={})).json()["thread_id"]
+        path = f"/api/threads/{thread_id}/files"
+
+        async def measured(data: bytes) -> tuple[float, float]:
+            baseline = server.status("VmRSS") or 0
+            done = asyncio.Event()
+            sampler = asyncio.create_task(_peak_rss(server, done))
+            started = time.perf_counter()
+            answer = await client.post(path, files={"file": ("big.pdf", data, "application/pdf")})
+            took = time.perf_counter() - started
+            done.set()
+            peak = max(baseline, await sampler)
+            answer.raise_for_status()
+            return peak - baseline, took
+
+        if small_first:
+            found.small, _ = await measured(pdf(WARM_UP_MB * MB))
+        found.first, _ = await measured(pdf(size))
+        for _ in range(repeats):
+            growth, took = await measured(pdf(size))
+            found.later.append(growth)
+            found.seconds.append(took)
+    return found
 
 
 async def _peak_rss(server: ServerProcess, done: asyncio.Event) -> int:
@@ -225,7 +258,7 @@ async def main(argv: list[str]) -> None:
         *environment(
             command_line("bench.files", argv),
             notes=[
-                f"SQLite, files in the database; {repeats} measured uploads after 2 warm-ups",
+                f"SQLite, files in the database; throughput over {repeats} uploads after the first",
                 clock.line(),
             ],
         ),
@@ -234,8 +267,13 @@ async def main(argv: list[str]) -> None:
         "",
         *turns,
         "",
-        "The upload streams through a temporary file, so a 20 MB body never sits in the server's memory;",
-        "its throughput includes the HTTP request, multipart parsing, hashing and sniffing besides the write.",
+        "The upload streams through a temporary file, so a 20 MB body never sits in the server's memory.",
+        "A fresh server's first upload of a few MB grows it once by 3-4 MB, whatever the size (60 MB grows",
+        "it by about what 20 MB does): caches and buffers filled to their bounds (SQLite's page cache,",
+        f"2 MB per connection by default; the allocator's first arenas). After a {WARM_UP_MB} MB upload has paid",
+        "that, a 20 MB upload grows the server by well under 2 MB; a 1 KB warm-up (imports, pools) is not",
+        "enough (measured: the 20 MB upload after it still grew 2.7 MB). Later uploads grow it by ~0.",
+        "The throughput includes the HTTP request, multipart parsing, hashing and sniffing besides the write.",
         "A thread's history keeps a reference of a few hundred bytes per attached file, never its bytes:",
         "the store's share of a turn grows only by decoding those references, and the files are read",
         "when a model request needs them (the last row of the turn table, paid once per run).",
