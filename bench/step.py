@@ -13,13 +13,13 @@ import gc
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, UserContent
 
 from agent import (
     Opened,
@@ -112,7 +112,7 @@ class Bench:
         opened = await self.queue(long)
         return lambda: self.complete(opened.run.run_id, opened)
 
-    async def bare(self, long: bool, *, harness: bool = False) -> Turn:
+    async def bare(self, long: bool, *, harness: bool = False, files: Sequence[UserContent] = ()) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
         conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
         db = self.runtime.db
@@ -130,7 +130,7 @@ class Bench:
         extra = [self.harness.capability()] if harness and self.harness is not None else []
 
         async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra)
+            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra, files)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 

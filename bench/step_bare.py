@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
     TextPart,
     TextPartDelta,
     ToolCallPart,
+    UserContent,
 )
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
@@ -57,10 +58,12 @@ async def run_bare(
     prompt: str,
     conversation: Conversation,
     extra: Sequence[AbstractCapability[Any]] = (),
+    files: Sequence[UserContent] = (),
 ) -> str:
     """Run one turn of `conversation` in memory and return its output; events are built and dropped.
 
     `extra` capabilities join the runtime's: another library's persistence, measured on the same turn.
+    `files`: what the message attaches, held in memory (`BinaryContent`), given to the model with it.
     """
     app, guardrails = runtime.app, runtime.guardrails
     agent = app.agent
@@ -76,7 +79,7 @@ async def run_bare(
     async with (
         app.deps_for(scope) as deps,
         agent.iter(
-            prompt,
+            [prompt, *files] if files else prompt,
             model=runtime.model,
             conversation=conversation,
             deps=deps,
