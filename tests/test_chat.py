@@ -442,9 +442,19 @@ def test_a_file_attached_with_slash_attach_goes_with_the_next_message(
     first.expect("(cannot attach: cannot read 'missing.csv'")
     first.expect("you> ")
     first.type("/attach orders.csv")
-    first.expect("(attached orders.csv, text/csv, 28 bytes: it goes with your next message)")
+    first.expect(
+        "(attached orders.csv, text/csv, 28 bytes: it goes with your next message; Enter alone sends it now)"
+    )
     first.expect("you> ")
     first.type("Where is my order ORD-5678?")
+    first.expect("assistant> ")
+    first.expect("you> ")
+    first.type("")  # nothing attached: an empty line sends nothing
+    first.expect("you> ")
+    first.type("/attach orders.csv")
+    first.expect("Enter alone sends it now)")
+    first.expect("you> ")
+    first.type("")  # the file alone is the message
     first.expect("assistant> ")
     first.expect("you> ")
     first.type("/quit")
