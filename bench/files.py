@@ -23,6 +23,7 @@ import io
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,17 +39,30 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from agent import FileResolver, RuntimeOptions, ThreadFiles, file_reference, open_runtime, queue_run
+from agent import (
+    FileResolver,
+    RunRecords,
+    RunScope,
+    RuntimeOptions,
+    ThreadFiles,
+    ToolLedger,
+    file_reference,
+    open_runtime,
+    queue_run,
+    run_step,
+)
 from agent.demo import shop_app
+from bench.harness.bare import run_bare
 from bench.harness.options import parser, writes
 from bench.harness.reports import Clock, command_line, environment, table, write_section
 from bench.harness.servers import SECRET, ServerProcess, folder, ours_argv, server_env, serving
 from bench.harness.stats import median
-from bench.step import PROMPT, Bench
 from store import Database, NewFile
 from web import issue_token
 
 MB = 1024 * 1024
+PROMPT = "Where is ORD-5678?"
+"""As `bench.step`'s turn."""
 UPLOAD_MB = 20
 ATTACHMENTS = 20
 TURN_FILES = 3
@@ -247,7 +261,7 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     options = RuntimeOptions(messages_per_minute=None)
     url = f"sqlite+aiosqlite:///{logs / 'step.db'}"
     async with open_runtime(shop_app(delay=0), url, options=options) as runtime:
-        bench, db = Bench(runtime), runtime.db
+        db = runtime.db
         times: dict[tuple[str, int], list[float]] = {}
         for index in range(repeats + 1):  # the first round is a warm-up
             for count in (0, TURN_FILES):
@@ -260,12 +274,23 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
                     runtime, thread.thread_id, "message", content=PROMPT, claim=True, file_ids=file_ids
                 )
                 in_memory = [BinaryContent(data, media_type="application/pdf") for data in files]
-                turn = await bench.bare(False, files=in_memory)
+                thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+                scope = RunScope(
+                    thread_id=thread_id,
+                    run_id=run_id,
+                    user_id="bench",
+                    attempt=1,
+                    records=RunRecords(),
+                    ledger=ToolLedger(db.ledger, thread_id, run_id),
+                    engine=db.engine,
+                )
                 started = time.perf_counter()
-                await bench.complete(opened.run.run_id, opened)
+                status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
                 middle = time.perf_counter()
-                await turn()
+                output = await run_bare(runtime, scope, PROMPT, Conversation(), files=in_memory)
                 ended = time.perf_counter()
+                if status != "completed" or "ORD-5678" not in output:
+                    raise RuntimeError(f"the turn ended {status!r} / answered {output!r}")
                 if index:
                     times.setdefault(("ours", count), []).append(middle - started)
                     times.setdefault(("bare", count), []).append(ended - middle)

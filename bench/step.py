@@ -1,7 +1,7 @@
 """What durability costs a step: `run_step` against the same agent run with no persistence.
 
 The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
-`StepPersistence` as a third side on SQLite when installed (`bench.step_bare`).
+`StepPersistence` as a third side on SQLite when installed (`bench.harness.bare`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import gc
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.messages import ModelMessage, UserContent
+from pydantic_ai.messages import ModelMessage
 
 from agent import (
     Opened,
@@ -33,12 +33,12 @@ from agent import (
     run_step,
 )
 from agent.demo import shop_app
+from bench.harness.bare import Harness, run_bare
 from bench.harness.databases import Dialect, available, scratch_database
 from bench.harness.options import parser, publish
 from bench.harness.reports import PACKAGES, Clock, command_line, environment
 from bench.harness.servers import folder
 from bench.harness.stats import median
-from bench.step_bare import Harness, run_bare
 from bench.step_report import Case, Report, render
 from bench.step_timers import Timers, Variant
 from store import NewRun
@@ -130,7 +130,7 @@ class Bench:
         extra = [self.harness.capability()] if harness and self.harness is not None else []
 
         async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra, files)
+            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra)
             if "ORD-5678" not in output:
                 raise RuntimeError(f"the turn with no persistence answered {output!r}")
 
