@@ -112,7 +112,7 @@ class Bench:
         opened = await self.queue(long)
         return lambda: self.complete(opened.run.run_id, opened)
 
-    async def bare(self, long: bool, *, harness: bool = False, files: Sequence[UserContent] = ()) -> Turn:
+    async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
         conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
         db = self.runtime.db
