@@ -220,8 +220,6 @@ async def main(argv: list[str]) -> None:
         uploads = await upload(logs, repeats)
         turns = await turn_and_storage(logs, repeats * 6)
     lines = [
-        "## Files",
-        "",
         *environment(
             command_line("bench.files", argv),
             notes=[
@@ -234,11 +232,6 @@ async def main(argv: list[str]) -> None:
         "",
         *turns,
         "",
-        "The upload streams through a temporary file, so a 20 MB body never sits in the server's memory;",
-        "its throughput includes the HTTP request, multipart parsing, hashing and sniffing besides the write.",
-        "A thread's history keeps a reference of a few hundred bytes per attached file, never its bytes:",
-        "the store's share of a turn grows only by decoding those references, and the files are read",
-        "when a model request needs them (the last row of the turn table, paid once per run).",
     ]
     text = "\n".join(lines)
     print(text)

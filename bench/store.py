@@ -258,7 +258,7 @@ def main() -> int:
     lines = environment(
         command, postgres=version, packages=(*PACKAGES, *RIVALS), notes=[rounds, *notes, clock.line()]
     )
-    text = "\n".join(["## Conversation store", "", *render(sections, settings, lines), *extra])
+    text = "\n".join([*render(sections, settings, lines), *extra])
     publish(arguments, {"store": text}, full=not arguments.quick)
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0
