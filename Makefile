@@ -79,7 +79,7 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.store --quick
 	$(BIN)/python -m bench.step --quick
 	$(BIN)/python -m bench.web --quick
-	$(BIN)/python -m bench.workers --quick
+	$(BIN)/python -m bench.web --workers --quick
 	$(BIN)/python -m bench.files --quick --no-write
 	$(BIN)/python -m bench.cpu --quick
 	$(BIN)/python -m bench.profile --quick

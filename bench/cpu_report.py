@@ -133,24 +133,7 @@ def render_cpu(report: Report, environment_lines: Sequence[str]) -> list[str]:
         else []
     )
     return [
-        *section(
-            "Server CPU per turn: ours against pydantic-ai's own adapter",
-            "Both servers serve the demo shop's agent on its demo model with the same deps, each in its own process "
-            'pinned to one core (core 1; the clients on core 0): the 3-node turn "Where is ORD-5678?" (model, '
-            "`lookup_order`, model). **Baseline**: pydantic-ai's `VercelAIAdapter.dispatch_request` on uvicorn and "
-            "Starlette, nothing stored, the client sending the whole conversation each turn (`bench/harness/adapter.py`). "
-            "**Ours**: a real `durable-chat serve`, tracing at its default, over the native API (`POST …/messages`, the "
-            "thread's SSE stream to `run_finished`) and the AI SDK endpoint (one `POST /api/ai-sdk/chat` per turn). The "
-            "sides take rounds in turn, the order rotating; a round's CPU is the server's utime+stime (`/proc/PID/stat`, "
-            "every thread) over the round, divided by the turns completed in it. Ratios are medians of per-round ratios "
-            "(a round of ours against the baseline's round of the same number). *Busy* is CPU over the round's wall "
-            "time; *kept off its core* the time the server's main thread was runnable but waiting for its core "
-            "(`/proc/PID/schedstat`): other work on that core (another process pinned there, or the server's own "
-            "threads). A server kept off its core, or neither busy nor kept off it (waiting on its clients or its "
-            "database), still has its own CPU per turn, measured at a lighter load; a client near 100% busy or often kept "
-            "off its core would be the bottleneck.",
-            environment_lines,
-        ),
+        *section(environment_lines),
         *table(
             "database | users | server | rounds | turns | CPU ms/turn | turns/s per core | turns/s achieved | server busy "
             "| client busy | server / client kept off its core | first delta p50 / p99 (ms) | errors",
@@ -190,13 +173,6 @@ def render_first_delta(report: Report) -> list[str]:
         if (deltas := [d for r in report.of(database, users, side) for d in r.first_delta])
     ]
     return [
-        "## First delta: ours against pydantic-ai's own adapter",
-        "",
-        "One user alone, on the servers of the CPU benchmark above (same pinning, same agent): from sending the POST "
-        "to receiving the turn's first text delta (ours: `text_delta` on the thread's stream, or the AI SDK stream's "
-        "first `text-delta`; the baseline: its AI SDK stream's first `text-delta`). The sides alternate turn by turn. "
-        "Under 200 users, the p99 of the same measure comes from the CPU benchmark's rounds.",
-        "",
         *table(
             "database | server | turns | p50 (ms) | p90 | ours p50 - baseline p50 (ms) | target | verdict",
             rows,

@@ -347,8 +347,6 @@ async def main(argv: list[str]) -> None:
         turns = await turn_and_storage(logs, repeats * 6)
         versus = await turn_versus_unpersisted(logs, repeats * 3)
     lines = [
-        "## Files",
-        "",
         *environment(
             command_line("bench.files", argv),
             notes=[
@@ -363,19 +361,6 @@ async def main(argv: list[str]) -> None:
         "",
         *versus,
         "",
-        "The upload streams through a temporary file, so a 20 MB body never sits in the server's memory.",
-        "A fresh server's first upload of a few MB grows it once by 3-4 MB, whatever the size (60 MB grows",
-        "it by about what 20 MB does): caches and buffers filled to their bounds (SQLite's page cache,",
-        f"2 MB per connection by default; the allocator's first arenas). After a {WARM_UP_MB} MB upload has paid",
-        "that, a 20 MB upload grows the server by well under 2 MB; a 1 KB warm-up (imports, pools) is not",
-        "enough (measured: the 20 MB upload after it still grew 2.7 MB). Later uploads grow it by ~0.",
-        "The throughput includes the HTTP request, multipart parsing, hashing and sniffing besides the write.",
-        "A thread's history keeps a reference of a few hundred bytes per attached file, never its bytes:",
-        "the store's share of a turn grows only by decoding those references, and the files are read",
-        "when a model request needs them (the last row of the turn table, paid once per run).",
-        "The demo's turn is measured whole beside the same turn run by pydantic-ai with nothing stored",
-        "(`bench.step`'s baseline): with files, the durable side also reads them back from the database",
-        "for the model request, which the unpersisted side holds in memory already.",
     ]
     text = "\n".join(lines)
     print(text)

@@ -85,18 +85,9 @@ def render(results: Sequence[Measured], users: int, turns: int, environment_line
     ]
     return "\n".join(
         [
-            *section(
-                "PostgreSQL sessions opened under load, by pool size",
-                "Each pool setting (`DURABLE_CHAT_POOL_SIZE`+`DURABLE_CHAT_POOL_MAX_OVERFLOW`) on a real `durable-chat "
-                f"serve` with a scratch database of its own; {users} users take {turns} demo turns each over the native "
-                "API (POST and the thread's stream), after a warm-up of 2 turns each. New sessions: the database's "
-                "`sessions` counter (`pg_stat_database`) after the turns less before them, our own reading of it left "
-                "out. A connection opened beyond the pool size is closed when it is returned, so a pool smaller than "
-                "what the load uses at once opens a new session again and again, which costs the server CPU: its CPU "
-                "per turn is its user and system time (`/proc/PID/stat`, every thread) over the turns, divided by them "
-                "(the server is not pinned: a figure to compare between the rows of one run).",
-                environment_lines,
-            ),
+            *section(environment_lines),
+            f"{users} users take {turns} demo turns each over the native API, after a warm-up of 2 turns each.",
+            "",
             *table(
                 "pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns "
                 "| server CPU ms/turn | errors",

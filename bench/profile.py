@@ -39,7 +39,6 @@ from bench.profile_serve import GC_FILE_ENV
 
 RATE = 200
 TURNS, QUICK_TURNS = 300, 40
-_TITLES: dict[str, str] = {"native": "", "ai-sdk": ", AI SDK endpoint"}
 _APIS: dict[str, str] = {
     "native": "native API",
     "ai-sdk": "AI SDK endpoint (one POST a turn, the conversation resent)",
@@ -166,15 +165,9 @@ def render(
         (c, f"{per_turn[c] * 1000:.1f}", f"{per_turn[c] / total:.0%}") for c in CATEGORIES if c in per_turn
     ]
     return [
-        f"## Profile: server CPU per turn by category ({database}{_TITLES[protocol]})",
-        "",
-        f"`py-spy record --nonblocking --threads --full-filenames --rate {RATE}` (py-spy {version}; Python stacks, the "
-        "server never paused) on a real server pinned to one core, during the demo's 3-node turn over the "
-        f"{_APIS[protocol]}; CPU from /proc, shared out by samples as `bench/profile.py` says; garbage collection timed "
-        "in the server by `gc.callbacks` (`bench/profile_serve.py`) and taken off the loop thread's share.",
-        "",
         *environment_lines,
-        f"- {samples} samples; total server CPU {total * 1000:.1f} ms per turn",
+        f"- py-spy {version} at {RATE} Hz over the {_APIS[protocol]}; {samples} samples; total server CPU "
+        f"{total * 1000:.1f} ms per turn",
         "",
         *table("category | ms per turn | share", rows, align="lrr"),
     ]

@@ -1,28 +1,6 @@
 """Where a py-spy sample of the server goes: issue 14's categories, one per sample.
 
-A sample is one thread's stack (py-spy's raw format: `thread (tid): name;root;…;leaf count`),
-frames as `function (path:line)`, paths full (`--full-filenames`: `…/site-packages/pydantic_ai/…`,
-`…/lib/python3.11/asyncio/…`, our source tree's `…/agent/step.py`) or short
-(`pydantic_ai/_agent_graph.py`), or a native library (`(libc.so.6)`, `gcmodule.c`). The rules:
-
-1. No frame at all, or the benchmark's own `bench-gc` thread: **unknown** (left out).
-2. Garbage collection in the stack (`gc_collect_main`, with `--native`): **gc**. Without native
-   frames the collector is invisible; `bench.profile` times it with `gc.callbacks` instead.
-3. A thread other than the event loop's: the database drivers' worker threads (aiosqlite,
-   sqlite3, asyncpg) are **drivers**; the span exporter's thread **OpenTelemetry**; any other
-   thread **other**.
-4. On the loop thread, only the frames the loop is running count (those above `Handle._run`,
-   `_run_once`: below, uvicorn's `Server.run` and our `cli` started the loop). From the leaf up,
-   the first frame of a package with a category names it. The standard library, pydantic and
-   pydantic-core, anyio and native frames have none: their time goes to whoever called them (the
-   store's JSON encoding is ours, pydantic-ai's validation pydantic-ai's). pydantic-ai's own
-   instrumentation (`*instrumentation*` files) counts as **OpenTelemetry**, as the spans it records.
-5. No such frame: the loop in `epoll`/`select` is the **kernel**'s, the loop's own machinery
-   (scheduling, self-pipe wake-ups) the **asyncio loop**'s, anyio caught without its caller the
-   web stack's (the issue counts anyio there), the rest **other**.
-
-`is_waiting` tells a sample of a blocked thread (a lock, a condition, `epoll`): no CPU, left out
-by `bench.profile`, which counts the loop thread's system time as the kernel's from /proc.
+The rules, and what a sample looks like, are in `docs/benchmarks.md` (the profile's method).
 """
 
 from __future__ import annotations

@@ -113,16 +113,10 @@ def render(
         previous = row
     connections = "sessions (pg_stat_activity)" if database == "PostgreSQL" else "fds on the database files"
     lines = [
-        f"## Soak on {database}: {minutes:g} minutes, one server"
-        + ("" if history_cache_mb is None else f", a {history_cache_mb} MB history cache"),
-        "",
-        f"`{command}`, {when}. One `durable-chat serve` (demo model) and {users} users in the benchmark's process, each "
-        "looping: a message (a refund, a double cancellation, an order or FAQ question, a greeting), the thread's "
-        "event stream followed to the run's end with `Last-Event-ID` (about one stream in three dropped mid-run and "
-        "reopened), each pending call approved or rejected at random and the resumed run followed, then about "
-        f"{think_seconds:g} s of thinking; a new thread every 10 messages. The machine has 2 cores, shared with other "
-        f"work: load average (1, 5, 15 min) {load[0]} before, {load[1]} after.",
-        "",
+        f"- `{command}`, {when}; {minutes:g} minutes, one server"
+        + ("" if history_cache_mb is None else f" with a {history_cache_mb} MB history cache")
+        + f"; {users} users, about {think_seconds:g} s of thinking each time; load average "
+        f"(1, 5, 15 min) {load[0]} before, {load[1]} after.",
         f"- {tally.turns} runs finished ({runs}); {tally.approved} calls approved, {tally.rejected} rejected; "
         f"{tally.threads} threads; {tally.streams} event streams opened, {tally.reconnects} of them reconnections "
         "after a drop mid-run.",
@@ -185,12 +179,6 @@ def census_lines(directory: Path, labels: Sequence[str], *, top: int = 8) -> lis
     types = [json.loads((directory / f"types-{n}.json").read_text()) for n in (first, last)]
     grown = [row for row in type_growth(types[0], types[1]) if row[1] > 0][:top]
     return [
-        "Where the memory is, from a census the server takes when asked (`bench.soak_serve`): after a full "
-        "collection, what Python's allocator (pymalloc: its arenas, and the bytes of blocks in use) and glibc's "
-        "malloc hold (MB), the objects the collector tracks that were made after start-up (the server freezes its "
-        "start-up heap), and the conversation store's bounded caches (the history cache's charge against its "
-        "budget, in MB; the conversation records it knows).",
-        "",
         *table(
             "minute | RSS | gc objects | pymalloc arenas | pymalloc in use | malloc heap | malloc in use | malloc free "
             "| malloc mmapped | history cache charge | histories | records",

@@ -71,20 +71,7 @@ def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
         for case in cases
     ]
     lines = [
-        *section(
-            "Step overhead: durability against no persistence",
-            "`run_step` (checkpoints, run bookkeeping, event log) against the same agent, deps and demo model driven the "
-            'same way with nothing stored (events built and dropped): the 3-node turn "Where is ORD-5678?" (model, '
-            "`lookup_order`, model). The shop declares its lookups read-only (`ChatApp.read_only_tools`), so the lookup's "
-            "step is stored by the run's end, one checkpoint in all. Both sides alternate in one process on one database; "
-            "the tool's order lookup reads it on both. Ours' run is queued as the server's POST queues it, already claimed "
-            "by the worker, its opening events (`run_started`, `user_message`) stored in that transaction (outside the "
-            "timed turn; the bare side has no counterpart). A third side, when installed: the same bare turn with "
-            "pydantic-ai-harness's `StepPersistence` capability on its `SqliteStepStore`, on one connection with ours' "
-            "journal settings (SQLite only; installed with `pip install --no-deps pydantic-ai-harness`, as it pins an "
-            "older pydantic-ai; it gets the history from memory as the bare turn does, so its store is written, not read).",
-            environment_lines,
-        ),
+        *section(environment_lines),
         "Median ms of one turn:",
         "",
         *table(

@@ -42,13 +42,8 @@ RIVALS = ("openai-agents", "langgraph-checkpoint-sqlite", "langchain-core")
 
 
 def our_contenders(ours: Ours) -> list[Contender]:
-    """Ours twice: `ours` with no history cache, judged; `warm` with every history cached, reported.
-
-    The floors and rivals keep nothing between turns: each load reads and decodes the whole history.
-    `ours`, its cache off, does the same work, so its ratios to them are the fair ones. `warm` is what a
-    worker continuing a conversation it served pays. Both states are set here, whatever the number of
-    rounds: with its default 64 MB the cache held every history of a quick run and none of a full one.
-    """
+    """Ours twice: `ours` with no history cache, judged (the floors' work); `warm` with every history
+    cached, reported (`docs/benchmarks.md`, the store's method)."""
 
     async def cold(url: str) -> System:
         return await ours.open(url, history_cache_bytes=0, label=", no history cache")
@@ -94,15 +89,8 @@ def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 async def history_growth(ours: Ours, url: str, rounds: int) -> dict[str, dict[int, float]]:
-    """Median ms of one turn at each of `GROWTH_SIZES` messages: the unpersisted baseline and ours.
-
-    The two alternate turn by turn. Ours loads the conversation, runs the same agent on it and saves
-    the result; the conversation is then branched back to `size` messages (untimed), so every round
-    continues the same conversation at the same length, as a worker that served its previous turns
-    would. The baseline runs on the very message objects ours loaded in the round before: pydantic-ai's
-    own run at 1,000 messages took 2 to 9 ms more on messages decoded from JSON than on the same
-    messages built in code, a difference neither side's work that had been counted against ours.
-    """
+    """Median ms of one turn at each of `GROWTH_SIZES` messages: the unpersisted baseline and ours,
+    alternating turn by turn (`docs/benchmarks.md`, the store's method, says how and why)."""
     agent = Agent(FunctionModel(_answer))
     system = await ours.open(url)
     store = system.store
@@ -145,9 +133,7 @@ async def history_growth(ours: Ours, url: str, rounds: int) -> dict[str, dict[in
 
 
 def growth_lines(title: str, medians: dict[str, dict[int, float]]) -> tuple[list[str], float]:
-    """The growth table of one database, and its flatness ratio: ours at each size taken as the baseline
-    at 10 plus the median of the paired differences (ours - baseline, turn by turn), since the agent's own
-    run dominates a turn at 1,000 messages and swings with the cores' speed, the paired difference much less."""
+    """The growth table of one database, and its flatness ratio (paired differences: see the store's method)."""
     small, large = GROWTH_SIZES
     base, added = medians["baseline"], medians["added"]
     rows = [
@@ -258,7 +244,7 @@ def main() -> int:
     lines = environment(
         command, postgres=version, packages=(*PACKAGES, *RIVALS), notes=[rounds, *notes, clock.line()]
     )
-    text = "\n".join(["## Conversation store", "", *render(sections, settings, lines), *extra])
+    text = "\n".join([*render(sections, settings, lines), *extra])
     publish(arguments, {"store": text}, full=not arguments.quick)
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0

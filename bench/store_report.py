@@ -171,36 +171,8 @@ def _section(section: Section, settings: Settings) -> list[str]:
     ]
 
 
-METHOD = [
-    "- Messages: deterministic pydantic-ai turns (`bench/store_messages.py`): a ~200-character prompt and a "
-    "~600-character reply with usage; every third turn also a tool call (~150 B of args) and a ~1 KB return. "
-    "The rivals get the same content as OpenAI Responses items or LangChain messages, converted untimed.",
-    "- A turn: load the whole history, append the turn's messages, save. Every conversation is filled first; "
-    "then each round takes one turn of every system at every size, in an order that rotates every round.",
-    "- Ours is measured twice. *Ours, no history cache* (`history_cache_bytes=0`) reads and decodes the whole "
-    "history at every load, as the floors and rivals do: every ratio and target is judged on it. *Ours, history "
-    "cached* has every history in its cache (its budget raised to hold them all), as a worker continuing a "
-    "conversation it served: shown for reference, not judged, since no floor caches. Until both were set "
-    "explicitly, the cache's state depended on the number of rounds: its default 64 MB held all 12 histories "
-    "of a `--quick` run and none of the 66 of a full run (22 rounds of 10, 100 and 1,000 messages, ~75 MB "
-    "charged, filled in order and evicted least recently used just before each was measured), so quick runs "
-    "measured cached loads and full runs cache misses plus the cache's upkeep (each saved message decoded "
-    "again to be cached): 1.7 against 2.4 ms at 10 messages, 1.9 against 41 ms at 1,000, in one process.",
-    "- Floors, one transaction per turn with ours' journal settings: *raw* stores ready-made JSON and parses "
-    "nothing; *fair* also decodes every loaded row with `ModelMessagesTypeAdapter` and encodes the new ones; "
-    "*async* is the fair floor through aiosqlite, which any asyncio store on SQLite pays for (a worker-thread "
-    "hop per statement). On PostgreSQL the floors use asyncpg.",
-    "- Rivals: openai-agents `SQLAlchemySession.get_items()` then `add_items()`; LangGraph "
-    "`AsyncSqliteSaver.aget_tuple()` then `aput()` of a checkpoint whose `messages` channel holds the whole "
-    "list (no `aput_writes`, which a real graph adds: generous to it).",
-    "- Concurrency: one asyncio task per conversation, all at once, each system on a fresh database per run. "
-    "Storage is measured after the last run: SQLite file + WAL after `wal_checkpoint(TRUNCATE)` (ours "
-    "includes its other, empty tables); PostgreSQL `pg_total_relation_size` (indexes and TOAST included).",
-]
-
-
 def render(sections: Sequence[Section], settings: Settings, environment_lines: Sequence[str]) -> list[str]:
-    lines = ["### Environment", "", *environment_lines, "", "### Method", "", *METHOD, ""]
+    lines = ["### Environment", "", *environment_lines, ""]
     for section in sections:
         lines += _section(section, settings)
     rows = [

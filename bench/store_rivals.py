@@ -6,7 +6,6 @@ Both optional (the `bench` extra): `open_*` raises `Unavailable` with the reason
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from pydantic_ai.messages import (
 )
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.store_systems import Backend, Timing, sqlite_path
+from bench.store_systems import Backend, sqlite_path
 
 __all__ = ["Unavailable", "open_langgraph", "open_openai_agents"]
 
@@ -77,7 +76,7 @@ def openai_items(messages: Sequence[ModelMessage]) -> list[Item]:
     return items
 
 
-class OpenAIAgentsBackend(Backend[list[Item]]):
+class OpenAIAgentsBackend(Backend[list[Item], None]):
     """The OpenAI Agents SDK's `SQLAlchemySession`: `get_items()` then `add_items()` per turn."""
 
     def __init__(self, engine: Any, session_class: Any) -> None:
@@ -96,13 +95,11 @@ class OpenAIAgentsBackend(Backend[list[Item]]):
     def convert(self, messages: Sequence[ModelMessage]) -> list[Item]:
         return openai_items(messages)
 
-    async def append(self, conversation_id: str, batch: list[Item]) -> Timing:
-        session = self.session(conversation_id)
-        started = time.perf_counter()
-        await session.get_items()
-        loaded = time.perf_counter()
-        await session.add_items(batch)
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
+    async def load(self, conversation_id: str) -> None:
+        await self.session(conversation_id).get_items()
+
+    async def save(self, conversation_id: str, loaded: None, batch: list[Item]) -> None:
+        await self.session(conversation_id).add_items(batch)
 
     async def aclose(self) -> None:
         await self.engine.dispose()
@@ -162,7 +159,7 @@ def langchain_messages(messages: Sequence[ModelMessage]) -> list[Any]:
     return converted
 
 
-class LangGraphBackend(Backend[list[Any]]):
+class LangGraphBackend(Backend[list[Any], tuple[dict[str, Any], list[Any], int]]):
     """LangGraph's `AsyncSqliteSaver`: `aget_tuple` then `aput` of a checkpoint holding the whole list."""
 
     def __init__(self, saver: Any, connection: Any) -> None:
@@ -173,22 +170,26 @@ class LangGraphBackend(Backend[list[Any]]):
     def convert(self, messages: Sequence[ModelMessage]) -> list[Any]:
         return langchain_messages(messages)
 
-    async def append(self, conversation_id: str, batch: list[Any]) -> Timing:
+    async def load(self, conversation_id: str) -> tuple[dict[str, Any], list[Any], int]:
+        """The config to save under, the history and the next step."""
         config: dict[str, Any] = {"configurable": {"thread_id": conversation_id, "checkpoint_ns": ""}}
-        started = time.perf_counter()
         current = await self.saver.aget_tuple(config)
-        loaded = time.perf_counter()
-        history: list[Any] = []
-        step = 0
-        if current is not None:
-            config = current.config
-            history = current.checkpoint["channel_values"]["messages"]
-            step = current.metadata.get("step", 0) + 1
+        if current is None:
+            return config, [], 0
+        return (
+            current.config,
+            current.checkpoint["channel_values"]["messages"],
+            current.metadata.get("step", 0) + 1,
+        )
+
+    async def save(
+        self, conversation_id: str, loaded: tuple[dict[str, Any], list[Any], int], batch: list[Any]
+    ) -> None:
+        config, history, step = loaded
         checkpoint = importlib.import_module("langgraph.checkpoint.base").empty_checkpoint()
         checkpoint["channel_values"] = {"messages": [*history, *batch]}
         checkpoint["channel_versions"] = {"messages": step + 1}
         await self.saver.aput(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
 
     async def aclose(self) -> None:
         await self.connection.close()

@@ -38,6 +38,7 @@ __all__ = (
 )
 
 Batch = TypeVar("Batch")
+Loaded = TypeVar("Loaded")
 _CREATE = (
     "CREATE TABLE messages (conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, message {blob} NOT NULL, "
     "PRIMARY KEY (conversation_id, seq))"
@@ -63,8 +64,11 @@ class Timing:
         return self.load + self.save
 
 
-class Backend(ABC, Generic[Batch]):
-    """A system that keeps each prepared batch in its own form until a turn uses it."""
+class Backend(ABC, Generic[Batch, Loaded]):
+    """A system that keeps each prepared batch in its own form until a turn uses it.
+
+    A turn is `load` (the whole history, and whatever the save needs of it) then `save`, each timed.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -76,22 +80,29 @@ class Backend(ABC, Generic[Batch]):
 
     async def turn(self, conversation_id: str, key: str) -> Timing:
         """Load the conversation's whole history, then store the batch prepared under `key` after it."""
-        return await self.append(conversation_id, self._batches[key])
+        started = time.perf_counter()
+        loaded = await self.load(conversation_id)
+        middle = time.perf_counter()
+        await self.save(conversation_id, loaded, self._batches[key])
+        return Timing(load=middle - started, save=time.perf_counter() - middle)
 
     @abstractmethod
     def convert(self, messages: Sequence[ModelMessage]) -> Batch: ...
 
     @abstractmethod
-    async def append(self, conversation_id: str, batch: Batch) -> Timing: ...
+    async def load(self, conversation_id: str) -> Loaded: ...
+
+    @abstractmethod
+    async def save(self, conversation_id: str, loaded: Loaded, batch: Batch) -> None: ...
 
     async def aclose(self) -> None:
         return None
 
 
-System = Backend[Any]
+System = Backend[Any, Any]
 
 
-class PydanticStoreBackend(Backend[list[ModelMessage]]):
+class PydanticStoreBackend(Backend[list[ModelMessage], Conversation]):
     """Any pydantic-ai `ConversationStore`: ours, or the in-memory one."""
 
     def __init__(self, name: str, store: ConversationStore) -> None:
@@ -105,13 +116,12 @@ class PydanticStoreBackend(Backend[list[ModelMessage]]):
     def convert(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
         return list(messages)
 
-    async def append(self, conversation_id: str, batch: list[ModelMessage]) -> Timing:
-        started = time.perf_counter()
-        conversation = await self.store.load(conversation_id) or Conversation(conversation_id=conversation_id)
-        loaded = time.perf_counter()
-        conversation.messages.extend(batch)
-        await self.store.save(conversation)
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
+    async def load(self, conversation_id: str) -> Conversation:
+        return await self.store.load(conversation_id) or Conversation(conversation_id=conversation_id)
+
+    async def save(self, conversation_id: str, loaded: Conversation, batch: list[ModelMessage]) -> None:
+        loaded.messages.extend(batch)
+        await self.store.save(loaded)
 
     async def aclose(self) -> None:
         if isinstance(self.store, SqlConversationStore):
@@ -140,56 +150,63 @@ class Ours:
 
 
 FloorBatch = list[bytes] | list[ModelMessage]
+_SELECT = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
+_INSERT = "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)"
 
 
-def _encode(batch: FloorBatch) -> list[bytes]:
-    return [item if isinstance(item, bytes) else message_json(item) for item in batch]
+def _rows(conversation_id: str, stored: int, batch: FloorBatch) -> list[tuple[str, int, bytes]]:
+    """The batch's rows after the `stored` ones, each message encoded unless it came as JSON."""
+    encoded = [item if isinstance(item, bytes) else message_json(item) for item in batch]
+    return [(conversation_id, stored + offset, data) for offset, data in enumerate(encoded)]
 
 
-def _decode(rows: Sequence[bytes]) -> None:
-    ModelMessagesTypeAdapter.validate_json(b"[" + b",".join(rows) + b"]")
+class Floor(Backend[FloorBatch, int]):
+    """The rows a store needs at the least, with a bare driver: `encode` also decodes every loaded
+    row with `ModelMessagesTypeAdapter` and encodes the new ones (the fair floor); else raw JSON."""
+
+    def __init__(self, name: str, *, encode: bool, floor: str = "fair floor") -> None:
+        super().__init__(f"{name} + TypeAdapter ({floor})" if encode else f"{name}, raw JSON (floor)")
+        self.encode = encode
+
+    def convert(self, messages: Sequence[ModelMessage]) -> FloorBatch:
+        return list(messages) if self.encode else [message_json(message) for message in messages]
+
+    def decoded(self, rows: Sequence[bytes]) -> int:
+        """How many rows are stored, after decoding them when the floor encodes."""
+        if self.encode:
+            ModelMessagesTypeAdapter.validate_json(b"[" + b",".join(rows) + b"]")
+        return len(rows)
 
 
-class SqliteFloor(Backend[FloorBatch]):
+class SqliteFloor(Floor):
     """Stdlib `sqlite3`, synchronous, one transaction per turn, with our store's journal settings."""
 
     def __init__(self, url: str, *, encode: bool, pragmas: dict[str, str]) -> None:
-        super().__init__("sqlite3 + TypeAdapter (fair floor)" if encode else "sqlite3, raw JSON (floor)")
-        self.encode = encode
+        super().__init__("sqlite3", encode=encode)
         # Autocommit mode, so the `BEGIN`/`COMMIT` below are the only transaction boundaries.
         self.connection = sqlite3.connect(sqlite_path(url) or "", isolation_level=None)
         for name, value in pragmas.items():
             self.connection.execute(f"PRAGMA {name} = {value}")
         self.connection.execute(_CREATE.format(blob="BLOB"))
 
-    def convert(self, messages: Sequence[ModelMessage]) -> FloorBatch:
-        return list(messages) if self.encode else [message_json(message) for message in messages]
+    async def load(self, conversation_id: str) -> int:
+        return self.decoded([row[0] for row in self.connection.execute(_SELECT, (conversation_id,))])
 
-    async def append(self, conversation_id: str, batch: FloorBatch) -> Timing:
-        started = time.perf_counter()
-        query = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
-        rows: list[bytes] = [row[0] for row in self.connection.execute(query, (conversation_id,))]
-        if self.encode:
-            _decode(rows)
-        loaded = time.perf_counter()
-        encoded = _encode(batch)
+    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
+        rows = _rows(conversation_id, loaded, batch)
         self.connection.execute("BEGIN IMMEDIATE")
-        self.connection.executemany(
-            "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)",
-            [(conversation_id, len(rows) + offset, data) for offset, data in enumerate(encoded)],
-        )
+        self.connection.executemany(_INSERT, rows)
         self.connection.execute("COMMIT")
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
 
     async def aclose(self) -> None:
         self.connection.close()
 
 
-class AiosqliteFloor(Backend[list[ModelMessage]]):
+class AiosqliteFloor(Floor):
     """The fair floor through `aiosqlite`: one connection, its transactions one at a time, as LangGraph's saver."""
 
     def __init__(self, connection: aiosqlite.Connection) -> None:
-        super().__init__("aiosqlite + TypeAdapter (async floor)")
+        super().__init__("aiosqlite", encode=True, floor="async floor")
         self.connection = connection
         self._lock = asyncio.Lock()  # statements of concurrent turns may interleave, transactions may not
 
@@ -201,37 +218,28 @@ class AiosqliteFloor(Backend[list[ModelMessage]]):
         await connection.execute(_CREATE.format(blob="BLOB"))
         return cls(connection)
 
-    def convert(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        return list(messages)
-
-    async def append(self, conversation_id: str, batch: list[ModelMessage]) -> Timing:
-        started = time.perf_counter()
-        query = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
-        async with self.connection.execute(query, (conversation_id,)) as cursor:
+    async def load(self, conversation_id: str) -> int:
+        async with self.connection.execute(_SELECT, (conversation_id,)) as cursor:
             rows: list[bytes] = [row[0] for row in await cursor.fetchall()]
-        _decode(rows)
-        loaded = time.perf_counter()
-        encoded = _encode(batch)
+        return self.decoded(rows)
+
+    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
+        rows = _rows(conversation_id, loaded, batch)
         async with self._lock:
             await self.connection.execute("BEGIN IMMEDIATE")
-            await self.connection.executemany(
-                "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)",
-                [(conversation_id, len(rows) + offset, data) for offset, data in enumerate(encoded)],
-            )
+            await self.connection.executemany(_INSERT, rows)
             await self.connection.execute("COMMIT")
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
 
     async def aclose(self) -> None:
         await self.connection.close()
 
 
-class AsyncpgFloor(Backend[FloorBatch]):
+class AsyncpgFloor(Floor):
     """Bare asyncpg with a pool, one transaction per turn."""
 
     def __init__(self, pool: Any, *, encode: bool) -> None:
-        super().__init__("asyncpg + TypeAdapter (fair floor)" if encode else "asyncpg, raw JSON (floor)")
+        super().__init__("asyncpg", encode=encode)
         self.pool = pool
-        self.encode = encode
 
     @classmethod
     async def open(cls, url: str, *, encode: bool) -> AsyncpgFloor:
@@ -239,24 +247,18 @@ class AsyncpgFloor(Backend[FloorBatch]):
         await pool.execute(_CREATE.format(blob="BYTEA"))
         return cls(pool, encode=encode)
 
-    def convert(self, messages: Sequence[ModelMessage]) -> FloorBatch:
-        return list(messages) if self.encode else [message_json(message) for message in messages]
-
-    async def append(self, conversation_id: str, batch: FloorBatch) -> Timing:
-        started = time.perf_counter()
+    async def load(self, conversation_id: str) -> int:
         async with self.pool.acquire() as connection:
             query = "SELECT message FROM messages WHERE conversation_id = $1 ORDER BY seq"
             rows: list[bytes] = [record[0] for record in await connection.fetch(query, conversation_id)]
-        if self.encode:
-            _decode(rows)
-        loaded = time.perf_counter()
-        encoded = _encode(batch)
+        return self.decoded(rows)
+
+    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
+        rows = _rows(conversation_id, loaded, batch)
         async with self.pool.acquire() as connection, connection.transaction():
             await connection.executemany(
-                "INSERT INTO messages (conversation_id, seq, message) VALUES ($1, $2, $3)",
-                [(conversation_id, len(rows) + offset, data) for offset, data in enumerate(encoded)],
+                "INSERT INTO messages (conversation_id, seq, message) VALUES ($1, $2, $3)", rows
             )
-        return Timing(load=loaded - started, save=time.perf_counter() - loaded)
 
     async def aclose(self) -> None:
         await self.pool.close()

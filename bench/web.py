@@ -1,6 +1,6 @@
-"""The server under concurrent users over HTTP and SSE, against a bare Starlette SSE app.
+"""Concurrent users over HTTP and SSE against a real server and a bare Starlette SSE app.
 
-Each phase on a fresh server and database, from a copy of the source tree taken at the start.
+With `--workers`, several server processes on one PostgreSQL database. Each phase on fresh servers and a fresh database, from a copy of the source tree taken at the start.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,16 +19,67 @@ from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environm
 from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile, ratio, times
 
-LEVELS, QUICK_LEVELS = (50, 200, 500), (50,)
-LEVEL_TURNS = {50: 3, 200: 3, 500: 1}
-"""Turns per user at each level: 500 users take one turn each, so that a full run stays under ~8 minutes."""
-BUDGET_SECONDS = 450.0
-"""The turns of the last phases are cut (as errors) rather than let a full run go on past this."""
-ALONE_TURNS = 5
-"""Turns of a single user before the load: the first-delta latency of an unloaded server."""
+
+@dataclass(frozen=True)
+class Mode:
+    """What one run measures: `web` (SQLite and PostgreSQL, one server) or `workers` (PostgreSQL, several)."""
+
+    section: str
+    levels: Sequence[int]
+    quick_levels: Sequence[int]
+    turns: dict[int, int]
+    default_turns: int
+    seconds_per_turn: float
+    budget: float
+    columns: Sequence[str]
+    alone_turns: int = 0
+    connections: int | None = None
+    """PostgreSQL connections all the workers of one phase keep together, split evenly between their two
+    pools each (`DURABLE_CHAT_POOL_SIZE`); uncapped, two workers under 200 users exhaust a default 100."""
+
+
+WEB = Mode(
+    "web", (50, 200, 500), (50,), {50: 3, 200: 3, 500: 1}, 3, 0.3, 450.0,
+    ("server", "users", "streams open", "turns ok", "errors", "turns/s", "first delta p50 ms", "p99 ms",
+     "POST p50 ms", "turn p50 ms", "alone: first delta p50 ms", "RSS idle / peak MB", "server CPU ms/turn",
+     "server CPU", "client CPU"),
+    alone_turns=5,
+)  # fmt: skip
+WORKERS = Mode(
+    "workers", (50, 200), (20,), {50: 2, 200: 1}, 2, 0.5, 360.0,
+    ("server", "workers", "users", "streams open", "turns ok", "errors", "turns/s", "first delta p50 ms",
+     "p95 ms", "turn p50 ms", "server CPU ms/turn", "server CPU cores", "client CPU cores", "machine busy",
+     "connections"),
+    connections=60,
+)  # fmt: skip
+WORKER_COUNTS, QUICK_WORKER_COUNTS = (1, 2, 4), (1, 2)
 STREAMS_TARGET = 500
 LATENCY_MARGIN = 0.010
 """Ours' first-delta p50 may exceed the baseline's by this many seconds."""
+
+COLUMNS: dict[str, Callable[[Phase], object]] = {
+    "server": lambda p: p.system,
+    "workers": lambda p: p.workers,
+    "users": lambda p: p.load.users,
+    "streams open": lambda p: f"{p.load.streams_open}/{p.load.users}",
+    "turns ok": lambda p: f"{p.load.completed_turns}/{p.load.users * p.load.turns_per_user}",
+    "errors": lambda p: p.load.error_count,
+    "turns/s": lambda p: f"{p.load.turns_per_second:.1f}",
+    "first delta p50 ms": lambda p: ms_short(median(p.load.first_delta)),
+    "p95 ms": lambda p: ms_short(percentile(p.load.first_delta, 0.95)),
+    "p99 ms": lambda p: ms_short(percentile(p.load.first_delta, 0.99)),
+    "POST p50 ms": lambda p: ms_short(median(p.load.post_latency)),
+    "turn p50 ms": lambda p: ms_short(median(p.load.turn_latency)),
+    "alone: first delta p50 ms": lambda p: ms_short(median(p.alone)),
+    "RSS idle / peak MB": lambda p: f"{p.idle_rss_kb / 1024:.0f} / {p.peak_rss_kb / 1024:.0f}",
+    "server CPU ms/turn": lambda p: f"{p.measured.cpu_per_turn * 1000:.1f}",
+    "server CPU": lambda p: f"{p.measured.server_cores:.0%}",
+    "client CPU": lambda p: f"{p.measured.client_cores:.0%}",
+    "server CPU cores": lambda p: f"{p.measured.server_cores:.2f}",
+    "client CPU cores": lambda p: f"{p.measured.client_cores:.2f}",
+    "machine busy": lambda p: f"{p.measured.machine_busy:.0%}",
+    "connections": lambda p: p.connections or "-",
+}
 
 
 @dataclass
@@ -36,9 +87,6 @@ class Report:
     phases: list[Phase] = field(default_factory=list[Phase])
     failures: list[str] = field(default_factory=list[str])
     """Phases that could not run (a server that did not start)."""
-
-    def phase(self, system: str, users: int) -> Phase | None:
-        return find(self.phases, system, users)
 
     @staticmethod
     def ok(phase: Phase) -> bool:
@@ -51,9 +99,9 @@ class Report:
         return list(dict.fromkeys(p.system for p in self.phases if p.system != BASELINE))
 
     def pairs(self, system: str) -> list[tuple[int, Phase, Phase]]:
-        """(users, ours, the baseline) for every level both measured."""
+        """(users, ours with one worker, the baseline) for every level both measured."""
         found = [
-            (u, self.phase(system, u), self.phase(BASELINE, u))
+            (u, find(self.phases, system, u), find(self.phases, BASELINE, u))
             for u in sorted({p.load.users for p in self.phases})
         ]
         return [(u, o, b) for u, o, b in found if o is not None and b is not None]
@@ -62,7 +110,7 @@ class Report:
         """(target, measured, met) for every target measured."""
         rows: list[tuple[str, str, bool]] = []
         for system in self.systems():
-            if (held := self.phase(system, STREAMS_TARGET)) is not None:
+            if (held := find(self.phases, system, STREAMS_TARGET)) is not None:
                 load = held.load
                 measured = f"{load.streams_open}/{load.users} streams open, {load.completed_turns}/{load.users * load.turns_per_user} turns, {load.error_count} errors"
                 rows.append(
@@ -81,28 +129,8 @@ class Report:
         return bool(verdicts) and all(met for _, _, met in verdicts) and not self.failures
 
 
-def render(report: Report, environment_lines: Sequence[str]) -> str:
+def _against_baseline(report: Report) -> list[str]:
     rows = [
-        [
-            p.system,
-            p.load.users,
-            f"{p.load.streams_open}/{p.load.users}",
-            f"{p.load.completed_turns}/{p.load.users * p.load.turns_per_user}",
-            p.load.error_count,
-            f"{p.load.turns_per_second:.1f}",
-            *(
-                ms_short(value)
-                for value in (median(p.load.first_delta), percentile(p.load.first_delta, 0.99))
-            ),
-            *(ms_short(median(values)) for values in (p.load.post_latency, p.load.turn_latency, p.alone)),
-            f"{p.idle_rss_kb / 1024:.0f} / {p.peak_rss_kb / 1024:.0f}",
-            f"{p.measured.cpu_per_turn * 1000:.1f}",
-            f"{p.measured.server_cores:.0%}",
-            f"{p.measured.client_cores:.0%}",
-        ]
-        for p in sorted(report.phases, key=lambda p: (p.load.users, p.system != BASELINE, p.system))
-    ]
-    ratios = [
         [
             system,
             users,
@@ -116,143 +144,156 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
         for system in report.systems()
         for users, ours, base in report.pairs(system)
     ]
-    lines = [
-        *section(
-            "Web: concurrent users over HTTP and SSE against a bare Starlette SSE app",
-            "A real server process (`python -m cli serve --model demo`) and simulated users in the benchmark process "
-            "(asyncio, an `httpx.AsyncClient` per user, loopback). Each user creates a thread, opens its event stream "
-            "(`GET /api/threads/{id}/events`) and keeps it open; when every stream is open, all users send "
-            '"Where is ORD-5678?" (the demo\'s 3-node turn: model, `lookup_order`, model) turn after turn: '
-            "`POST …/messages`, then the stream up to `run_finished`. Every turn's events are checked (increasing ids, "
-            "the demo turn's shape, its `run_id`, `text_done` equal to its deltas). The baseline "
-            "(`bench/harness/bare_sse.py`) is a Starlette app on the same uvicorn and sse-starlette with the same routes, "
-            "tokens and events, published from memory with no database, agent or log; it gets the same load. Each phase "
-            "runs on a fresh server process (and a fresh database), from a copy of the source tree taken at the start of "
-            "the run.",
-            environment_lines,
-        ),
-        "Turns/s: completed turns over the time from the start signal to the last user's end. First delta: from "
-        "sending the POST to receiving the turn's first `text_delta`. CPU: the server process's, per completed "
-        "turn, and its share of one core while the turns ran; the client's share is the load generator's. Alone: "
-        "the first-delta p50 of one user's turns on the same server just before the load, unloaded.",
-        "",
-        *table(
-            "server | users | streams open | turns ok | errors | turns/s | first delta p50 ms | p99 ms | POST p50 ms "
-            "| turn p50 ms | alone: first delta p50 ms | RSS idle / peak MB | server CPU ms/turn | server CPU | client CPU",
-            rows,
-        ),
-        "",
+    verdicts = [(t, m, "PASS" if ok else "**FAIL**") for t, m, ok in report.verdicts()]
+    return [
         "Ours / baseline:",
         "",
-        *table("database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms", ratios),
+        *table("database | users | turns/s | first delta p50 | first delta p99 | p50 difference ms", rows),
         "",
         "### Targets",
         "",
-        *table(
-            ["target", "measured", "verdict"],
-            [(t, m, "PASS" if ok else "**FAIL**") for t, m, ok in report.verdicts()],
-        ),
+        *table(["target", "measured", "verdict"], verdicts),
         "",
         f"**Verdict: {'PASS' if report.passed else 'FAIL'}**",
-        *_analysis(report),
+    ]
+
+
+def _against_one_worker(phases: Sequence[Phase]) -> list[str]:
+    rows: list[Sequence[object]] = []
+    for users in sorted({p.load.users for p in phases}):
+        base, one = find(phases, BASELINE, users), find(phases, "PostgreSQL", users)
+        for p in (p for p in phases if p.system != BASELINE and p.load.users == users):
+            single = one.load if one else None
+            rows.append(
+                [
+                    users,
+                    p.workers,
+                    times(ratio(p.load.turns_per_second, single.turns_per_second if single else 0.0)),
+                    *(
+                        times(
+                            ratio(
+                                percentile(p.load.first_delta, q),
+                                percentile(single.first_delta, q) if single else 0.0,
+                            )
+                        )
+                        for q in (0.5, 0.95)
+                    ),
+                    times(ratio(p.load.turns_per_second, base.load.turns_per_second if base else 0.0)),
+                ]
+            )
+    return [
+        "Against 1 worker at the same level (turns/s: higher is better; latency: lower is better), and turns/s "
+        "against the baseline:",
+        "",
+        *table("users | workers | turns/s | first delta p50 | first delta p95 | turns/s / baseline", rows),
+    ]
+
+
+def render(mode: Mode, report: Report, environment_lines: Sequence[str]) -> str:
+    phases = sorted(report.phases, key=lambda p: (p.load.users, p.system != BASELINE, p.system, p.workers))
+    results = [[COLUMNS[name](p) for name in mode.columns] for p in phases]
+    lines = [
+        *section(environment_lines),
+        *table(list(mode.columns), results),
+        "",
+        *(_against_one_worker(phases) if mode is WORKERS else _against_baseline(report)),
         *errors(
             report.phases,
             report.failures,
-            "Errors seen (client side, the server's access log, the server's log):",
+            "Errors seen (client side, the servers' access logs, the servers' logs):",
         ),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _analysis(report: Report) -> list[str]:
-    """What dominates where a target is missed: the server's CPU, and the queue a closed loop makes."""
-    out: list[str] = []
-    for system, users, ours, base in ((s, *pair) for s in report.systems() for pair in report.pairs(s)):
-        o, b, om, bm = ours.load, base.load, ours.measured, base.measured
-        if median(o.first_delta) - median(b.first_delta) <= LATENCY_MARGIN and report.ok(ours):
-            continue
-        out.append(
-            f"- {system}, {users} users: the server used {om.cpu_per_turn * 1000:.1f} ms of CPU per turn against "
-            f"the baseline's {bm.cpu_per_turn * 1000:.1f} ms ({om.cpu_per_turn / bm.cpu_per_turn:.1f}x) and was "
-            f"busy {om.server_cores:.0%} of a core (the baseline {bm.server_cores:.0%}, the client "
-            f"{om.client_cores:.0%} and {bm.client_cores:.0%}). In this closed loop a user waits for the turns "
-            f"ahead of it: users / turns/s = {ratio(users, o.turns_per_second):.2f} s, against a measured turn p50 of "
-            f"{ms_short(median(o.turn_latency))} ms and first-delta p50 of {ms_short(median(o.first_delta))} ms "
-            f"(POST p50 {ms_short(median(o.post_latency))} ms, the baseline's {ms_short(median(b.post_latency))} ms)."
-        )
-    base = [x for p in report.phases if p.system == BASELINE for x in p.alone]
-    for system in report.systems():
-        mine = [x for p in report.phases if p.system == system for x in p.alone]
-        if out and mine and base:
-            out.append(
-                f"- {system}, one user alone (no queue): first-delta p50 {ms_short(median(mine))} ms against the "
-                f"baseline's {ms_short(median(base))} ms (+{ms_short(median(mine) - median(base))} ms): what a turn "
-                "costs before its first word, without waiting for other users' turns."
-            )
-    if out and (
-        bound := [p for p in report.phases if p.system == BASELINE and p.measured.client_cores > 0.85]
-    ):
-        out.append(
-            f"- The baseline at {', '.join(f'{p.load.users} users' for p in bound)} kept the load generator busy (client "
-            "CPU over 85% of a core): its real capacity is higher than measured, so those ratios flatter ours."
-        )
-    if not out:
-        return []
-    intro = (
-        "What dominates where a target is missed (turns run on the server's one event loop; each turn's CPU is "
-        "what `run_step` costs, see the step section, plus HTTP, SSE and the runner):"
+def _plan(mode: Mode, arguments: argparse.Namespace, databases: Sequence[str]) -> Plan:
+    levels = arguments.users or (mode.quick_levels if arguments.quick else mode.levels)
+    baseline = [(BASELINE, 1)] if arguments.baseline else []
+    if mode is WORKERS:
+        counts = arguments.workers or (QUICK_WORKER_COUNTS if arguments.quick else WORKER_COUNTS)
+        systems = [*baseline, *(("PostgreSQL", n) for n in counts)]
+        order = [(users, system, n) for users in levels for system, n in systems]
+    else:
+        # Alternate which side goes first, so a drift in the machine's load spreads over both.
+        systems = [*baseline, *((database, 1) for database in databases)]
+        order = [
+            (users, system, n)
+            for i, users in enumerate(levels)
+            for system, n in systems[:: 1 if i % 2 == 0 else -1]
+        ]
+    return Plan(
+        order,
+        mode.budget,
+        mode.turns,
+        mode.default_turns,
+        mode.seconds_per_turn,
+        alone_turns=mode.alone_turns,
+        pool_connections=mode.connections,
     )
-    return ["", intro, "", *out]
 
 
-async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
+async def run(
+    mode: Mode, arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path
+) -> str | None:
     databases, version = await available(arguments.postgres, notes)
-    systems = [BASELINE, *databases]
-    levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
-    # Alternate which side goes first, so a drift in the machine's load spreads over both.
-    order = [
-        (users, system, 1) for n, users in enumerate(levels) for system in systems[:: 1 if n % 2 == 0 else -1]
-    ]
-    plan = Plan(order, BUDGET_SECONDS, LEVEL_TURNS, 3, 0.3, alone_turns=ALONE_TURNS)
+    plan = _plan(mode, arguments, databases)
     source = snapshot(logs / "src")
-    found = await run_plan(
+    report.phases += await run_plan(
         plan, arguments.turns, report.failures, postgres=arguments.postgres, logs=logs, source=source
     )
-    report.phases += found
     return version
 
 
 def main() -> int:
     options = parser(
-        "bench.web", __doc__, quick="50 users only (<60 s); writes nothing unless --write", strict=True
+        "bench.web", __doc__, quick="50 users (with --workers: 1 and 2 workers, 20 users)", strict=True
     )
     options.add_argument(
-        "--users", type=int, nargs="+", help="levels of concurrent users (default: 50 200 500)"
+        "--workers",
+        type=int,
+        nargs="*",
+        help="several servers on one PostgreSQL database: these numbers of them (alone: 1 2 4); writes `workers`",
     )
     options.add_argument(
-        "--turns", type=int, help="turns per user (default: 3 at 50 and 200 users, 1 at 500)"
+        "--users",
+        type=int,
+        nargs="+",
+        help="levels of concurrent users (default: 50 200 500; --workers: 50 200)",
     )
+    options.add_argument(
+        "--turns", type=int, help="turns per user (default: 3, 1 at 500; --workers: 2, 1 at 200)"
+    )
+    options.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the bare SSE app")
     arguments = options.parse_args()
+    mode = WEB if arguments.workers is None else WORKERS
+    if mode is WORKERS and not arguments.postgres:
+        options.error(
+            "--workers needs PostgreSQL: pass --postgres URL or set $DURABLE_CHAT_TEST_POSTGRES_URL"
+        )
     limit = raise_open_files_limit()
     clock, report, notes = Clock(), Report(), list[str]()
-    with folder("web", keep=arguments.keep_logs) as logs:
-        version = asyncio.run(run(arguments, report, notes, logs))
-    turns = arguments.turns or ", ".join(f"{count} at {users} users" for users, count in LEVEL_TURNS.items())
+    with folder(mode.section, keep=arguments.keep_logs) as logs:
+        version = asyncio.run(run(mode, arguments, report, notes, logs))
+    turns = arguments.turns or ", ".join(f"{count} at {users} users" for users, count in mode.turns.items())
+    spread = (
+        "users spread over the workers round robin, each posting and following on its own worker; one warm-up "
+        f"turn per worker; PostgreSQL connections kept at {mode.connections} for all the workers together, split "
+        "evenly (`DURABLE_CHAT_POOL_SIZE`, no overflow)"
+        if mode is WORKERS
+        else f"per server, one warm-up turn, then {mode.alone_turns} turns of one user alone"
+    )
     settings = (
-        f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; per server, one "
-        f"warm-up turn, then {ALONE_TURNS} turns of one user alone; per-user rate limit raised to 1000/s; open-files "
-        f"limit {limit}; a full run's turns stop after {BUDGET_SECONDS:.0f} s"
+        f"Settings: turns per user {turns}, sent when every user's stream is open, no think time; {spread}; "
+        f"per-user rate limit raised to 1000/s; open-files limit {limit}; a full run's turns stop after "
+        f"{mode.budget:.0f} s"
     )
     command = command_line("bench.web", sys.argv[1:])
     lines = environment(
         command, postgres=version, packages=SERVER_PACKAGES, notes=[settings, *notes, clock.line()]
     )
-    publish(
-        arguments,
-        {"web": render(report, lines)},
-        full=not (arguments.quick or arguments.users or arguments.turns),
-    )
-    return 1 if arguments.strict and not report.passed else 0
+    full = not (arguments.quick or arguments.users or arguments.turns or arguments.workers)
+    publish(arguments, {mode.section: render(mode, report, lines)}, full=full)
+    return 1 if arguments.strict and mode is WEB and not report.passed else 0
 
 
 if __name__ == "__main__":

@@ -95,22 +95,8 @@ class Ledger:
             NotFound: The thread does not exist (or was deleted meanwhile).
             Conflict: The tool call was recorded for another tool.
         """
-        now = now_utc()
-        claim = (
-            insert_new(self._engine.dialect.name, _ledger)
-            .values(
-                thread_id=thread_id,
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                tool_name=tool_name,
-                status="succeeded",
-                result=None,  # set before the commit; never visible to others
-                attempts=1,
-                created_at=now,
-                updated_at=now,
-            )
-            .returning(_ledger.c.tool_call_id)
-        )
+        # `succeeded` with its result set before the commit: never visible to others without it.
+        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "succeeded", now_utc())
         with translate_errors(f"{tool_name} for tool call {tool_call_id!r} of thread {thread_id!r}"):
             try:
                 async with self._engine.begin() as connection:
@@ -143,20 +129,7 @@ class Ledger:
             Conflict: The tool call was recorded for another tool.
         """
         now = now_utc()
-        claim = (
-            insert_new(self._engine.dialect.name, _ledger)
-            .values(
-                thread_id=thread_id,
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                tool_name=tool_name,
-                status="started",
-                attempts=1,
-                created_at=now,
-                updated_at=now,
-            )
-            .returning(_ledger.c.tool_call_id)
-        )
+        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "started", now)
         retry = (
             _ledger.update()
             .where(_key(thread_id, tool_call_id), _ledger.c.status == "retrying")
@@ -172,6 +145,32 @@ class Ledger:
                     return fresh, await _existing(connection, thread_id, tool_call_id, tool_name)
             except exc.IntegrityError as error:
                 raise NotFound(f"no thread {thread_id!r} to record tool call {tool_call_id!r} in") from error
+
+    def _claim(
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        run_id: str,
+        tool_name: str,
+        status: ToolExecutionStatus,
+        now: datetime,
+    ) -> sa.Insert:
+        """A call's first row, returning its key; nothing when the call has a row already."""
+        return (
+            insert_new(self._engine.dialect.name, _ledger)
+            .values(
+                thread_id=thread_id,
+                tool_call_id=tool_call_id,
+                run_id=run_id,
+                tool_name=tool_name,
+                status=status,
+                result=None,
+                attempts=1,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(_ledger.c.tool_call_id)
+        )
 
     async def finish(
         self,

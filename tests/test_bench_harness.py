@@ -66,7 +66,7 @@ def test_a_section_replaces_its_own_block_and_leaves_the_rest(tmp_path: Path) ->
     docs.write_text(docs.read_text().replace("## Store", "Prose between.\n\n## Store"))
     write_section(docs, "web", "## Web\n\nnew\n\n")
     assert docs.read_text() == (
-        "# Benchmarks\n\nEach section is written by its benchmark; see `bench/README.md`.\n\n"
+        "# Benchmarks\n\nEach section's results are written by its benchmark; see `bench/README.md`.\n\n"
         "<!-- bench:web -->\n## Web\n\nnew\n<!-- /bench:web -->\n\n"
         "<!-- bench:store -->\nProse between.\n\n## Store\n<!-- /bench:store -->\n"
     )

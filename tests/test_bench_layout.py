@@ -72,7 +72,6 @@ def test_a_benchmark_imports_the_harness_and_its_own_parts_never_another_command
         "bench.store",
         "bench.step",
         "bench.web",
-        "bench.workers",
         "bench.cpu",
         "bench.profile",
     }

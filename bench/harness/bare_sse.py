@@ -1,4 +1,4 @@
-"""The floor `bench.web` and `bench.workers` measure our server against: our routes, no persistence.
+"""The floor `bench.web` measures our server against: our routes, no persistence.
 
     python -m bench.harness.bare_sse --port N      (the secret from $DURABLE_CHAT_SECRET)
 

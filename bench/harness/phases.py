@@ -1,4 +1,4 @@
-"""Phases of `bench.web` and `bench.workers`: a system on fresh servers at one level of users, one
+"""Phases of `bench.web` (and `--workers`): a system on fresh servers at one level of users, one
 phase after another within a time budget, a phase that cannot run noted rather than fatal."""
 
 from __future__ import annotations

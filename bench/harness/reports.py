@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "benchmarks.md"
 PACKAGES = ("pydantic-ai-slim", "pydantic", "sqlalchemy", "aiosqlite", "asyncpg")
 SERVER_PACKAGES = ("uvicorn", "starlette", "sse-starlette", "httpx", *PACKAGES)
-_HEADER = "# Benchmarks\n\nEach section is written by its benchmark; see `bench/README.md`.\n"
+_HEADER = "# Benchmarks\n\nEach section's results are written by its benchmark; see `bench/README.md`.\n"
 
 
 def write_section(path: Path, name: str, text: str) -> None:
@@ -49,9 +49,12 @@ def write_section(path: Path, name: str, text: str) -> None:
     path.write_text(document, encoding="utf-8")
 
 
-def section(title: str, method: str, environment_lines: Sequence[str]) -> list[str]:
-    """A section's head: its title, how it measures, its environment, and the heading of its results."""
-    return [f"## {title}", "", method, "", "### Environment", "", *environment_lines, "", "### Results", ""]
+def section(environment_lines: Sequence[str]) -> list[str]:
+    """A section's head: its environment and the heading of its results.
+
+    Its title and how it measures are prose in `docs/benchmarks.md`, just above its markers.
+    """
+    return ["### Environment", "", *environment_lines, "", "### Results", ""]
 
 
 def table(header: str | Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
