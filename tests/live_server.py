@@ -129,8 +129,8 @@ class LiveServer:
             self.process.kill()
             self.process.wait()
 
-    def token(self, user: str) -> str:
-        return issue_token(SECRET, user)
+    def token(self, user: str, *, roles: tuple[str, ...] = ()) -> str:
+        return issue_token(SECRET, user, roles=roles)
 
     def _answers(self) -> bool:
         try:

@@ -155,7 +155,7 @@ async def test_a_reviewer_without_the_role_sees_nothing_and_cannot_decide(api: A
 
     queue = await api.call("GET", "/api/review/approvals", **as_manager)  # pyright: ignore[reportArgumentType]
     assert queue.status_code == 200
-    assert queue.json() == {"approvals": [], "next_cursor": None}
+    assert queue.json() == {"approvals": [], "next_cursor": None, "last_event_id": 0}
     thread = await api.call("GET", f"/api/review/threads/{thread_id}", **as_manager)  # pyright: ignore[reportArgumentType]
     assert _error(thread) == (404, "not_found")
     decided = await api.call(
