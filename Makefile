@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+APP ?=
 
 .PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step bench-profile \
 	bench-targets bench-smoke screenshots clean
@@ -26,8 +27,9 @@ install: $(BIN)/.installed
 
 install-dev: $(BIN)/.installed-dev
 
+# `make run APP=agent.demo:staffed_shop_app`: another app (`serve --app`); the staffed shop also prints a reviewer's link.
 run: $(BIN)/.installed
-	$(BIN)/durable-chat serve --host $(HOST) --port $(PORT)
+	$(BIN)/durable-chat serve --host $(HOST) --port $(PORT) $(if $(APP),--app $(APP))
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
