@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import pty
-import select
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from web.tokens import verify_token
 
-from .live_server import REPO_ROOT, STARTUP_TIMEOUT, free_port
+from .live_server import served_on_a_terminal
 from .test_cli import run_cli
 
 
@@ -45,37 +38,9 @@ def test_webhooks_with_nothing_to_send(tmp_path: Path) -> None:
 
 
 def test_serve_on_a_terminal_prints_a_customer_link_and_a_reviewer_link(tmp_path: Path) -> None:
-    port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env["DURABLE_CHAT_SECRET"] = "pty-review-secret"
-    command = [
-        sys.executable,
-        "-m",
-        "cli",
-        "serve",
-        "--port",
-        str(port),
-        "--app",
-        "agent.demo:staffed_shop_app",
-    ]
-    command += ["--db", f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}"]
-    master, terminal = pty.openpty()
-    with (tmp_path / "stderr.txt").open("w") as err:
-        process = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=err
-        )
-    os.close(terminal)
-    try:
-        seen = b""
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while b"review#token=" not in seen or not seen.rstrip(b" ").endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or process.poll() is not None:
-                pytest.fail(f"no reviewer link: {seen!r}\n{(tmp_path / 'stderr.txt').read_text()}")
-            if select.select([master], [], [], remaining)[0]:
-                seen += os.read(master, 4096)
-        lines = [text.strip() for text in seen.decode().splitlines() if "#token=" in text]
+    app = ("--app", "agent.demo:staffed_shop_app")
+    with served_on_a_terminal(tmp_path, "pty-review-secret", *app, until=b"review#token=") as (port, printed):
+        lines = [text.strip() for text in printed.splitlines() if "#token=" in text]
         base = f"http://127.0.0.1:{port}/"
         assert [line.split("#token=")[0] for line in lines] == [
             f"durable-chat is ready: open {base}",
@@ -92,7 +57,3 @@ def test_serve_on_a_terminal_prints_a_customer_link_and_a_reviewer_link(tmp_path
         assert queue.json() == {"approvals": [], "next_cursor": None, "last_event_id": 0}
         plain = httpx.get(f"{base}api/review/approvals", headers={"Authorization": f"Bearer {customer}"})
         assert (plain.status_code, plain.json()["error"]["code"]) == (404, "not_found")
-    finally:
-        os.close(master)
-        process.terminate()
-        process.wait(timeout=15)
