@@ -83,6 +83,7 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.web --quick
 	$(BIN)/python -m bench.workers --quick
 	$(BIN)/python -m bench.files --quick --no-write
+	$(BIN)/python -m bench.review --quick --no-write
 	$(BIN)/python -m bench.cpu --quick
 	$(BIN)/python -m bench.profile --quick
 	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write
