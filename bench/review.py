@@ -190,8 +190,9 @@ async def _shop(folder: Path, name: str, webhook: str | None, stack: Any) -> htt
     )
 
 
-async def _turn(client: httpx.AsyncClient) -> float:
-    headers = {"Authorization": f"Bearer {issue_token(SECRET, 'alice')}"}
+async def _turn(client: httpx.AsyncClient, user: str) -> float:
+    # A user of its own per turn: the shop's message-rate guardrail would stop one user's 60 turns.
+    headers = {"Authorization": f"Bearer {issue_token(SECRET, user)}"}
     thread = (await client.post("/api/threads", json={}, headers=headers)).json()["thread_id"]
     started = time.perf_counter()
     sent = await client.post(
@@ -200,8 +201,9 @@ async def _turn(client: httpx.AsyncClient) -> float:
     assert sent.status_code == 202, sent.text
     # Polled as a client would; the 2 ms step is the same on both sides of the ratio.
     url = f"/api/threads/{thread}"
-    while (await client.get(url, headers=headers)).json()["status"] != "awaiting_approval":  # noqa: ASYNC110
-        await asyncio.sleep(0.002)
+    async with asyncio.timeout(60):  # a turn that never pauses (a guardrail, a failure) stops the run
+        while (await client.get(url, headers=headers)).json()["status"] != "awaiting_approval":  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
     return time.perf_counter() - started
 
 
@@ -214,7 +216,7 @@ async def webhook_cost(turns: int) -> list[str]:
             plain = await _shop(Path(directory), "plain", None, stack)
             hooked = await _shop(Path(directory), "hooked", hanging.url, stack)
             for client in (plain, hooked):
-                await _turn(client)  # warm-up
+                await _turn(client, "warm-up")
             async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
                 while hanging.connections == 0:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
@@ -222,11 +224,11 @@ async def webhook_cost(turns: int) -> list[str]:
             theirs: list[float] = []
             for turn in range(turns):  # each goes first every other round
                 if turn % 2:
-                    theirs.append(await _turn(plain))
-                    mine.append(await _turn(hooked))
+                    theirs.append(await _turn(plain, f"u{turn}"))
+                    mine.append(await _turn(hooked, f"u{turn}"))
                 else:
-                    mine.append(await _turn(hooked))
-                    theirs.append(await _turn(plain))
+                    mine.append(await _turn(hooked, f"u{turn}"))
+                    theirs.append(await _turn(plain, f"u{turn}"))
             held = hanging.connections
     assert held > 0, "the hanging endpoint was never called"
     paired = paired_ratio(dict(enumerate(mine)), dict(enumerate(theirs)))
