@@ -132,6 +132,27 @@ def test_an_edited_approval_shows_both_arguments(server: LiveServer, browser: Br
         expect(first.get_by_test_id("approval-original-args")).to_contain_text('"amount": 99.98')
 
 
+def test_a_decision_by_another_reviewer_reaches_the_queue_live(server: LiveServer, browser: Browser) -> None:
+    with (
+        opened_context(browser, server) as first,
+        opened_context(browser, server) as second,
+        opened_context(browser, server) as shopper,
+    ):
+        sam, mia = first.new_page(), second.new_page()
+        _open_review(sam, server, "sam")
+        _open_review(mia, server, "mia")
+        customer = shopper.new_page()
+        sign_in(customer, server, "fred")
+        new_chat_and_send(customer, "Please cancel ORD-3456")
+        waiting = _item(sam, "Please cancel ORD-3456")
+        _item(mia, "Please cancel ORD-3456").get_by_test_id("approve").click()
+        # Sam's card turns into the decision, from the stream: no buttons left to press.
+        expect(waiting.get_by_test_id("approval-decision")).to_contain_text("Approved by mia")
+        expect(waiting.get_by_test_id("approve")).to_have_count(0)
+        expect(waiting.get_by_test_id("decided-role")).to_have_text("Decided as: support")
+        expect(customer.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
+
+
 def test_a_plain_user_is_told_a_role_is_required(server: LiveServer, page: Page) -> None:
     page.goto(f"/review#token={server.token('carol')}")
     expect(page.get_by_test_id("reviewer-required")).to_be_visible()
