@@ -6,7 +6,8 @@ hanging webhook endpoint costs a run.
 
 - Queue and sweep (PostgreSQL): one scratch database per size, its rows made by `INSERT ... SELECT
   generate_series` (a tenth of the calls pending, half for `support`; 50 past their deadline in
-  every size), then `ANALYZE`. Each round times, database after database, the store's own calls:
+  every size; at least 1,000 threads, so that a page's calls are in as many threads at every size),
+  then `ANALYZE`. Each round times, database after database, the store's own calls:
   `Reviews.queue` (a reviewer's first page, 20, oldest first) and `Reviews.due` (the sweep's read).
   The ratio is the median over rounds of each size's time over the smallest size's in that round;
   the plans are PostgreSQL's `EXPLAIN` of the exact statements the store ran.
@@ -75,7 +76,7 @@ async def _filled(server: str, calls: int, stack: Any) -> tuple[str, Database]:
     async with connected(url) as connection:
         for statement in filter(str.strip, _FILL.split(";")):
             await connection.execute(
-                sa.text(statement), {"threads": max(calls // 10, 100), "calls": calls, "due": DUE * 10}
+                sa.text(statement), {"threads": max(calls // 10, 1_000), "calls": calls, "due": DUE * 10}
             )
         await connection.execute(sa.text("ANALYZE"))
     print(f"{calls:>9,} approvals made in {time.monotonic() - started:.1f} s", flush=True)
