@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+APP ?=
 
 .PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step bench-profile \
 	bench-targets bench-smoke screenshots clean
@@ -26,8 +27,9 @@ install: $(BIN)/.installed
 
 install-dev: $(BIN)/.installed-dev
 
+# `make run APP=agent.demo:staffed_shop_app`: another app (`serve --app`); the staffed shop also prints a reviewer's link.
 run: $(BIN)/.installed
-	$(BIN)/durable-chat serve --host $(HOST) --port $(PORT)
+	$(BIN)/durable-chat serve --host $(HOST) --port $(PORT) $(if $(APP),--app $(APP))
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .
@@ -46,7 +48,7 @@ test: check
 screenshots: $(BIN)/.installed-dev
 	DURABLE_CHAT_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/test_page.py \
 		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py tests/test_travel_page.py \
-		tests/test_page_outputs.py
+		tests/test_page_outputs.py tests/test_review_page.py
 
 # The benchmarks (bench/README.md); each writes its sections of docs/benchmarks.md on a full run, and
 # takes PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL. `bench` is the store's, with its rivals (the `bench` extra).
@@ -81,6 +83,7 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.web --quick
 	$(BIN)/python -m bench.web --workers --quick
 	$(BIN)/python -m bench.files --quick --no-write
+	$(BIN)/python -m bench.review --quick --no-write
 	$(BIN)/python -m bench.cpu --quick
 	$(BIN)/python -m bench.profile --quick
 	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write

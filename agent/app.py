@@ -222,6 +222,9 @@ class ChatApp(Generic[DepsT]):
     review: ReviewPolicy | None = None
     """Who decides each held call and by when: `policy(call) -> Review` (`agent.review`), sync or
     async; `None`: the thread's user decides every call, with no deadline."""
+    reviewer_roles: Sequence[str] = ()
+    """The roles `review` hands calls to, for people and tools: `serve` on a terminal prints a
+    reviewer's sign-in link holding them (the staffed shop: `support`, `managers`)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.read_only_tools, str):
@@ -230,6 +233,10 @@ class ChatApp(Generic[DepsT]):
                 f"read_only_tools takes tool names, like {{{self.read_only_tools!r}}}, not one string"
             )
         self.read_only_tools = frozenset(self.read_only_tools)
+        if isinstance(self.reviewer_roles, str):
+            raise TypeError(
+                f"reviewer_roles takes role names, like ({self.reviewer_roles!r},), not one string"
+            )
         if self.handoffs:
             names = [agent.name for agent in self.speakers]
             if None in names or len(set(names)) != len(names):

@@ -24,7 +24,7 @@ from web import Settings, SettingsError, issue_token
 from .chat_logs import log_to
 from .output import detach_stdout, say
 from .purge import parse_age, purge
-from .users import DEFAULT_USER
+from .users import DEFAULT_REVIEWER, DEFAULT_USER
 
 if TYPE_CHECKING:
     import uvicorn
@@ -210,17 +210,23 @@ def _serve(settings: Settings, app: ChatApp[Any]) -> int:
     install_log_filters(settings.tracing.secrets, loggers=_UVICORN_LOGGERS)
     tracing = setup_tracing(settings.tracing)
     try:
-        return _run_server(settings, config, on_shutdown=tracing.shutdown)
+        return _run_server(settings, config, app.reviewer_roles, on_shutdown=tracing.shutdown)
     finally:
         tracing.shutdown()  # a server that failed to start; a second shutdown does nothing
 
 
-def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Callable[[], object]) -> int:
+def _run_server(
+    settings: Settings,
+    config: uvicorn.Config,
+    reviewer_roles: Sequence[str],
+    *,
+    on_shutdown: Callable[[], object],
+) -> int:
     from .server import Server
 
     server = Server(
         config,
-        ready_line=_ready_line(settings, interactive=sys.stdout.isatty()),
+        ready_line=_ready_line(settings, interactive=sys.stdout.isatty(), reviewer_roles=reviewer_roles),
         on_shutdown=on_shutdown,
         shutdown_seconds=settings.shutdown_timeout_seconds,
     )
@@ -230,11 +236,13 @@ def _run_server(settings: Settings, config: uvicorn.Config, *, on_shutdown: Call
     return 0 if server.started else 1
 
 
-def _ready_line(settings: Settings, *, interactive: bool) -> str:
+def _ready_line(settings: Settings, *, interactive: bool, reviewer_roles: Sequence[str] = ()) -> str:
     """What `serve` prints once it listens: the address, and how to sign in.
 
-    Only a person at a terminal gets a link that signs the demo user in. A log file or a pipe
-    keeps what it is given and is read by others, and no valid credential may end up in one.
+    Only a person at a terminal gets a link that signs the demo user in (and, for an app with
+    `reviewer_roles`, a second one that opens the review page as a reviewer holding them). A log
+    file or a pipe keeps what it is given and is read by others, and no valid credential may end
+    up in one.
     """
     url = _browser_url(settings.host, settings.port)
     if settings.jwt is not None:
@@ -242,7 +250,13 @@ def _ready_line(settings: Settings, *, interactive: bool) -> str:
     if interactive:
         # The token rides in the URL's fragment, which browsers never send to the server, so it
         # cannot reach the access log either; the page moves it to session storage.
-        return f"{_PROG} is ready: open {url}#token={issue_token(settings.secret, DEFAULT_USER)}"
+        line = f"{_PROG} is ready: open {url}#token={issue_token(settings.secret, DEFAULT_USER)}"
+        if reviewer_roles:
+            token = issue_token(settings.secret, DEFAULT_REVIEWER, roles=tuple(reviewer_roles))
+            line += (
+                f"\n  review as {DEFAULT_REVIEWER} ({', '.join(reviewer_roles)}): {url}review#token={token}"
+            )
+        return line
     return f"{_PROG} is ready on {url} (sign in with a token from `{_PROG} token USER`)"
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ("DEFAULT_USER",)
+__all__ = ("DEFAULT_REVIEWER", "DEFAULT_USER")
 
 DEFAULT_USER = "demo"
 """The user `chat` and `threads` act for, and whom `serve`'s sign-in link signs in, unless told otherwise."""
+
+DEFAULT_REVIEWER = "reviewer"
+"""Whom `serve`'s reviewer link signs in, with the app's `reviewer_roles`."""

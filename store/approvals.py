@@ -40,6 +40,8 @@ __all__ = (
 
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
+_REVIEW_LOG_LOCK = 0x6463_7276_6C67
+"""The advisory lock that orders the review log's ids by commit (`append_review_event`)."""
 _review_events = metadata.tables[ReviewEventRow.__tablename__]
 
 JsonObject = dict[str, object]
@@ -422,7 +424,15 @@ def review_data(approval: Approval, user_id: str) -> JsonObject:
 
 
 async def append_review_event(connection: AsyncConnection, type: ReviewEventType, approval: Approval) -> None:
-    """Log a change of `approval` for reviewers and webhooks, inside the caller's unit of work."""
+    """Log a change of `approval` for reviewers and webhooks, inside the caller's unit of work.
+
+    On PostgreSQL the log's ids are taken one transaction at a time (a lock held to the commit), so
+    they commit in order: a follower that has read id N has seen every lower id that will ever exist.
+    """
+    if connection.dialect.name == "postgresql":
+        # Without it a lower id could commit after a higher one a poller already read past. SQLite
+        # has one writer at a time anyway.
+        await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _REVIEW_LOG_LOCK})
     user_id = (
         await connection.execute(
             sa.select(_threads.c.user_id).where(_threads.c.thread_id == approval.thread_id)

@@ -208,10 +208,12 @@ class Reviews:
             for row in rows
         ]
 
-    async def last_event_id(self) -> int:
+    async def last_event_id(self, roles: Collection[str] | None = None) -> int:
+        """The newest review event's id (of those for `roles`, when given); 0 when none."""
+        query = sa.select(sa.func.max(_events.c.event_id))
+        if roles is not None:
+            query = query.where(_events.c.reviewers.in_(sorted(roles)))
         with translate_errors("reading review events"):
             async with self._reader.connect() as connection:
-                found = (
-                    await connection.execute(sa.select(sa.func.max(_events.c.event_id)))
-                ).scalar_one_or_none()
+                found = (await connection.execute(query)).scalar_one_or_none()
         return found or 0

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pty
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -129,8 +131,8 @@ class LiveServer:
             self.process.kill()
             self.process.wait()
 
-    def token(self, user: str) -> str:
-        return issue_token(SECRET, user)
+    def token(self, user: str, *, roles: tuple[str, ...] = ()) -> str:
+        return issue_token(SECRET, user, roles=roles)
 
     def _answers(self) -> bool:
         try:
@@ -268,3 +270,39 @@ def _ports_in_turn() -> Iterator[int]:
 
 
 _ports = _ports_in_turn()
+
+
+@contextmanager
+def served_on_a_terminal(workdir: Path, secret: str, *args: str, until: bytes) -> Iterator[tuple[int, str]]:
+    """`serve` (with `args`) writing to a pseudo-terminal, as a person runs it: its port, and what it
+    printed up to `until` and the end of that line. The process ends with the block."""
+    port = free_port()
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["DURABLE_CHAT_SECRET"] = secret
+    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), *args]
+    command += ["--db", f"sqlite+aiosqlite:///{workdir / 'chat.db'}"]
+    master, terminal = pty.openpty()
+    with (workdir / "stderr.txt").open("w") as err:
+        process = subprocess.Popen(
+            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=err
+        )
+    os.close(terminal)
+    try:
+        seen = b""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while until not in seen or not seen.rstrip(b" ").endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or process.poll() is not None:
+                pytest.fail(f"not printed on the terminal: {seen!r}\n{(workdir / 'stderr.txt').read_text()}")
+            if select.select([master], [], [], remaining)[0]:
+                seen += os.read(master, 4096)
+        yield port, seen.decode()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.close(master)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ import pytest
 
 from web.tokens import verify_token
 
-from .live_server import free_port
+from .live_server import free_port, served_on_a_terminal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
@@ -106,31 +104,10 @@ def test_the_ready_line_in_a_log_holds_no_token(server: Server) -> None:
 
 
 def test_on_a_terminal_the_ready_line_signs_the_demo_user_in(tmp_path: Path) -> None:
-    port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DURABLE_CHAT_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    env["DURABLE_CHAT_SECRET"] = "pty-test-secret"
-    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--db"]
-    command.append(f"sqlite+aiosqlite:///{tmp_path / 'chat.db'}")
-    master, terminal = pty.openpty()
-    with (tmp_path / "stderr.txt").open("w") as err:
-        process = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=terminal, stderr=err
-        )
-    os.close(terminal)
-    try:
-        seen = b""
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while b"#token=" not in seen or not seen.rstrip(b" ").endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or process.poll() is not None:
-                pytest.fail(
-                    f"no ready line on the terminal: {seen!r}\n{(tmp_path / 'stderr.txt').read_text()}"
-                )
-            if select.select([master], [], [], remaining)[0]:
-                seen += os.read(master, 4096)
-        line = next(text for text in seen.decode().splitlines() if "#token=" in text)
+    with served_on_a_terminal(tmp_path, "pty-test-secret", until=b"#token=") as (port, printed):
+        line = next(text for text in printed.splitlines() if "#token=" in text)
         assert line.startswith(f"durable-chat is ready: open http://127.0.0.1:{port}/#token=")
+        assert "review#token=" not in printed  # the shop names no reviewer roles
         token = line.split("#token=", 1)[1].strip()
         assert verify_token("pty-test-secret", token).user_id == "demo"
         request = Request(
@@ -138,14 +115,6 @@ def test_on_a_terminal_the_ready_line_signs_the_demo_user_in(tmp_path: Path) -> 
         )
         with urlopen(request, timeout=10) as response:
             assert json.load(response) == {"threads": [], "next_cursor": None}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        os.close(master)
 
 
 def get(server: Server, path: str, *, method: str = "GET") -> Reply:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -81,8 +82,9 @@ async def database(request: pytest.FixtureRequest, migrated_databases: MigratedD
     return await migrated_databases.empty(request.param)
 
 
-@pytest.fixture
-async def api(database: str) -> AsyncIterator[Api]:
+@asynccontextmanager
+async def staffed_api(database: str) -> AsyncIterator[Api]:
+    """The staffed shop in process on `database`, its deadlines swept only when a test says so."""
     settings = Settings(database_url=database, model="demo", secret=SECRET, deadline_poll_seconds=3600)
     app: Starlette = create_app(settings, staffed_shop_app(delay=0))
     async with app.router.lifespan_context(app):
@@ -91,6 +93,12 @@ async def api(database: str) -> AsyncIterator[Api]:
             services = app.state.services
             assert isinstance(services, Services)
             yield Api(client, services)
+
+
+@pytest.fixture
+async def api(database: str) -> AsyncIterator[Api]:
+    async with staffed_api(database) as opened:
+        yield opened
 
 
 def _error(response: httpx.Response) -> tuple[int, str]:
@@ -155,7 +163,7 @@ async def test_a_reviewer_without_the_role_sees_nothing_and_cannot_decide(api: A
 
     queue = await api.call("GET", "/api/review/approvals", **as_manager)  # pyright: ignore[reportArgumentType]
     assert queue.status_code == 200
-    assert queue.json() == {"approvals": [], "next_cursor": None}
+    assert queue.json() == {"approvals": [], "next_cursor": None, "last_event_id": 0}
     thread = await api.call("GET", f"/api/review/threads/{thread_id}", **as_manager)  # pyright: ignore[reportArgumentType]
     assert _error(thread) == (404, "not_found")
     decided = await api.call(
@@ -293,31 +301,26 @@ def test_a_token_cannot_carry_the_role_user() -> None:
 @pytest.mark.postgres
 async def test_three_workers_racing_one_deadline_decide_once(migrated_databases: MigratedDatabases) -> None:
     url = await migrated_databases.empty("postgresql")
-    settings = Settings(database_url=url, model="demo", secret=SECRET, deadline_poll_seconds=3600)
-    app: Starlette = create_app(settings, staffed_shop_app(delay=0))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
-            api = Api(client, app.state.services)
-            thread_id, detail = await api.thread_with("Please refund ORD-9012")
-            first = datetime.fromisoformat(str(_pending(detail)["expires_at"]))
-            databases = [await Database.connect(url, migrate=False) for _ in range(3)]
-            try:
-                workers = [Deadlines(db, None) for db in databases]
-                for moment in (first + timedelta(seconds=1), first + timedelta(hours=9)):
-                    done = await asyncio.gather(*(w.sweep(now=moment) for w in workers))
-                    assert sorted(done) == [0, 0, 1]
-            finally:
-                for db in databases:
-                    await db.aclose()
-            events = await api.s.db.reviews.events_after({"support", "managers"}, 0)
-            assert [e.type for e in events] == [
-                "approval_requested",
-                "approval_escalated",
-                "approval_expired",
-            ]
-            [approval] = await api.s.db.approvals.list(thread_id=thread_id)
-            assert (approval.status, approval.decided_by) == ("rejected", "system")
+    async with staffed_api(url) as api:
+        thread_id, detail = await api.thread_with("Please refund ORD-9012")
+        first = datetime.fromisoformat(str(_pending(detail)["expires_at"]))
+        databases = [await Database.connect(url, migrate=False) for _ in range(3)]
+        try:
+            workers = [Deadlines(db, None) for db in databases]
+            for moment in (first + timedelta(seconds=1), first + timedelta(hours=9)):
+                done = await asyncio.gather(*(w.sweep(now=moment) for w in workers))
+                assert sorted(done) == [0, 0, 1]
+        finally:
+            for db in databases:
+                await db.aclose()
+        events = await api.s.db.reviews.events_after({"support", "managers"}, 0)
+        assert [e.type for e in events] == [
+            "approval_requested",
+            "approval_escalated",
+            "approval_expired",
+        ]
+        [approval] = await api.s.db.approvals.list(thread_id=thread_id)
+        assert (approval.status, approval.decided_by) == ("rejected", "system")
 
 
 async def test_the_protocol_endpoints_refuse_the_customer_too(api: Api) -> None:

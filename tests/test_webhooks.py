@@ -49,8 +49,9 @@ class Receiver:
 
 
 @contextmanager
-def _receiver() -> Iterator[Receiver]:
-    served = Receiver()
+def receiving(failures: int = 2) -> Iterator[Receiver]:
+    """A local webhook endpoint in a thread of this process (see `Receiver`)."""
+    served = Receiver(failures=failures)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -80,7 +81,7 @@ def _receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    with _receiver() as served:
+    with receiving() as served:
         yield served
 
 

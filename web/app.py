@@ -124,6 +124,7 @@ def create_app(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/", page, methods=["GET"]),
+            Route("/review", review_page, methods=["GET"]),
             *api_routes(),
             *file_routes(),
             *regenerate_routes(),
@@ -174,6 +175,14 @@ async def page(request: Request) -> Response:
     if not index.is_file():
         return error_response(404, "not_found", "the browser page is not installed")
     return FileResponse(index, media_type="text/html")
+
+
+async def review_page(request: Request) -> Response:
+    """`GET /review`: the reviewers' page (its data is under `/api/review/`, for tokens with roles)."""
+    review = STATIC_DIR / "review.html"
+    if not review.is_file():
+        return error_response(404, "not_found", "the review page is not installed")
+    return FileResponse(review, media_type="text/html")
 
 
 async def healthz(request: Request) -> Response:

@@ -73,12 +73,15 @@ async def list_queue(request: Request) -> Response:
     cursor_text = request.query_params.get("cursor")
     after = None if not cursor_text else _decode_cursor(cursor_text)
     listed: Literal["pending", "decided"] = "pending" if status == "pending" else "decided"
+    # Read before the queue: a follower resuming after it misses no change the page did not see.
+    last_event_id = await s.db.reviews.last_event_id(roles)
     items = await s.db.reviews.queue(roles, status=listed, limit=limit + 1, after=after)
     page, more = items[:limit], len(items) > limit
     return JsonResponse(
         {
             "approvals": [await _item_json(s, item) for item in page],
             "next_cursor": _encode_cursor(page[-1], listed) if more and page else None,
+            "last_event_id": last_event_id,
         }
     )
 

@@ -11,7 +11,6 @@ HTTP (the worker knows none). See `docs/review.md`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -20,7 +19,8 @@ from datetime import datetime, timedelta
 import httpx2
 from standardwebhooks.webhooks import Webhook
 
-from store import Database, Delivery, StoreError, now_utc
+from store import Database, Delivery, now_utc
+from worker import Periodic
 
 __all__ = ("WebhookSender", "retry_delay")
 
@@ -59,19 +59,14 @@ class WebhookSender:
         self._db = db
         self._urls = list(urls)
         self._signer = Webhook(secret)
-        self._poll_seconds = poll_seconds
         self._timeout = timeout_seconds
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = Periodic(self.send_due, seconds=poll_seconds, name="sending webhooks")
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="webhooks")
+        self._rounds.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.aclose()
 
     async def send_due(self, now: datetime | None = None) -> int:
         """Schedule new events, then attempt every due delivery once; return how many were delivered."""
@@ -120,13 +115,3 @@ class WebhookSender:
         )
         await self._db.webhooks.failed(delivery, error, retry_at=retry_at)
         return False
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.send_due()
-            except StoreError as error:
-                logger.warning("sending webhooks failed: %s", error)
-            except Exception:
-                logger.exception("sending webhooks failed")
-            await asyncio.sleep(self._poll_seconds)

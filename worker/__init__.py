@@ -3,7 +3,8 @@
 It knows no HTTP: `web/` serves on top of it, and any other shell (the command line, a test) can drive
 runs with it. `Runner` drives runs and keeps this worker's leases; `Broker` hands a thread's stored
 events to its live followers in this process; `Relay` reads the events other processes store into it;
-`holding_leases` keeps this process's leases while a shell drives runs itself (the terminal chat).
+`holding_leases` keeps this process's leases while a shell drives runs itself (the terminal chat);
+`Periodic` repeats background work (deadlines, webhooks) in a task of its own.
 
 Each name is imported on first use (PEP 562), as in `agent` and `web`.
 """
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from .broker import DEFAULT_BUFFER, Broker, SubscriberDropped, Subscription
     from .deadlines import Deadlines
     from .leases import holding_leases
+    from .loops import Periodic
     from .relay import Relay
     from .runner import Runner
 
@@ -23,6 +25,7 @@ __all__ = (
     "DEFAULT_BUFFER",
     "Broker",
     "Deadlines",
+    "Periodic",
     "Relay",
     "Runner",
     "SubscriberDropped",
@@ -34,6 +37,7 @@ _EXPORTS = {
     "broker": ("DEFAULT_BUFFER", "Broker", "SubscriberDropped", "Subscription"),
     "deadlines": ("Deadlines",),
     "leases": ("holding_leases",),
+    "loops": ("Periodic",),
     "relay": ("Relay",),
     "runner": ("Runner",),
 }

@@ -9,8 +9,6 @@ that completes its run's set starts the resume run, as any decision does.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from datetime import datetime
 
@@ -24,9 +22,10 @@ from agent import (
     expiry_reason,
     stored_events,
 )
-from store import AlreadyDecided, Approval, Database, NewEvent, NotFound, StoreError, now_utc
+from store import AlreadyDecided, Approval, Database, NewEvent, NotFound, now_utc
 from stream import ApprovalEscalated, event_data
 
+from .loops import Periodic
 from .runner import Runner
 
 __all__ = ("Deadlines",)
@@ -48,20 +47,15 @@ class Deadlines:
         self._db = db
         self._runner = runner
         self._publish = publish
-        self._poll_seconds = poll_seconds
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = Periodic(self.sweep, seconds=poll_seconds, name="enforcing deadlines")
 
     async def start(self) -> None:
         """Enforce what is due now, then every `poll_seconds`."""
-        await self._sweep_logged()
-        self._task = asyncio.create_task(self._loop(), name="deadlines")
+        await self._rounds.once()
+        self._rounds.start(wait_first=True)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.aclose()
 
     async def sweep(self, now: datetime | None = None) -> int:
         """Enforce every deadline passed by `now`; return how many this worker enforced."""
@@ -123,16 +117,3 @@ class Deadlines:
         if self._publish is not None:
             self._publish(approval.thread_id, stored_events(logged))
         return True
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_seconds)
-            await self._sweep_logged()
-
-    async def _sweep_logged(self) -> None:
-        try:
-            await self.sweep()
-        except StoreError as error:
-            logger.warning("enforcing deadlines failed: %s", error)
-        except Exception:
-            logger.exception("enforcing deadlines failed")

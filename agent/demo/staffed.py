@@ -37,4 +37,6 @@ def staffed_review(call: ApprovalReview) -> Review:
 
 def staffed_shop_app(*, delay: float | None = None) -> ChatApp[ShopDeps]:
     """The demo shop, its refunds over $50 and its cancellations decided by staff."""
-    return dataclasses.replace(shop_app(delay=delay), review=staffed_review)
+    return dataclasses.replace(
+        shop_app(delay=delay), review=staffed_review, reviewer_roles=("support", "managers")
+    )

@@ -18,7 +18,7 @@ export function argumentChanges(original, edited) {
 }
 
 export class Approvals {
-  /** `hooks`: `threadId()`, `user()`, `placeAfter(toolCallId)` (the element a card follows, or null), `append(card)`, `onDecided(toolCallId, overrideArgs)`. */
+  /** `hooks`: `threadId()`, `user()`, `placeAfter(toolCallId)` (the element a card follows, or null), `append(card)`, `onDecided(toolCallId, overrideArgs)`; optional `reviewing` (the page is a reviewer's: a call for a role gets buttons too) and `threadsPath` (where decisions go: `/api/threads` unless the review page says `/api/review/threads`). */
   constructor(hooks) {
     this.hooks = hooks;
     this.cards = new Map();
@@ -98,6 +98,14 @@ export class Approvals {
     const metadata = metadataList(call.metadata);
     if (metadata) card.append(metadata);
     card.append(element("pre", "args", "approval-args", prettyJson(args)));
+    const waitingFor = !this.hooks.reviewing && call.reviewers && call.reviewers !== "user" ? call.reviewers : null;
+    if (waitingFor) {
+      // A reviewer with a role decides it (the server refuses this user): no buttons, who and by when.
+      card.dataset.reviewers = waitingFor;
+      heading.replaceChildren("Waiting for ", element("strong", null, "approval-reviewers", waitingFor), ": ", element("code", null, "tool-name", call.tool_name));
+      card.append(awaitingReviewer(waitingFor, call.expires_at));
+      return card;
+    }
 
     const actions = element("div", "actions", "approval-actions");
     const approve = button(unknown ? "Run it again" : "Approve", "primary", "approve");
@@ -142,7 +150,8 @@ export class Approvals {
       busy.setAttribute("aria-busy", "true");
       try {
         const threadId = encodeURIComponent(this.hooks.threadId());
-        const answer = await api("POST", `/api/threads/${threadId}/tool-calls/${encodeURIComponent(toolCallId)}/${path}`, body);
+        const threads = this.hooks.threadsPath ?? "/api/threads";
+        const answer = await api("POST", `${threads}/${threadId}/tool-calls/${encodeURIComponent(toolCallId)}/${path}`, body);
         this.decided(toolCallId, {
           decision: answer.decision,
           decided_by: this.hooks.user(),
@@ -221,7 +230,7 @@ export class Approvals {
     if (decision.decided_by) card.dataset.decidedBy = decision.decided_by;
     card.classList.remove("decided-approved", "decided-rejected");
     card.classList.add(`decided-${decision.decision}`);
-    for (const testId of ["approval-actions", "editor", "rejecter", "approval-error"]) {
+    for (const testId of ["approval-actions", "editor", "rejecter", "approval-error", "awaiting-reviewer"]) {
       card.querySelector(`[data-testid="${testId}"]`)?.remove();
     }
     const heading = card.querySelector('[data-testid="approval-heading"]');
@@ -255,6 +264,15 @@ export class Approvals {
     }
     this.hooks.onDecided(toolCallId, decision.decision === "approved" ? decision.override_args : null);
   }
+}
+
+/** A call the customer cannot decide: the role deciding it, and its deadline. */
+function awaitingReviewer(reviewers, expiresAt) {
+  const note = element("p", "awaiting-reviewer", "awaiting-reviewer");
+  note.setAttribute("role", "note");
+  note.append(`A reviewer (${reviewers}) decides this request; the reply goes on once they have.`);
+  if (expiresAt) note.append(" Deadline: ", timeElement(expiresAt, "approval-deadline"), ".");
+  return note;
 }
 
 /** What a reviewer must know of a call held again after a crash: it may or may not have acted. */

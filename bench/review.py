@@ -1,0 +1,290 @@
+"""Human review: the queue query and the deadline sweep as the approvals table grows, and what a
+hanging webhook endpoint costs a run.
+
+`python -m bench.review [--quick] [--sizes 1000 10000 100000 1000000]` writes the section `review` of
+`docs/benchmarks.md`.
+
+- Queue and sweep (PostgreSQL): one scratch database per size, its rows made by `INSERT ... SELECT
+  generate_series` (a tenth of the calls pending, half for `support`; 50 past their deadline in
+  every size; at least 1,000 threads, so that a page's calls are in as many threads at every size),
+  then `ANALYZE`. Each round times, database after database, the store's own calls:
+  `Reviews.queue` (a reviewer's first page, 20, oldest first) and `Reviews.due` (the sweep's read).
+  The ratio is the median over rounds of each size's time over the smallest size's in that round;
+  the plans are PostgreSQL's `EXPLAIN` of the exact statements the store ran.
+- Webhooks: two copies of the staffed shop in this process on their own SQLite files, one sending
+  its webhooks to an endpoint that accepts the connection and never answers. Turns alternate
+  between them: a new thread, "Please refund ORD-9012", until it pauses for support (which writes
+  the `approval.requested` the sender then tries to deliver); the turn time is from the POST to the
+  pause, read by polling the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy import event
+from starlette.applications import Starlette
+
+from agent.demo import staffed_shop_app
+from bench.harness.databases import connected, postgres_database, postgres_version
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, section, table
+from bench.harness.stats import median, ms, paired_ratio, times
+from store import Database, now_utc
+from web import Settings, create_app, issue_token
+
+SIZES = (1_000, 10_000, 100_000, 1_000_000)
+DUE = 50
+ROUNDS = 200
+TURNS = 60
+SECRET = "bench-review-secret"
+WEBHOOK_SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+_FILL = """
+INSERT INTO threads (thread_id, user_id, title, status, created_at, updated_at, last_event_id,
+                     checkpoint_event_id)
+SELECT 't' || g, 'u' || (g % 1000), 'thread ' || g, 'idle', now(), now(), 0, 0
+FROM generate_series(1, :threads) AS g;
+INSERT INTO approvals (thread_id, tool_call_id, run_id, tool_name, args, status, created_at, reviewers,
+                       expires_at, decided_at, decided_by)
+SELECT 't' || (g % :threads + 1), 'c' || g, 'r' || g, 'issue_refund', '\\x7b7d'::bytea,
+       CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'approved' END,
+       now() - make_interval(secs => :calls - g),
+       CASE WHEN g % 20 = 0 OR g % 2 = 1 THEN 'support' ELSE 'managers' END,
+       CASE WHEN g % 10 <> 0 THEN NULL
+            WHEN g <= :due THEN now() - interval '1 minute'
+            ELSE now() + interval '4 hours' END,
+       CASE WHEN g % 10 <> 0 THEN now() END,
+       CASE WHEN g % 10 <> 0 THEN 'sam' END
+FROM generate_series(1, :calls) AS g;
+"""
+
+
+async def _filled(server: str, calls: int, stack: Any) -> tuple[str, Database]:
+    url = await stack.enter_async_context(postgres_database(server))
+    db = await Database.connect(url)
+    stack.push_async_callback(db.aclose)
+    started = time.monotonic()
+    async with connected(url) as connection:
+        for statement in filter(str.strip, _FILL.split(";")):
+            await connection.execute(
+                sa.text(statement), {"threads": max(calls // 10, 1_000), "calls": calls, "due": DUE * 10}
+            )
+        await connection.execute(sa.text("ANALYZE"))
+    print(f"{calls:>9,} approvals made in {time.monotonic() - started:.1f} s", flush=True)
+    return url, db
+
+
+async def _plans(url: str, db: Database) -> dict[str, str]:
+    """PostgreSQL's plan of each statement the store runs for the queue and the sweep."""
+    ran: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "approvals" in statement:
+            ran.append((statement, parameters))
+
+    event.listen(sa.Engine, "before_cursor_execute", capture)
+    try:
+        await db.reviews.queue({"support"}, status="pending", limit=21)
+        await db.reviews.due(now_utc())
+    finally:
+        event.remove(sa.Engine, "before_cursor_execute", capture)
+    plans: dict[str, str] = {}
+    async with connected(url) as connection:
+        for name, (statement, parameters) in zip(("queue", "sweep"), ran[-2:], strict=True):
+            rows = await connection.exec_driver_sql("EXPLAIN " + statement, parameters)
+            plans[name] = "\n".join(row[0] for row in rows)
+    return plans
+
+
+async def _time(call: Any) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], dict[str, str]]:
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        dbs = [await _filled(server, n, stack) for n in sizes]
+        plans = await _plans(*dbs[-1])
+        samples: dict[tuple[int, str], list[float]] = {(n, k): [] for n in sizes for k in ("queue", "sweep")}
+        for _ in range(rounds):
+            for n, (_, db) in zip(sizes, dbs, strict=True):
+                queue = await _time(lambda db=db: db.reviews.queue({"support"}, status="pending", limit=21))
+                sweep = await _time(lambda db=db: db.reviews.due(now_utc()))
+                samples[(n, "queue")].append(queue)
+                samples[(n, "sweep")].append(sweep)
+        due = len(await dbs[-1][1].reviews.due(now_utc()))
+    assert due == DUE, f"the sweep found {due} due calls, not {DUE}"
+
+    def against_smallest(n: int, kind: str) -> str:
+        rounds = dict(enumerate(samples[(n, kind)]))
+        return times(paired_ratio(rounds, dict(enumerate(samples[(sizes[0], kind)]))))
+
+    rows = [
+        (
+            f"{n:,}",
+            f"{n // 10:,}",
+            ms(median(samples[(n, "queue")]), 2),
+            against_smallest(n, "queue"),
+            ms(median(samples[(n, "sweep")]), 2),
+            against_smallest(n, "sweep"),
+        )
+        for n in sizes
+    ]
+    lines = table(
+        "approvals | pending | queue page, median ms | vs smallest | sweep read, median ms | vs smallest",
+        rows,
+        "rrrrrr",
+    )
+    return lines, plans
+
+
+class _Hanging:
+    """A TCP endpoint that accepts every connection and never answers."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> _Hanging:
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            await reader.read()  # until the sender gives up and closes
+            writer.close()
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/hooks"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+async def _shop(folder: Path, name: str, webhook: str | None, stack: Any) -> httpx.AsyncClient:
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{folder / f'{name}.db'}",
+        model="demo",
+        secret=SECRET,
+        deadline_poll_seconds=3600,
+        webhook_urls=(webhook,) if webhook else (),
+        webhook_secret=WEBHOOK_SECRET if webhook else None,
+    )
+    app: Starlette = create_app(settings, staffed_shop_app(delay=0))
+    await stack.enter_async_context(app.router.lifespan_context(app))
+    transport = httpx.ASGITransport(app=app)
+    return await stack.enter_async_context(
+        httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60)
+    )
+
+
+async def _turn(client: httpx.AsyncClient, user: str) -> float:
+    # A user of its own per turn: the shop's message-rate guardrail would stop one user's 60 turns.
+    headers = {"Authorization": f"Bearer {issue_token(SECRET, user)}"}
+    thread = (await client.post("/api/threads", json={}, headers=headers)).json()["thread_id"]
+    started = time.perf_counter()
+    sent = await client.post(
+        f"/api/threads/{thread}/messages", json={"content": "Please refund ORD-9012"}, headers=headers
+    )
+    assert sent.status_code == 202, sent.text
+    # Polled as a client would; the 2 ms step is the same on both sides of the ratio.
+    url = f"/api/threads/{thread}"
+    async with asyncio.timeout(60):  # a turn that never pauses (a guardrail, a failure) stops the run
+        while (await client.get(url, headers=headers)).json()["status"] != "awaiting_approval":  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+    return time.perf_counter() - started
+
+
+async def webhook_cost(turns: int) -> list[str]:
+    from contextlib import AsyncExitStack
+
+    with tempfile.TemporaryDirectory() as directory:
+        async with AsyncExitStack() as stack:
+            hanging = await stack.enter_async_context(_Hanging())
+            plain = await _shop(Path(directory), "plain", None, stack)
+            hooked = await _shop(Path(directory), "hooked", hanging.url, stack)
+            for client in (plain, hooked):
+                await _turn(client, "warm-up")
+            async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
+                while hanging.connections == 0:  # noqa: ASYNC110 (a counter another task bumps)
+                    await asyncio.sleep(0.01)
+            mine: list[float] = []
+            theirs: list[float] = []
+            for turn in range(turns):  # each goes first every other round
+                if turn % 2:
+                    theirs.append(await _turn(plain, f"u{turn}"))
+                    mine.append(await _turn(hooked, f"u{turn}"))
+                else:
+                    mine.append(await _turn(hooked, f"u{turn}"))
+                    theirs.append(await _turn(plain, f"u{turn}"))
+            held = hanging.connections
+    assert held > 0, "the hanging endpoint was never called"
+    paired = paired_ratio(dict(enumerate(mine)), dict(enumerate(theirs)))
+    rows = [
+        ("no webhook", ms(median(theirs)), times(1.0)),
+        ("webhook endpoint that never answers", ms(median(mine)), times(paired)),
+    ]
+    return [
+        *table("the staffed shop | turn to the pause, median ms | ratio", rows, "rr"),
+        "",
+        f"{turns} turns each, alternating which goes first; the ratio is the median of each pair's;"
+        f" the hanging endpoint held {held} connections meanwhile.",
+    ]
+
+
+async def main(argv: Sequence[str]) -> int:
+    options = parser("bench.review", __doc__, postgres="required")
+    options.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    arguments = options.parse_args(argv)
+    quick = bool(arguments.quick)
+    sizes = [1_000, 10_000] if quick else sorted(arguments.sizes)
+    if not arguments.postgres:
+        print(
+            "bench.review needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL",
+            file=sys.stderr,
+        )
+        return 2
+    clock = Clock()
+    version = await postgres_version(arguments.postgres)
+    queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
+    hook_lines = await webhook_cost(3 if quick else TURNS)
+    notes = [f"{ROUNDS} rounds; the machine is shared and loaded: read the ratios, not the times"]
+    text = [
+        *section(
+            "Human review: the queue, the deadline sweep, a hanging webhook",
+            (__doc__ or "").split("\n\n", 1)[1].strip(),
+            environment(command_line("bench.review", argv), postgres=version, notes=notes),
+        ),
+        *queue_lines,
+        "",
+        f"Plans at {sizes[-1]:,} approvals (`EXPLAIN` of the statements the store ran):",
+        "",
+        "```",
+        *plans["queue"].splitlines(),
+        "",
+        *plans["sweep"].splitlines(),
+        "```",
+        "",
+        *hook_lines,
+        "",
+        f"Run in {clock.seconds:.0f} s.",
+    ]
+    publish(arguments, {"review": "\n".join(text)}, full=not quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(sys.argv[1:])))
