@@ -1,0 +1,48 @@
+"""index plans: indexes the sweeps' and listings' generic plans can match, and the purge's
+
+`ix_approvals_decided`: a reviewer's decided calls, newest decided first (a partial index on the
+calls no longer pending). `ix_webhook_deliveries_undelivered`: the outbox's pending or given-up
+deliveries (a partial index on those not delivered). `ix_threads_updated`: the purge's threads
+idle since a cutoff, a range of an index instead of a walk of every thread.
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+_NOT_PENDING = sa.text("status <> 'pending'")
+_UNDELIVERED = sa.text("delivered_at IS NULL")
+
+
+def upgrade() -> None:
+    op.create_index(
+        "ix_approvals_decided",
+        "approvals",
+        ["reviewers", "decided_at", "thread_id", "tool_call_id"],
+        sqlite_where=_NOT_PENDING,
+        postgresql_where=_NOT_PENDING,
+    )
+    op.create_index(
+        "ix_webhook_deliveries_undelivered",
+        "webhook_deliveries",
+        ["event_id", "url"],
+        sqlite_where=_UNDELIVERED,
+        postgresql_where=_UNDELIVERED,
+    )
+    op.create_index("ix_threads_updated", "threads", ["updated_at", "thread_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_threads_updated", table_name="threads")
+    op.drop_index("ix_webhook_deliveries_undelivered", table_name="webhook_deliveries")
+    op.drop_index("ix_approvals_decided", table_name="approvals")
