@@ -245,6 +245,8 @@ class RunRow(Base):
     """The worker driving the run while it is `running`; only it may checkpoint or end the run."""
     lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     """When the owner's lease lapses unless its heartbeat renews it; another worker may then take over."""
+    events_compacted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    """When the finished run's text deltas were dropped from the event log (`store.compaction`)."""
 
     __table_args__ = (
         sa.Index("ix_runs_thread_created", "thread_id", "created_at"),
@@ -256,6 +258,13 @@ class RunRow(Base):
             unique=True,
             sqlite_where=sa.text("status IN ('queued', 'running')"),
             postgresql_where=sa.text("status IN ('queued', 'running')"),
+        ),
+        # The finished runs whose events are still to compact, oldest first (`store.compaction`).
+        sa.Index(
+            "ix_runs_compactable",
+            "finished_at",
+            sqlite_where=sa.text("finished_at IS NOT NULL AND events_compacted_at IS NULL"),
+            postgresql_where=sa.text("finished_at IS NOT NULL AND events_compacted_at IS NULL"),
         ),
     )
 

@@ -5,7 +5,7 @@ and `plan_cache_mode = force_generic_plan` gives one at once. A generic plan can
 index whose predicate names a bound parameter, nor see that a bound status is rare: such a statement
 flips to a sequential scan of a table of millions of rows. Here each statement the server runs for
 a turn, a listing, the pending approvals, the lease sweep and heartbeat, `expire_dead_local`, the
-release, the review queue, the deadline sweep, the webhook outbox and a dry purge is captured as sent, then
+release, the review queue, the deadline sweep, the webhook outbox, the event log's compaction and a dry purge is captured as sent, then
 prepared and explained under `force_generic_plan` on tables holding enough rows (ANALYZEd, with
 `enable_seqscan` on): no plan may scan a big table.
 """
@@ -51,8 +51,10 @@ INSERT INTO threads (thread_id, user_id, title, status, created_at, updated_at, 
 SELECT 't' || i, 'user' || (i % 2000), 'a thread', 'idle', now(), now() - i * interval '1 s', 10, 10
 FROM generate_series(1, {THREADS}) AS i;
 
-INSERT INTO runs (run_id, thread_id, kind, status, attempt, checkpoints, created_at)
-SELECT 'r' || i || '-' || k, 't' || i, 'message', 'completed', 1, 3, now() - (i * 5 + k) * interval '1 s'
+INSERT INTO runs (run_id, thread_id, kind, status, attempt, checkpoints, created_at, finished_at,
+                  events_compacted_at)
+SELECT 'r' || i || '-' || k, 't' || i, 'message', 'completed', 1, 3, now() - (i * 5 + k) * interval '1 s',
+       now() - (i * 5 + k) * interval '1 s', now()
 FROM generate_series(1, {THREADS}) AS i, generate_series(1, 5) AS k;
 
 INSERT INTO events (thread_id, event_id, run_id, type, data, created_at)
@@ -156,6 +158,8 @@ async def _hot_statements(db: Database) -> list[str]:
         await db.reviews.next_deadline()
         await db.webhooks.claim(now_utc(), hold=timedelta(seconds=30))
         await db.webhooks.undelivered()
+        # The event log's compaction.
+        await db.events.compact(now_utc())
         # The purge, dry: the threads idle for 5 hours of the seeded 5.5.
         purge = await db.threads.purge(timedelta(hours=5), dry_run=True)
         assert purge.removed > 1000

@@ -116,6 +116,9 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    event_replay_seconds: float = 3600.0
+    """How long a finished run keeps its text deltas in the event log (`DURABLE_CHAT_EVENT_REPLAY_SECONDS`,
+    0: for as long as the thread lives); its `text_done` events hold the text whole (`store.compaction`)."""
     deadline_poll_seconds: float = 1.0
     """How often a worker enforces the deadlines of held calls (`DURABLE_CHAT_DEADLINE_POLL_SECONDS`)."""
     max_runs: int = 64
@@ -243,6 +246,7 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            event_replay_seconds=_number("EVENT_REPLAY_SECONDS", env, 3600.0, zero=True),
             deadline_poll_seconds=_number("DEADLINE_POLL_SECONDS", env, 1.0),
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
