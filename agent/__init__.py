@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .step import run_step
     from .texts import Texts
     from .tool_failures import ToolFailures
+    from .trace_file import DEFAULT_TRACE_FILES, DEFAULT_TRACE_MAX_BYTES, trace_files
     from .tracing import (
         DEFAULT_SAMPLE_RATIO,
         RunSampler,
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_APP",
     "DEFAULT_SAMPLE_RATIO",
+    "DEFAULT_TRACE_FILES",
+    "DEFAULT_TRACE_MAX_BYTES",
     "FILE_URL",
     "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
@@ -148,6 +151,7 @@ __all__ = (
     "setup_tracing",
     "stored_events",
     "sub_conversation_id",
+    "trace_files",
     "validate_args",
     "without_last_turn",
 )
@@ -213,6 +217,7 @@ _EXPORTS = {
     "step": ("run_step",),
     "texts": ("Texts",),
     "tool_failures": ("ToolFailures",),
+    "trace_file": ("DEFAULT_TRACE_FILES", "DEFAULT_TRACE_MAX_BYTES", "trace_files"),
     "tracing": (
         "DEFAULT_SAMPLE_RATIO",
         "RunSampler",

@@ -50,6 +50,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from store import Run, record_store_spans
 
 from .redaction import redact, usable_secrets
+from .trace_file import DEFAULT_TRACE_FILES, DEFAULT_TRACE_MAX_BYTES, append_capped
 
 __all__ = (
     "DEFAULT_SAMPLE_RATIO",
@@ -84,6 +85,10 @@ class TracingConfig:
 
     trace_file: Path | None
     """The JSONL file spans are appended to; `None` writes no file."""
+    trace_max_bytes: int | None = DEFAULT_TRACE_MAX_BYTES
+    """The size past which the trace file is rotated; `None`: never (it grows without bound)."""
+    trace_files: int = DEFAULT_TRACE_FILES
+    """How many rotated trace files are kept besides the current one."""
     otlp_endpoint: str | None = None
     """An OTLP/HTTP collector URL (e.g. `http://localhost:4318/v1/traces`) to export to as well."""
     include_content: bool = False
@@ -187,7 +192,9 @@ def setup_tracing(config: TracingConfig) -> TracerProvider:
     """
     exporters: list[SpanExporter] = []
     if config.trace_file is not None:
-        exporters.append(JsonlSpanExporter(config.trace_file))
+        exporters.append(
+            JsonlSpanExporter(config.trace_file, max_bytes=config.trace_max_bytes, keep=config.trace_files)
+        )
     if config.otlp_endpoint is not None:
         exporters.append(_otlp_exporter(config.otlp_endpoint))
     sampler = RunSampler(config.sample_ratio) if exporters else ALWAYS_OFF
@@ -265,20 +272,22 @@ class RedactingSpanExporter(SpanExporter):
 
 
 class JsonlSpanExporter(SpanExporter):
-    """Appends each span as one JSON line (`span_record`) to a file, creating its folder."""
+    """Appends each span as one JSON line (`span_record`) to a file, creating its folder, rotating
+    it past `max_bytes` and keeping `keep` earlier files (`agent.trace_file`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, max_bytes: int | None = DEFAULT_TRACE_MAX_BYTES, keep: int = DEFAULT_TRACE_FILES
+    ) -> None:
         self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         lines = "".join(json.dumps(span_record(span), separators=(",", ":")) + "\n" for span in spans)
         try:
             with self._lock:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                # One write per batch in append mode: lines of concurrent processes do not interleave.
-                with self.path.open("a", encoding="utf-8") as file:
-                    file.write(lines)
+                append_capped(self.path, lines, max_bytes=self.max_bytes, keep=self.keep)
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS

@@ -20,6 +20,7 @@ from typing import TextIO
 
 from sqlalchemy.engine import make_url
 
+from agent import trace_files
 from store import Database, StoreError, run_trace_id
 
 __all__ = ("Span", "TraceFileError", "read_spans", "render_trace", "run_traces")
@@ -57,17 +58,19 @@ class Span:
 
 
 def read_spans(path: Path) -> Iterator[Span]:
-    """Every well-formed span of the file; a line cut short (a writer that died) is skipped.
+    """Every well-formed span of the file and of its rotated predecessors (`path.1`, ...), oldest
+    first; a line cut short (a writer that died) is skipped.
 
     Raises:
         TraceFileError: The file cannot be read.
     """
     try:
-        with path.open(encoding="utf-8") as file:
-            for line in file:
-                span = _span(line)
-                if span is not None:
-                    yield span
+        for each in trace_files(path) or [path]:
+            with each.open(encoding="utf-8") as file:
+                for line in file:
+                    span = _span(line)
+                    if span is not None:
+                        yield span
     except OSError as error:
         raise TraceFileError(f"cannot read the trace file {str(path)!r}: {error.strerror}") from error
 

@@ -21,7 +21,7 @@ from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .ledger import mark_retry
 from .runs import insert_run
-from .schema import ApprovalRow, ApprovalStatus, ReviewEventRow, ThreadRow, metadata, now_utc
+from .schema import ApprovalRow, ApprovalStatus, ReviewEventRow, ThreadRow, metadata, now_utc, status_is
 from .threads import touch_thread
 from .tracing import traced
 
@@ -158,7 +158,7 @@ class Approvals:
         if run_id is not None:
             query = query.where(_approvals.c.run_id == run_id)
         if status is not None:
-            query = query.where(_approvals.c.status == status)
+            query = query.where(status_is(_approvals.c.status, status))
         if user_id is not None:
             query = query.join(_threads, _threads.c.thread_id == _approvals.c.thread_id).where(
                 _threads.c.user_id == user_id
@@ -236,7 +236,7 @@ class Approvals:
                         .where(
                             _approvals.c.thread_id == thread_id,
                             _approvals.c.run_id == current.run_id,
-                            _approvals.c.status == "pending",
+                            status_is(_approvals.c.status, "pending"),
                         )
                     )
                 ).scalar_one()

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import RunChanged
 from .events import LoggedEvent, NewEvent, append_events
-from .schema import ACTIVE_RUN_STATUSES, EventRow, RunRow, ThreadRow, metadata, now_utc
+from .schema import EventRow, RunRow, ThreadRow, active, metadata, now_utc
 
 __all__ = ("cancel_run", "newest_event_id")
 
@@ -57,7 +57,7 @@ async def cancel_run(
     ended = (
         await connection.execute(
             _runs.update()
-            .where(_runs.c.run_id == run_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES))
+            .where(_runs.c.run_id == run_id, active(_runs.c.status))
             # Nobody holds it any more: the driver's next write of any kind is fenced off (`leases.py`).
             .values(
                 status="cancelled", finished_at=now_utc(), error=None, lease_owner=None, lease_expires_at=None

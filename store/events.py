@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .compaction import compact_events
 from .compiled import Compiled, fetch, per_dialect
 from .engine import own_backend, reader, translate_errors
 from .errors import NotFound
@@ -105,6 +106,11 @@ class EventLog:
         if last is None:
             raise NotFound(f"no thread {thread_id!r}")
         return last - count + 1
+
+    async def compact(self, finished_before: datetime, *, limit: int = 200) -> tuple[int, int]:
+        """Drop the text deltas of up to `limit` runs finished before `finished_before`; return how
+        many runs and events (`store.compaction`)."""
+        return await compact_events(self._engine, finished_before, limit=limit)
 
     async def of_run(self, thread_id: str, run_id: str, *, types: Sequence[str]) -> list[LoggedEvent]:
         """The events of `types` that the run `run_id` stored in the thread's log, in order."""

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import reader, translate_errors
-from .schema import ACTIVE_RUN_STATUSES, RunRow, UtcDateTime, metadata, now_utc
+from .schema import RunRow, UtcDateTime, active, metadata, now_utc, status_is
 
 __all__ = (
     "DEFAULT_LEASE",
@@ -110,10 +110,10 @@ def claimable(
     runs = _runs.c
     return sa.or_(
         sa.and_(
-            runs.status == "queued",
+            status_is(runs.status, "queued"),
             sa.or_(runs.lease_owner.is_(None), runs.lease_owner == worker_id, _lapsed(now)),
         ),
-        sa.and_(runs.status == "running", _lapsed(now)),
+        sa.and_(status_is(runs.status, "running"), _lapsed(now)),
     )
 
 
@@ -145,15 +145,17 @@ class Leases:
                 now = clock(dialect)
                 free = sa.or_(
                     sa.and_(
-                        runs.status == "queued",
+                        status_is(runs.status, "queued"),
                         runs.lease_owner.is_(None),
                         runs.created_at < clock(dialect, -queued_for),
                     ),
-                    sa.and_(sa.or_(runs.status == "running", runs.lease_owner.is_not(None)), _lapsed(now)),
+                    sa.and_(
+                        sa.or_(status_is(runs.status, "running"), runs.lease_owner.is_not(None)), _lapsed(now)
+                    ),
                 )
                 picked = skip_locked(
                     sa.select(runs.run_id)
-                    .where(runs.status.in_(ACTIVE_RUN_STATUSES), free)
+                    .where(active(runs.status), free)
                     .order_by(runs.created_at)
                     .limit(limit),
                     dialect,
@@ -181,7 +183,7 @@ class Leases:
                     await connection.execute(
                         sa.select(_runs.c.lease_owner)
                         .where(
-                            _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                            active(_runs.c.status),
                             _runs.c.lease_owner.like(f"{_host()}:%"),
                             _runs.c.lease_owner != self.worker.worker_id,
                         )
@@ -192,7 +194,7 @@ class Leases:
                 if dead:
                     await connection.execute(
                         _runs.update()
-                        .where(_runs.c.lease_owner.in_(dead), _runs.c.status.in_(ACTIVE_RUN_STATUSES))
+                        .where(_runs.c.lease_owner.in_(dead), active(_runs.c.status))
                         .values(lease_expires_at=None)
                     )
         return dead
@@ -205,7 +207,7 @@ class Leases:
                     _runs.update()
                     .where(
                         _runs.c.lease_owner == self.worker.worker_id,
-                        _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                        active(_runs.c.status),
                     )
                     .values(lease_expires_at=clock(connection.dialect.name, self.worker.lease))
                     .returning(_runs.c.run_id)
@@ -220,11 +222,11 @@ class Leases:
             _runs.c.run_id.in_(run_ids),
             sa.or_(
                 sa.and_(
-                    _runs.c.status.in_(ACTIVE_RUN_STATUSES),
+                    active(_runs.c.status),
                     _runs.c.lease_owner.is_not(None),
                     _runs.c.lease_owner != self.worker.worker_id,
                 ),
-                _runs.c.status == "cancelled",
+                status_is(_runs.c.status, "cancelled"),
             ),
         )
         with translate_errors("checking leases"):
@@ -240,7 +242,7 @@ class Leases:
 
 async def release(connection: AsyncConnection, worker_id: str, run_id: str | None = None) -> list[str]:
     """Requeue the runs `worker_id` holds (only `run_id`, when given), clearing their leases."""
-    query = _runs.update().where(_runs.c.lease_owner == worker_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES))
+    query = _runs.update().where(_runs.c.lease_owner == worker_id, active(_runs.c.status))
     if run_id is not None:
         query = query.where(_runs.c.run_id == run_id)
     result = await connection.execute(

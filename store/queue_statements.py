@@ -15,13 +15,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from .compiled import Compiled
 from .refusals import Refusal
 from .schema import (
-    ACTIVE_RUN_STATUSES,
     ApprovalRow,
     ConversationRecordRow,
     RunRow,
     ThreadRow,
     UtcDateTime,
+    active,
     metadata,
+    status_is,
 )
 
 __all__ = (
@@ -89,10 +90,11 @@ def mark(
             .scalar_subquery()
         )
     # Literals, not a list: a list would be an expanding parameter, which compiled SQL cannot hold.
-    statuses = [sa.literal(status) for status in ACTIVE_RUN_STATUSES]
-    active = sa.exists().where(runs.c.thread_id == this_thread, runs.c.status.in_(statuses))
+    active_run = sa.exists().where(runs.c.thread_id == this_thread, active(runs.c.status))
     approvals = _approvals.alias("pending_approvals")
-    pending = sa.exists().where(approvals.c.thread_id == this_thread, approvals.c.status == "pending")
+    pending = sa.exists().where(
+        approvals.c.thread_id == this_thread, status_is(approvals.c.status, "pending")
+    )
     sent: sa.ColumnElement[Any] = sa.null()
     if counting:
         owners = _threads.alias("owners")
@@ -116,7 +118,7 @@ def mark(
         threads.user_id,
         threads.last_event_id,
         key.label("keyed"),
-        active.label("active"),
+        active_run.label("active"),
         pending.label("pending"),
         sent.label("sent"),
         revision.label("revision"),

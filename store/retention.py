@@ -16,6 +16,7 @@ The demo business data a tool changed (a refunded order) is not the thread's and
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
@@ -23,16 +24,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .erasure import erase_conversation
 from .schema import (
-    ACTIVE_RUN_STATUSES,
     ConversationRecordRow,
     ReviewEventRow,
     RunRow,
     ThreadRow,
     WebhookDeliveryRow,
+    active,
     metadata,
 )
 
-__all__ = ("count_active_stale", "delegated_scope", "erase_stale", "erase_thread", "find_stale")
+__all__ = ("Stale", "count_active_stale", "delegated_scope", "erase_stale", "erase_thread", "find_stale")
 
 _threads = metadata.tables[ThreadRow.__tablename__]
 _runs = metadata.tables[RunRow.__tablename__]
@@ -73,25 +74,28 @@ async def erase_thread(connection: AsyncConnection, thread_id: str) -> bool:
     return existed
 
 
-def _stale(cutoff: datetime, after: str, limit: int) -> sa.Select[tuple[str]]:
-    """The ids of up to `limit` threads idle since before `cutoff` with no run queued or running.
+Stale = tuple[datetime, str] | None
+"""Where a purge's walk is: the activity time and id of the last thread it saw (`None`: at the start)."""
 
-    Walked in id order (the primary key's index), `after` the last one seen: threads have no index
-    on their activity time alone, so a single pass over the keys stays linear however many are old.
+
+def _stale(cutoff: datetime, after: Stale, limit: int, *columns: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    """`columns` (the id by default) of up to `limit` threads idle since before `cutoff` with no run queued or running.
+
+    Walked oldest first on `ix_threads_updated` (activity time, id), `after` the last one seen: the
+    walk reads the stale threads only, however many threads there are.
     """
-    active = sa.exists().where(
-        _runs.c.thread_id == _threads.c.thread_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES)
-    )
-    return (
-        sa.select(_threads.c.thread_id)
-        .where(_threads.c.thread_id > after, _threads.c.updated_at < cutoff, ~active)
-        .order_by(_threads.c.thread_id)
-        .limit(limit)
-    )
+    running = sa.exists().where(_runs.c.thread_id == _threads.c.thread_id, active(_runs.c.status))
+    key = (_threads.c.updated_at, _threads.c.thread_id)
+    query = sa.select(*(columns or (_threads.c.thread_id,))).where(_threads.c.updated_at < cutoff, ~running)
+    if after is not None:
+        query = query.where(
+            sa.tuple_(*key) > sa.tuple_(sa.literal(after[0], _threads.c.updated_at.type), after[1])
+        )
+    return query.order_by(*key).limit(limit)
 
 
 async def erase_stale(
-    connection: AsyncConnection, cutoff: datetime, *, after: str, limit: int
+    connection: AsyncConnection, cutoff: datetime, *, after: Stale, limit: int
 ) -> list[RowMapping]:
     """Erase the next `limit` stale threads (see `_stale`) after `after`; return their rows.
 
@@ -104,7 +108,7 @@ async def erase_stale(
         .where(_threads.c.thread_id.in_(_stale(cutoff, after, limit)), _threads.c.updated_at < cutoff)
         .returning(*_threads.c)
     )
-    rows = sorted(deleted.mappings().all(), key=lambda row: row["thread_id"])
+    rows = sorted(deleted.mappings().all(), key=lambda row: (row["updated_at"], row["thread_id"]))
     for row in rows:
         # No run of these threads is going on, so no checkpoint holds their conversations' locks.
         await erase_conversation(connection, row["thread_id"])
@@ -112,13 +116,10 @@ async def erase_stale(
 
 
 async def find_stale(
-    connection: AsyncConnection, cutoff: datetime, *, after: str, limit: int
+    connection: AsyncConnection, cutoff: datetime, *, after: Stale, limit: int
 ) -> list[RowMapping]:
     """The rows `erase_stale` would erase, without erasing them."""
-    ids = _stale(cutoff, after, limit).subquery()
-    query = (
-        sa.select(_threads).join(ids, ids.c.thread_id == _threads.c.thread_id).order_by(_threads.c.thread_id)
-    )
+    query = _stale(cutoff, after, limit, *_threads.c)
     return list((await connection.execute(query)).mappings().all())
 
 
@@ -127,6 +128,6 @@ async def count_active_stale(connection: AsyncConnection, cutoff: datetime) -> i
     query = (
         sa.select(sa.func.count(sa.distinct(_runs.c.thread_id)))
         .join(_threads, _threads.c.thread_id == _runs.c.thread_id)
-        .where(_runs.c.status.in_(ACTIVE_RUN_STATUSES), _threads.c.updated_at < cutoff)
+        .where(active(_runs.c.status), _threads.c.updated_at < cutoff)
     )
     return (await connection.execute(query)).scalar_one()

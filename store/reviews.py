@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .approvals import Approval, JsonObject, ReviewEventType, append_review_event, approval_of, get_approval
 from .engine import reader, translate_errors
 from .events import LoggedEvent, NewEvent, append_events
-from .schema import ApprovalRow, ReviewEventRow, ThreadRow, metadata
+from .schema import ApprovalRow, ReviewEventRow, ThreadRow, metadata, status_is
 from .threads import touch_thread
 
 __all__ = (
@@ -86,14 +86,14 @@ class Reviews:
         )
         if status == "pending":
             key = (a.created_at, a.thread_id, a.tool_call_id)
-            query = query.where(a.status == "pending").order_by(*key)
+            query = query.where(status_is(a.status, "pending")).order_by(*key)
             if after is not None:
                 query = query.where(
                     sa.tuple_(*key) > sa.tuple_(after.at, after.thread_id, after.tool_call_id)
                 )
         else:
             key = (a.decided_at, a.thread_id, a.tool_call_id)
-            query = query.where(a.status != "pending").order_by(*(column.desc() for column in key))
+            query = query.where(~status_is(a.status, "pending")).order_by(*(column.desc() for column in key))
             if after is not None:
                 query = query.where(
                     sa.tuple_(*key) < sa.tuple_(after.at, after.thread_id, after.tool_call_id)
@@ -119,7 +119,7 @@ class Reviews:
         a = _approvals.c
         query = (
             sa.select(_approvals)
-            .where(a.status == "pending", a.expires_at <= now)
+            .where(status_is(a.status, "pending"), a.expires_at <= now)
             .order_by(a.expires_at)
             .limit(limit)
         )
@@ -131,7 +131,9 @@ class Reviews:
     async def next_deadline(self) -> datetime | None:
         """The earliest deadline of a pending call."""
         a = _approvals.c
-        query = sa.select(sa.func.min(a.expires_at)).where(a.status == "pending", a.expires_at.is_not(None))
+        query = sa.select(sa.func.min(a.expires_at)).where(
+            status_is(a.status, "pending"), a.expires_at.is_not(None)
+        )
         with translate_errors("reading the next deadline"):
             async with self._engine.connect() as connection:
                 return (await connection.execute(query)).scalar_one_or_none()

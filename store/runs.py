@@ -21,14 +21,15 @@ from .leases import Worker, release
 from .queueing import Claim, NewRun, queue
 from .run import Run
 from .schema import (
-    ACTIVE_RUN_STATUSES,
     ApprovalRow,
     RunKind,
     RunRow,
     RunStatus,
     ThreadRow,
+    active,
     metadata,
     now_utc,
+    status_is,
 )
 from .threads import touch_thread
 from .tracing import traced
@@ -271,7 +272,7 @@ async def finish_run(
     """
     query = _runs.update().where(_runs.c.run_id == run_id)
     if owner is not None:
-        query = query.where(_runs.c.lease_owner == owner, _runs.c.status == "running")
+        query = query.where(_runs.c.lease_owner == owner, status_is(_runs.c.status, "running"))
     values: dict[str, object] = {"status": status, "error": error, "finished_at": now_utc()}
     if trace_id is not None:
         values["trace_id"] = trace_id
@@ -342,9 +343,7 @@ async def _active(connection: AsyncConnection, thread_id: str) -> Run | None:
     row = (
         (
             await connection.execute(
-                sa.select(_runs).where(
-                    _runs.c.thread_id == thread_id, _runs.c.status.in_(ACTIVE_RUN_STATUSES)
-                )
+                sa.select(_runs).where(_runs.c.thread_id == thread_id, active(_runs.c.status))
             )
         )
         .mappings()

@@ -42,7 +42,9 @@ __all__ = (
     "ToolExecutionRow",
     "ToolExecutionStatus",
     "UtcDateTime",
+    "active",
     "metadata",
+    "status_is",
 )
 
 metadata = sa.MetaData(
@@ -168,6 +170,24 @@ ACTIVE_RUN_STATUSES = ("queued", "running")
 """A thread has at most one run in these states at a time (a partial unique index enforces it)."""
 
 
+def status_is(column: sa.ColumnElement[str], *statuses: str) -> sa.ColumnElement[bool]:
+    """`column IN ('a', 'b')` with the statuses written into the SQL, never bound parameters.
+
+    A plan PostgreSQL makes once for every execution of a prepared statement (a generic plan) cannot
+    match a partial index whose predicate names a parameter, nor know a parameter's status is rare:
+    with parameters, the sweeps of `runs` would scan millions of finished runs (`test_generic_plans`).
+    """
+    if not all(status.isidentifier() for status in statuses):
+        raise ValueError(f"not a status: {statuses!r}")
+    literals = [sa.literal_column(f"'{status}'", sa.String()) for status in statuses]
+    return column == literals[0] if len(literals) == 1 else column.in_(literals)
+
+
+def active(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """`column IN ('queued', 'running')`, as the partial index on active runs says it (`status_is`)."""
+    return status_is(column, *ACTIVE_RUN_STATUSES)
+
+
 class ThreadRow(Base):
     """A user's chat thread; its messages are the conversation with the same id."""
 
@@ -188,7 +208,11 @@ class ThreadRow(Base):
     agent: Mapped[str | None] = mapped_column(sa.String(255))
     """The agent a hand-off made the thread's speaker; `None`: the app's own agent."""
 
-    __table_args__ = (sa.Index("ix_threads_user_updated", "user_id", "updated_at", "thread_id"),)
+    __table_args__ = (
+        sa.Index("ix_threads_user_updated", "user_id", "updated_at", "thread_id"),
+        # The purge: threads idle since a cutoff, a range of this index (`store.retention`).
+        sa.Index("ix_threads_updated", "updated_at", "thread_id"),
+    )
 
 
 class RunRow(Base):
@@ -221,6 +245,8 @@ class RunRow(Base):
     """The worker driving the run while it is `running`; only it may checkpoint or end the run."""
     lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     """When the owner's lease lapses unless its heartbeat renews it; another worker may then take over."""
+    events_compacted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    """When the finished run's text deltas were dropped from the event log (`store.compaction`)."""
 
     __table_args__ = (
         sa.Index("ix_runs_thread_created", "thread_id", "created_at"),
@@ -232,6 +258,13 @@ class RunRow(Base):
             unique=True,
             sqlite_where=sa.text("status IN ('queued', 'running')"),
             postgresql_where=sa.text("status IN ('queued', 'running')"),
+        ),
+        # The finished runs whose events are still to compact, oldest first (`store.compaction`).
+        sa.Index(
+            "ix_runs_compactable",
+            "finished_at",
+            sqlite_where=sa.text("finished_at IS NOT NULL AND events_compacted_at IS NULL"),
+            postgresql_where=sa.text("finished_at IS NOT NULL AND events_compacted_at IS NULL"),
         ),
     )
 
@@ -306,6 +339,16 @@ class ApprovalRow(Base):
             "ix_approvals_review_queue", "status", "reviewers", "created_at", "thread_id", "tool_call_id"
         ),
         sa.Index("ix_approvals_deadline", "status", "expires_at"),
+        # A reviewer's decided calls, newest decided first (`Reviews.queue`).
+        sa.Index(
+            "ix_approvals_decided",
+            "reviewers",
+            "decided_at",
+            "thread_id",
+            "tool_call_id",
+            sqlite_where=sa.text("status <> 'pending'"),
+            postgresql_where=sa.text("status <> 'pending'"),
+        ),
     )
 
 
@@ -342,7 +385,17 @@ class WebhookDeliveryRow(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_error: Mapped[str | None] = mapped_column(sa.Text())
 
-    __table_args__ = (sa.Index("ix_webhook_deliveries_due", "next_attempt_at"),)
+    __table_args__ = (
+        sa.Index("ix_webhook_deliveries_due", "next_attempt_at"),
+        # The outbox's pending and given-up deliveries (`Webhooks.undelivered`).
+        sa.Index(
+            "ix_webhook_deliveries_undelivered",
+            "event_id",
+            "url",
+            sqlite_where=sa.text("delivered_at IS NULL"),
+            postgresql_where=sa.text("delivered_at IS NULL"),
+        ),
+    )
 
 
 ToolExecutionStatus = Literal["started", "succeeded", "failed", "retrying"]

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .compiled import Compiled, fetch, per_dialect
 from .engine import reader, translate_errors
 from .errors import Conflict, NotFound
-from .retention import count_active_stale, erase_stale, erase_thread, find_stale
+from .retention import Stale, count_active_stale, erase_stale, erase_thread, find_stale
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
 __all__ = ("Purge", "Thread", "ThreadCursor", "Threads", "touch_thread", "touched")
@@ -193,7 +193,8 @@ class Threads:
             raise ValueError(f"purge needs a positive age and batch, not {older_than!r} and {batch!r}")
         cutoff = now_utc() - older_than
         what = f"purging the threads idle since {cutoff.isoformat()}"
-        removed, after = 0, ""
+        removed = 0
+        after: Stale = None
         while True:
             with translate_errors(what):
                 if dry_run:
@@ -206,7 +207,7 @@ class Threads:
                 break
             threads = [_thread(row) for row in rows]
             removed += len(threads)
-            after = threads[-1].thread_id
+            after = (threads[-1].updated_at, threads[-1].thread_id)
             if on_batch is not None:
                 on_batch(threads)  # outside the error translation: its failures are its own
         with translate_errors(what):

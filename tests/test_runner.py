@@ -201,3 +201,25 @@ async def test_a_run_is_queued_claimed_only_while_the_runner_has_a_free_slot(
     ended = [await app.db.runs.get(q.run.run_id) for q in (claimed, free)]
     # Both answered, once, whichever way they were claimed.
     assert [(run.status, run.attempt, run.lease_owner) for run in ended] == [("completed", 1, me)] * 2
+
+
+async def test_a_runner_compacts_the_deltas_of_runs_finished_past_its_replay_window(
+    core_factory: CoreFactory,
+) -> None:
+    app = await core_factory(Script([], then="Sure, here it is."))
+    keeping, compacting = Runner(app.runtime), Runner(app.runtime, replay_window=timedelta(0))
+    thread = await app.thread()
+    try:
+        queued = await keeping.queue(thread.thread_id, "message", content="Hello")
+        (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"run {queued.run.run_id}"]
+        await asyncio.wait_for(task, DEADLINE)
+        types = [event.type for event in await app.db.events.read(thread.thread_id)]
+        assert "text_delta" in types
+        assert await keeping.compact() == 0  # no window: everything is kept
+        assert await compacting.compact() == types.count("text_delta")
+    finally:
+        await keeping.aclose()
+        await compacting.aclose()
+    after = [event.type for event in await app.db.events.read(thread.thread_id)]
+    assert after == [kind for kind in types if kind != "text_delta"]
+    assert after[-2:] == ["text_done", "run_finished"]

@@ -83,6 +83,11 @@ def create_app(
                 max_concurrent=settings.max_runs,
                 heartbeat_seconds=settings.heartbeat_seconds,
                 sweep_seconds=settings.sweep_seconds,
+                replay_window=(
+                    timedelta(seconds=settings.event_replay_seconds)
+                    if settings.event_replay_seconds
+                    else None
+                ),
             )
             starlette.state.settings = settings
             starlette.state.services = Services(

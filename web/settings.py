@@ -76,7 +76,8 @@ class Settings:
     steps to reach a checkpoint and another for late ones to stop, the rest to close; past it the
     process exits anyway (`cli.server`)."""
     tracing: TracingConfig = field(default_factory=lambda: _no_tracing())
-    """Where spans go (`DURABLE_CHAT_TRACE_FILE`, `_OTLP_ENDPOINT`), the share of runs traced in
+    """Where spans go (`DURABLE_CHAT_TRACE_FILE`, rotated past `_TRACE_MAX_MB` keeping `_TRACE_FILES`
+    earlier files; `_OTLP_ENDPOINT`), the share of runs traced in
     full (`DURABLE_CHAT_TRACE_SAMPLE`, 0.1), whether store operations get spans
     (`DURABLE_CHAT_TRACE_STORE=1`), whether they hold content (`DURABLE_CHAT_TRACE_CONTENT=1`),
     and the secrets redacted from spans and logs."""
@@ -115,6 +116,9 @@ class Settings:
     """How often a worker renews its leases; shorter than the lease (`DURABLE_CHAT_HEARTBEAT_SECONDS`)."""
     sweep_seconds: float = 5.0
     """How often a worker looks for runs nobody drives (`DURABLE_CHAT_SWEEP_SECONDS`)."""
+    event_replay_seconds: float = 3600.0
+    """How long a finished run keeps its text deltas in the event log (`DURABLE_CHAT_EVENT_REPLAY_SECONDS`,
+    0: for as long as the thread lives); its `text_done` events hold the text whole (`store.compaction`)."""
     deadline_poll_seconds: float = 1.0
     """How often a worker enforces the deadlines of held calls (`DURABLE_CHAT_DEADLINE_POLL_SECONDS`)."""
     max_runs: int = 64
@@ -203,12 +207,14 @@ class Settings:
         Raises:
             SettingsError: The data directory or the secret file cannot be created or read.
         """
-        from agent import DEFAULT_SAMPLE_RATIO, TracingConfig
+        from agent import DEFAULT_SAMPLE_RATIO, DEFAULT_TRACE_FILES, DEFAULT_TRACE_MAX_BYTES, TracingConfig
 
         env = os.environ if environ is None else environ
         directory = _data_dir(data_dir, env)
         secret = cls.resolve_secret(secret, data_dir=directory, environ=env)
         lease = _number("LEASE_SECONDS", env, 30.0)
+        # 0: the trace file is never rotated (it grows without bound).
+        trace_max_mb = _number("TRACE_MAX_MB", env, DEFAULT_TRACE_MAX_BYTES / _MB, zero=True)
         heartbeat = _number("HEARTBEAT_SECONDS", env, min(10.0, lease / 3))
         if heartbeat >= lease:
             raise SettingsError(
@@ -240,6 +246,7 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
             sweep_seconds=_number("SWEEP_SECONDS", env, 5.0),
+            event_replay_seconds=_number("EVENT_REPLAY_SECONDS", env, 3600.0, zero=True),
             deadline_poll_seconds=_number("DEADLINE_POLL_SECONDS", env, 1.0),
             max_runs=int(_number("MAX_RUNS", env, 64, whole=True)),
             max_streams_per_user=int(_number("MAX_STREAMS_PER_USER", env, 20, whole=True)),
@@ -253,6 +260,8 @@ class Settings:
             webhook_secret=hooks[1],
             tracing=TracingConfig(
                 trace_file=cls.resolve_trace_file(data_dir=directory, environ=env),
+                trace_max_bytes=round(trace_max_mb * _MB) or None,
+                trace_files=int(_number("TRACE_FILES", env, DEFAULT_TRACE_FILES, whole=True, zero=True)),
                 otlp_endpoint=_pick(None, "OTLP_ENDPOINT", env),
                 include_content=_flag("TRACE_CONTENT", env, False),
                 sample_ratio=_ratio("TRACE_SAMPLE", env, DEFAULT_SAMPLE_RATIO),

@@ -40,7 +40,7 @@ from datetime import timedelta
 from opentelemetry.trace import Span
 
 from agent import Opened, Runtime, queue_run, run_step
-from store import Claimed, DatabaseUnavailable, NotFound, RunKind, StoreError
+from store import Claimed, DatabaseUnavailable, NotFound, RunKind, StoreError, now_utc
 
 __all__ = ("Runner",)
 
@@ -58,8 +58,13 @@ class Runner:
         max_concurrent: int = 64,
         heartbeat_seconds: float = 10.0,
         sweep_seconds: float = 5.0,
+        replay_window: timedelta | None = None,
     ) -> None:
+        """`replay_window`: how long a finished run keeps its text deltas in the event log
+        (`store.compaction`); `None` keeps them for as long as the thread lives."""
         self._runtime = runtime
+        self._replay_window = replay_window
+        self._compactor: asyncio.Task[None] | None = None
         self._leases = runtime.db.leases
         # Runs beyond this wait their turn here, queued, instead of exhausting the database pool.
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -150,6 +155,10 @@ class Runner:
             self._every(self._heartbeat_seconds, self.heartbeat), name="heartbeat"
         )
         self._sweeper = asyncio.create_task(self._every(self._sweep_seconds, self.sweep), name="sweep")
+        if self._replay_window is not None:
+            # Every dozen sweeps (a minute by default): compaction is housekeeping, not latency.
+            every = self._sweep_seconds * 12
+            self._compactor = asyncio.create_task(self._every(every, self.compact), name="compact")
         logger.info(
             "worker %s: leases of %gs, heartbeat every %gs, sweep every %gs",
             self.worker_id,
@@ -180,6 +189,15 @@ class Runner:
             logger.info("took over %d runs nobody drove", taken)
         return taken
 
+    async def compact(self) -> int:
+        """Drop the text deltas of runs finished longer than the replay window ago; return how many events."""
+        if self._replay_window is None:
+            return 0
+        runs, events = await self._runtime.db.events.compact(now_utc() - self._replay_window)
+        if runs:
+            logger.info("compacted the events of %d finished runs (%d text deltas)", runs, events)
+        return events
+
     async def heartbeat(self) -> list[str]:
         """Renew this worker's leases; stop driving the runs another worker took over, and return those."""
         held = set(await self._leases.heartbeat())
@@ -200,6 +218,7 @@ class Runner:
         """Let in-flight runs reach a checkpoint and requeue themselves; cancel the late ones; release leases."""
         self._closed = True
         await _cancel(self._sweeper)
+        await _cancel(self._compactor)
         self._runtime.stopping.set()
         tasks = list(self._tasks.values())
         if tasks:
