@@ -263,11 +263,7 @@ async def main(argv: Sequence[str]) -> int:
     hook_lines = await webhook_cost(3 if quick else TURNS)
     notes = [f"{ROUNDS} rounds; the machine is shared and loaded: read the ratios, not the times"]
     text = [
-        *section(
-            "Human review: the queue, the deadline sweep, a hanging webhook",
-            (__doc__ or "").split("\n\n", 1)[1].strip(),
-            environment(command_line("bench.review", argv), postgres=version, notes=notes),
-        ),
+        *section(environment(command_line("bench.review", argv), postgres=version, notes=notes)),
         *queue_lines,
         "",
         f"Plans at {sizes[-1]:,} approvals (`EXPLAIN` of the statements the store ran):",
