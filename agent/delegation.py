@@ -12,7 +12,7 @@ design note is "Several agents" in `docs/agent.md`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,25 +21,18 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import (
-    ModelMessage,
-    PartDeltaEvent,
-    PartEndEvent,
-    PartStartEvent,
-    TextPart,
-    TextPartDelta,
-    ToolCallPart,
-    ToolResultEvent,
-)
+from pydantic_ai.messages import ModelMessage, ToolResultEvent
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import Database, delegated_scope
-from stream import Sink, StreamEvent, TextDelta, TextDone, ToolCall, ToolResult
+from stream import Sink
 
-from .approvals import DELEGATED, call_args, encode_calls, held_calls, stored_decisions
+from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
+from .eventlog import EventLogSink
+from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
 from .merge import unsaved
 from .pauses import PAUSE_AT_DEFERRED_CALLS
@@ -47,6 +40,8 @@ from .records import call_id
 from .retries import ModelRetries
 from .run_hooks import RunHooks
 from .tool_failures import ToolFailures
+from .translation import RunEvents
+from .withdrawals import OutputGuard
 
 __all__ = ("DELEGATED", "Delegations", "sub_conversation_id")
 
@@ -70,6 +65,10 @@ class Delegations:
     """The name of the agent the run drives."""
     retries: ModelRetries
     failures: ToolFailures
+    guardrails: Sequence[Guardrail]
+    """The output guardrails: a delegated agent's text passes them like the top agent's."""
+    guard_context: GuardrailContext
+    log: EventLogSink
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict[str, "tuple[str, ...]"])
     """The chain of agents of each agent run going on, by its pydantic-ai run id."""
 
@@ -83,6 +82,18 @@ class Delegations:
         name: str | None,
     ) -> Any:
         """Run `agent` on `prompt` as a sub-run of the tool call `ctx` runs, and return its output."""
+        async with self.failures.paused(ctx):  # the sub-run's model calls and tools have their own limits
+            return await self._delegate(ctx, agent, prompt, deps=deps, name=name)
+
+    async def _delegate(
+        self,
+        ctx: RunContext[Any],
+        agent: AbstractAgent[Any, Any],
+        prompt: str,
+        *,
+        deps: Any,
+        name: str | None,
+    ) -> Any:
         parent = call_id(ctx)
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
         done = await self.db.ledger.get(self.thread_id, _output_key(parent))
@@ -100,6 +111,10 @@ class Delegations:
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
         sub = _SubRun(self, path, parent, conversation)
         output = await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
+        await self._keep(parent, path, output)
+        return output
+
+    async def _keep(self, parent: str, path: tuple[str, ...], output: object) -> None:
         await self.db.ledger.once(
             self.thread_id,
             _output_key(parent),
@@ -107,7 +122,6 @@ class Delegations:
             tool_name=f"delegate:{path[-1]}",
             effect=_returning(to_jsonable_python(output, fallback=str)),
         )
-        return output
 
 
 class _SubRun:
@@ -121,6 +135,15 @@ class _SubRun:
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
         self.responses = 0
+        self.guard = OutputGuard(
+            delegations.guardrails,
+            delegations.guard_context,
+            delegations.out,
+            delegations.log,
+            agent=path[-1],
+            parent_tool_call_id=parent,
+        )
+        self.events = RunEvents(delegations.out, self.guard, self._part_id)
 
     def messages(self) -> list[ModelMessage]:
         stored = self.conversation.messages
@@ -132,6 +155,7 @@ class _SubRun:
         conversation = self.conversation
         if len(messages) == len(conversation.messages) and deferred is None:
             return
+        self.guard.scrub(messages[self.base :])
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
         await self.delegations.db.conversations.save(
@@ -165,6 +189,8 @@ class _SubRun:
             ) as agent_run:
                 self.new = agent_run.new_messages
                 async for node in agent_run:
+                    # Its output guardrails change a response before the sub-run acts on it or stores it.
+                    await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
                     if not isinstance(node, End):
@@ -173,12 +199,12 @@ class _SubRun:
                         self.responses += 1
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                await self._on_model_event(event)
+                                await self.events.model_event(event)
                     elif agent.is_call_tools_node(node):
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 if isinstance(event, ToolResultEvent):
-                                    await self._on_tool_result(event)
+                                    await self.events.tool_result(event)
                     elif isinstance(node, End):
                         break
             result = agent_run.result
@@ -199,49 +225,8 @@ class _SubRun:
     async def _sending(self) -> None:
         await self.save(self.messages())
 
-    async def _emit(self, event: StreamEvent) -> None:
-        await self.delegations.out.emit(event)
-
-    def _tags(self) -> dict[str, Any]:
-        return {"run_id": self.delegations.run_id, "agent": self.path[-1], "parent_tool_call_id": self.parent}
-
     def _part_id(self, index: int) -> str:
         return f"{self.parent}.{self.responses}.{index}"
-
-    async def _on_model_event(self, event: object) -> None:
-        match event:
-            case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self._emit(TextDelta(**self._tags(), part_id=self._part_id(index), delta=content))
-            case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self._emit(TextDelta(**self._tags(), part_id=self._part_id(index), delta=delta))
-            case PartEndEvent(index=index, part=TextPart(content=content)):
-                await self._emit(TextDone(**self._tags(), part_id=self._part_id(index), text=content))
-            case PartEndEvent(part=ToolCallPart() as call):
-                await self._emit(
-                    ToolCall(
-                        **self._tags(),
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call_args(call),
-                    )
-                )
-            case _:
-                pass
-
-    async def _on_tool_result(self, event: ToolResultEvent) -> None:
-        part = event.part
-        outcome = (
-            "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
-        )
-        await self._emit(
-            ToolResult(
-                **self._tags(),
-                tool_call_id=part.tool_call_id,
-                tool_name=part.tool_name,
-                outcome=outcome,
-                content=to_jsonable_python(part.content, fallback=str),
-            )
-        )
 
 
 _HELD = "durable_chat_held"
