@@ -21,7 +21,7 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelMessage, ToolResultEvent
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolResultEvent
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,6 +31,7 @@ from stream import Sink
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
+from .checkpointing import answers_last_response
 from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
@@ -155,6 +156,8 @@ class _SubRun:
         conversation = self.conversation
         if len(messages) == len(conversation.messages) and deferred is None:
             return
+        if self.base == 0 and deferred is None and not any(isinstance(m, ModelResponse) for m in messages):
+            return  # only its prompt: after a crash the parent call runs it again from the prompt
         self.guard.scrub(messages[self.base :])
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
@@ -193,7 +196,8 @@ class _SubRun:
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
-                    if not isinstance(node, End):
+                    # A final answer waits for the end's save, as the top run's does.
+                    if not (isinstance(node, End) or answers_last_response(node)):
                         await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
