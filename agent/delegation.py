@@ -12,12 +12,12 @@ design note is "Several agents" in `docs/agent.md`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
@@ -31,7 +31,7 @@ from stream import Sink
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
-from .checkpointing import answers_last_response
+from .checkpointing import answers_last_response, calls_only
 from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
@@ -70,6 +70,10 @@ class Delegations:
     """The output guardrails: a delegated agent's text passes them like the top agent's."""
     guard_context: GuardrailContext
     log: EventLogSink
+    first_attempt: bool = False
+    """The run answers a new message on its first attempt: no call of it ran before, nor kept an output."""
+    read_only: Collection[str] = frozenset()
+    """The app's read-only tools (`ChatApp.read_only_tools`): a response calling only these is stored with their results."""
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict[str, "tuple[str, ...]"])
     """The chain of agents of each agent run going on, by its pydantic-ai run id."""
 
@@ -97,7 +101,7 @@ class Delegations:
     ) -> Any:
         parent = call_id(ctx)
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
-        done = await self.db.ledger.get(self.thread_id, _output_key(parent))
+        done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(parent))
         if done is not None and done.status == "succeeded":
             logger.info("the sub-run of tool call %s ended before; its stored output is used", parent)
             return _typed(agent, done.result)
@@ -196,8 +200,9 @@ class _SubRun:
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
-                    # A final answer waits for the end's save, as the top run's does.
-                    if not (isinstance(node, End) or answers_last_response(node)):
+                    # A final answer waits for the end's save, and a response calling only read-only
+                    # tools for their results' save, as the top run's do.
+                    if not (isinstance(node, End) or answers_last_response(node) or self._reads_only(node)):
                         await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
@@ -225,6 +230,13 @@ class _SubRun:
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
         await self.save(messages)
         return result.output
+
+    def _reads_only(self, node: object) -> bool:
+        read_only = self.delegations.read_only
+        if not read_only or not isinstance(node, CallToolsNode):
+            return False
+        messages = self.messages()
+        return calls_only(messages[len(self.conversation.messages) :], read_only)
 
     async def _sending(self) -> None:
         await self.save(self.messages())

@@ -254,6 +254,8 @@ class _Step:
             guardrails=runtime.guardrails.output,
             guard_context=self.guard_context,
             log=log,
+            read_only=runtime.app.read_only_tools,
+            first_attempt=run.attempt == 1 and run.kind in ("message", "regenerate"),
         )
         self.scope = RunScope(
             thread_id=run.thread_id,

@@ -152,7 +152,7 @@ async def run_dialect(
         url = await stack.enter_async_context(
             scratch_database(database, logs, "delegation", arguments.postgres)
         )
-        app = ChatApp(agent=router, deps=lambda scope: scope)
+        app = ChatApp(agent=router, deps=lambda scope: scope, read_only_tools={"lookup_order"})
         options = RuntimeOptions(messages_per_minute=None)
         runtime = await stack.enter_async_context(open_runtime(app, url, options=options))
         ours, bare, ratio = await measure(Bench(runtime, router), settings, database)
@@ -171,7 +171,8 @@ def main() -> int:
         "by a scripted model): `run_step` on a new thread, its sub-run streamed, checkpointed and stored "
         "(`RunScope.delegate`), against the same two agents run by pydantic-ai alone (`agent.run` inside the "
         "tool, events drained) with nothing stored. The sides alternate which goes first, round by round; "
-        "the ratio is the median of each round's ratio, as the machine is shared and its speed changes."
+        "the ratio is the median of each round's ratio, as the machine is shared and its speed changes. "
+        "`lookup_order` is declared read-only (`read_only_tools`), as an app declares its lookups."
     )
     lines = environment(
         command_line("bench.delegation", sys.argv[1:]),

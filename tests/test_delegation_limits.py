@@ -47,6 +47,11 @@ def desk(inner: list[Reply], *, tool: str = "ask_booking", **options: Any) -> Ch
         await asyncio.Event().wait()
         return "never"
 
+    @booking.tool_plain
+    def look() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Look the booking up."""
+        return "seat 3A"
+
     @travel.tool
     async def ask_booking(ctx: RunContext[RunScope], task: str) -> str:  # pyright: ignore[reportUnusedFunction]
         """Ask the booking agent."""
@@ -122,3 +127,20 @@ async def test_a_delegated_agents_tools_have_their_own_timeouts(database_url: st
         events = await logged(runtime, thread_id)
     results = [(e.agent, e.tool_name, e.outcome) for e in events if e.type == "tool_result"]
     assert results == [("booking", "hang", "failed"), ("travel", "ask_booking", "success")]
+
+
+async def test_a_delegated_agents_read_only_calls_are_stored_with_their_results(database_url: str) -> None:
+    # Its response calling only `look` is not stored before `look` runs, but with its result: nothing is lost.
+    app = desk([[("look", {})], "booked seat 3A"], read_only_tools={"look"})
+    async with open_runtime(app, database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, "travel_0_0"))
+    assert inner is not None
+    assert [type(m).__name__ for m in inner.messages] == [
+        "ModelRequest",
+        "ModelResponse",
+        "ModelRequest",
+        "ModelResponse",
+    ]
+    assert "seat 3A" in repr(inner.messages[2])
