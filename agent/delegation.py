@@ -200,9 +200,12 @@ class _SubRun:
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
+                    # A response is stored before its tools run; a request as it goes out (`_sending`).
                     # A final answer waits for the end's save, and a response calling only read-only
                     # tools for their results' save, as the top run's do.
-                    if not (isinstance(node, End) or answers_last_response(node) or self._reads_only(node)):
+                    if agent.is_call_tools_node(node) and not (
+                        answers_last_response(node) or self._reads_only(node)
+                    ):
                         await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
