@@ -1,8 +1,9 @@
 """Delegation: another agent run as a sub-run of a tool call, as durable as the run around it.
 
 `RunScope.delegate(ctx, agent, prompt)` drives the agent through the machinery of the top run (its
-hooks, timeouts, retries, the pause at deferred calls), streams its events tagged with its name and
-the parent call, and checkpoints its messages after every node as a conversation of its own, kept
+hooks, timeouts, retries, the pause at deferred calls, its output guardrails), streams its events
+tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
+top run does (a response before its tools run, a request as it goes out) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`). A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
