@@ -1,8 +1,9 @@
 """Delegation: another agent run as a sub-run of a tool call, as durable as the run around it.
 
 `RunScope.delegate(ctx, agent, prompt)` drives the agent through the machinery of the top run (its
-hooks, timeouts, retries, the pause at deferred calls), streams its events tagged with its name and
-the parent call, and checkpoints its messages after every node as a conversation of its own, kept
+hooks, timeouts, retries, the pause at deferred calls, its output guardrails), streams its events
+tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
+top run does (a response before its tools run, a request as it goes out) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`). A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
@@ -12,34 +13,28 @@ design note is "Several agents" in `docs/agent.md`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import (
-    ModelMessage,
-    PartDeltaEvent,
-    PartEndEvent,
-    PartStartEvent,
-    TextPart,
-    TextPartDelta,
-    ToolCallPart,
-    ToolResultEvent,
-)
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolResultEvent
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import Database, delegated_scope
-from stream import Sink, StreamEvent, TextDelta, TextDone, ToolCall, ToolResult
+from stream import Sink
 
-from .approvals import DELEGATED, call_args, encode_calls, held_calls, stored_decisions
+from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
+from .checkpointing import answers_last_response, calls_only
+from .eventlog import EventLogSink
+from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
 from .merge import unsaved
 from .pauses import PAUSE_AT_DEFERRED_CALLS
@@ -47,6 +42,8 @@ from .records import call_id
 from .retries import ModelRetries
 from .run_hooks import RunHooks
 from .tool_failures import ToolFailures
+from .translation import RunEvents
+from .withdrawals import OutputGuard
 
 __all__ = ("DELEGATED", "Delegations", "sub_conversation_id")
 
@@ -70,6 +67,14 @@ class Delegations:
     """The name of the agent the run drives."""
     retries: ModelRetries
     failures: ToolFailures
+    guardrails: Sequence[Guardrail]
+    """The output guardrails: a delegated agent's text passes them like the top agent's."""
+    guard_context: GuardrailContext
+    log: EventLogSink
+    first_attempt: bool = False
+    """The run answers a new message on its first attempt: no call of it ran before, nor kept an output."""
+    read_only: Collection[str] = frozenset()
+    """The app's read-only tools (`ChatApp.read_only_tools`): a response calling only these is stored with their results."""
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict[str, "tuple[str, ...]"])
     """The chain of agents of each agent run going on, by its pydantic-ai run id."""
 
@@ -83,9 +88,21 @@ class Delegations:
         name: str | None,
     ) -> Any:
         """Run `agent` on `prompt` as a sub-run of the tool call `ctx` runs, and return its output."""
+        async with self.failures.paused(ctx):  # the sub-run's model calls and tools have their own limits
+            return await self._delegate(ctx, agent, prompt, deps=deps, name=name)
+
+    async def _delegate(
+        self,
+        ctx: RunContext[Any],
+        agent: AbstractAgent[Any, Any],
+        prompt: str,
+        *,
+        deps: Any,
+        name: str | None,
+    ) -> Any:
         parent = call_id(ctx)
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
-        done = await self.db.ledger.get(self.thread_id, _output_key(parent))
+        done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(parent))
         if done is not None and done.status == "succeeded":
             logger.info("the sub-run of tool call %s ended before; its stored output is used", parent)
             return _typed(agent, done.result)
@@ -100,6 +117,10 @@ class Delegations:
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
         sub = _SubRun(self, path, parent, conversation)
         output = await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
+        await self._keep(parent, path, output)
+        return output
+
+    async def _keep(self, parent: str, path: tuple[str, ...], output: object) -> None:
         await self.db.ledger.once(
             self.thread_id,
             _output_key(parent),
@@ -107,7 +128,6 @@ class Delegations:
             tool_name=f"delegate:{path[-1]}",
             effect=_returning(to_jsonable_python(output, fallback=str)),
         )
-        return output
 
 
 class _SubRun:
@@ -121,6 +141,15 @@ class _SubRun:
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
         self.responses = 0
+        self.guard = OutputGuard(
+            delegations.guardrails,
+            delegations.guard_context,
+            delegations.out,
+            delegations.log,
+            agent=path[-1],
+            parent_tool_call_id=parent,
+        )
+        self.events = RunEvents(delegations.out, self.guard, self._part_id)
 
     def messages(self) -> list[ModelMessage]:
         stored = self.conversation.messages
@@ -132,6 +161,9 @@ class _SubRun:
         conversation = self.conversation
         if len(messages) == len(conversation.messages) and deferred is None:
             return
+        if self.base == 0 and deferred is None and not any(isinstance(m, ModelResponse) for m in messages):
+            return  # only its prompt: after a crash the parent call runs it again from the prompt
+        self.guard.scrub(messages[self.base :])
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
         await self.delegations.db.conversations.save(
@@ -165,20 +197,27 @@ class _SubRun:
             ) as agent_run:
                 self.new = agent_run.new_messages
                 async for node in agent_run:
+                    # Its output guardrails change a response before the sub-run acts on it or stores it.
+                    await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
-                    if not isinstance(node, End):
+                    # A response is stored before its tools run; a request as it goes out (`_sending`).
+                    # A final answer waits for the end's save, and a response calling only read-only
+                    # tools for their results' save, as the top run's do.
+                    if agent.is_call_tools_node(node) and not (
+                        answers_last_response(node) or self._reads_only(node)
+                    ):
                         await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                await self._on_model_event(event)
+                                await self.events.model_event(event)
                     elif agent.is_call_tools_node(node):
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
                                 if isinstance(event, ToolResultEvent):
-                                    await self._on_tool_result(event)
+                                    await self.events.tool_result(event)
                     elif isinstance(node, End):
                         break
             result = agent_run.result
@@ -196,52 +235,18 @@ class _SubRun:
         await self.save(messages)
         return result.output
 
+    def _reads_only(self, node: object) -> bool:
+        read_only = self.delegations.read_only
+        if not read_only or not isinstance(node, CallToolsNode):
+            return False
+        messages = self.messages()
+        return calls_only(messages[len(self.conversation.messages) :], read_only)
+
     async def _sending(self) -> None:
         await self.save(self.messages())
 
-    async def _emit(self, event: StreamEvent) -> None:
-        await self.delegations.out.emit(event)
-
-    def _tags(self) -> dict[str, Any]:
-        return {"run_id": self.delegations.run_id, "agent": self.path[-1], "parent_tool_call_id": self.parent}
-
     def _part_id(self, index: int) -> str:
         return f"{self.parent}.{self.responses}.{index}"
-
-    async def _on_model_event(self, event: object) -> None:
-        match event:
-            case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self._emit(TextDelta(**self._tags(), part_id=self._part_id(index), delta=content))
-            case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self._emit(TextDelta(**self._tags(), part_id=self._part_id(index), delta=delta))
-            case PartEndEvent(index=index, part=TextPart(content=content)):
-                await self._emit(TextDone(**self._tags(), part_id=self._part_id(index), text=content))
-            case PartEndEvent(part=ToolCallPart() as call):
-                await self._emit(
-                    ToolCall(
-                        **self._tags(),
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call_args(call),
-                    )
-                )
-            case _:
-                pass
-
-    async def _on_tool_result(self, event: ToolResultEvent) -> None:
-        part = event.part
-        outcome = (
-            "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
-        )
-        await self._emit(
-            ToolResult(
-                **self._tags(),
-                tool_call_id=part.tool_call_id,
-                tool_name=part.tool_name,
-                outcome=outcome,
-                content=to_jsonable_python(part.content, fallback=str),
-            )
-        )
 
 
 _HELD = "durable_chat_held"

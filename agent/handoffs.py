@@ -66,14 +66,19 @@ async def speaker(db: Database, run: Run) -> str | None:
 
 
 class AgentTags:
-    """A `stream.Sink` that says which agent produced each event without one, then passes it to `inner`."""
+    """A `stream.Sink` that says which agent produced each event without one, then passes it to `inner`.
 
-    def __init__(self, inner: Sink) -> None:
+    The events a run makes most (text, tool calls and results) are made with the tag already
+    (`agent.translation`); the copy here is for the few others of a run.
+    """
+
+    def __init__(self, inner: Sink, agent: str) -> None:
         self._inner = inner
-        self.agent: str | None = None
+        self.agent = agent
+        """The agent that speaks now."""
 
     async def emit(self, event: StreamEvent) -> None:
-        tagged = event.agent is not None or self.agent is None
+        tagged = event.agent is not None
         await self._inner.emit(event if tagged else event.model_copy(update={"agent": self.agent}))
 
     async def flush(self) -> None:

@@ -15,27 +15,23 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from pydantic_ai import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
-    PartDeltaEvent,
-    PartEndEvent,
-    PartStartEvent,
     TextPart,
-    TextPartDelta,
-    ToolCallPart,
     ToolResultEvent,
     UserContent,
     repair_messages,
 )
 from pydantic_ai.usage import RunUsage, UsageLimits
-from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 
 from store import Claimed, DatabaseUnavailable, LeaseLost, PendingCall, Run, RunStatus, StoredFile, now_utc
@@ -47,13 +43,11 @@ from stream import (
     TeeSink,
     TextDelta,
     TextDone,
-    ToolCall,
     ToolOutcomeUnknown,
-    ToolResult,
 )
 
 from .app import RunKind, RunScope
-from .approvals import approval_required, call_args, held_calls, reviewed_calls, stored_decisions
+from .approvals import approval_required, held_calls, reviewed_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .delegation import Delegations
@@ -79,6 +73,7 @@ from .run_hooks import RunHooks
 from .runtime import Runtime
 from .texts import Texts
 from .tracing import run_attributes
+from .translation import RunEvents
 from .withdrawals import OutputGuard
 
 __all__ = ("run_step",)
@@ -150,10 +145,9 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only
             await sink.emit(stored.event)
-    out: Sink = log if sink is None else TeeSink(log, sink)
-    tags = AgentTags(out)
-    if runtime.app.handoffs:
-        out = tags  # every event says which agent spoke, once the step knows (`_Step.drive`)
+    # Every event says which agent spoke: the hot path's are made with the tag, the rest get it here.
+    tags = AgentTags(log if sink is None else TeeSink(log, sink), _name(runtime.app.agent))
+    out: Sink = tags
     if trace_id is not None:
         out = TraceStampSink(out, trace_id)
     if run.attempt > 1:
@@ -241,7 +235,8 @@ class _Step:
         self.trace_id = trace_id
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id, sent)
-        self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log)
+        self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log, agent=tags.agent)
+        self.events = RunEvents(out, self.guard, self._part_id)
         self.out = out
         self.log = log
         self.records = RunRecords()
@@ -253,9 +248,14 @@ class _Step:
             out=out,
             thread_id=run.thread_id,
             run_id=run.run_id,
-            root=self.agent.name or "assistant",
+            root=tags.agent,
             retries=runtime.app.model_retries,
             failures=runtime.tool_failures,
+            guardrails=runtime.guardrails.output,
+            guard_context=self.guard_context,
+            log=log,
+            read_only=runtime.app.read_only_tools,
+            first_attempt=run.attempt == 1 and run.kind in ("message", "regenerate"),
         )
         self.scope = RunScope(
             thread_id=run.thread_id,
@@ -299,7 +299,7 @@ class _Step:
         kind: RunKind = run.kind if run.attempt == 1 else "recover"
         if self.runtime.app.handoffs:
             self.agent = self.runtime.app.speaker(await speaker(self.db, run))
-            self.tags.agent = self.delegations.root = self.agent.name or "assistant"
+            self.tags.agent = self.guard.tags["agent"] = self.delegations.root = _name(self.agent)
         if not self.claimed.opening:  # else the queueing stored them
             content = run.content if run.attempt == 1 else None
             files = await self._attached() if content is not None and run.kind == "message" else []
@@ -362,7 +362,7 @@ class _Step:
                 deps=deps,
                 usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
-                toolsets=[transfer_tools(app.speakers, self.tags.agent or "", self._transfer)]
+                toolsets=[transfer_tools(app.speakers, self.tags.agent, self._transfer)]
                 if app.handoffs
                 else None,
                 capabilities=[
@@ -382,7 +382,7 @@ class _Step:
                 async for node in agent_run:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
-                    if self.tags.agent is not None and agent.is_call_tools_node(node):
+                    if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.tags.agent)  # before any checkpoint stores it
                     # The end's checkpoint is the pause's or the completion's, one transaction; a
                     # tool step's results are stored as the next request goes out (`sending`).
@@ -396,7 +396,7 @@ class _Step:
                         self.response_count += 1
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                await self._on_model_event(event)
+                                await self.events.model_event(event)
                     elif agent.is_call_tools_node(node):
                         checkpoints.answering = True
                         async with node.stream(agent_run.ctx) as events:
@@ -429,7 +429,8 @@ class _Step:
     # -- the end of a run -------------------------------------------------------------------------
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
-        speaker = self.tags.agent
+        # A single agent's own calls say nothing of agents: there is only one.
+        speaker = self.tags.agent if self.runtime.app.handoffs else None
         calls = held_calls(requests, self.schemas.schemas, agent=speaker, path=speaker and (speaker,))
         if speaker is None and any(call.path is not None for call in calls):
             # Beside a delegated agent's calls, the run's own say whose they are too.
@@ -520,49 +521,18 @@ class _Step:
         await self.db.threads.set_agent(self.run.thread_id, name)
         await self.out.emit(AgentChanged(run_id=self.run.run_id, agent=name, previous=self.tags.agent))
 
-    # -- streaming --------------------------------------------------------------------------------
-
-    async def _on_model_event(self, event: object) -> None:
-        run_id = self.run.run_id
-        match event:
-            # Text goes out through the output guardrails, which hold back what could still trip them.
-            case PartStartEvent(index=index, part=TextPart(content=content)) if content:
-                await self.guard.text_delta(self._part_id(index), content)
-            case PartDeltaEvent(index=index, delta=TextPartDelta(content_delta=delta)) if delta:
-                await self.guard.text_delta(self._part_id(index), delta)
-            case PartEndEvent(index=index, part=TextPart(content=content)):
-                await self.guard.text_done(self._part_id(index), content)
-            case PartEndEvent(part=ToolCallPart() as call):
-                await self.out.emit(
-                    ToolCall(
-                        run_id=run_id,
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call_args(call),
-                    )
-                )
-            case _:
-                pass
-
     async def _on_tool_result(self, event: ToolResultEvent) -> None:
         """A function tool's result, or an output tool's (which closes the call in every client)."""
-        part = event.part
         self.outputs.settled(event, self.response_count)
-        outcome = (
-            "success" if part.outcome == "success" else "denied" if part.outcome == "denied" else "failed"
-        )
-        await self.out.emit(
-            ToolResult(
-                run_id=self.run.run_id,
-                tool_call_id=part.tool_call_id,
-                tool_name=part.tool_name,
-                outcome=outcome,
-                content=to_jsonable_python(part.content, fallback=str),
-            )
-        )
+        await self.events.tool_result(event)
 
     def _part_id(self, index: int) -> str:
         return f"{self.run.run_id[:8]}.{self.run.attempt}.{self.response_count}.{index}"
+
+
+def _name(agent: AbstractAgent[Any, Any]) -> str:
+    """The name events and stored replies give `agent`."""
+    return agent.name or "assistant"
 
 
 def _per_turn(limits: UsageLimits, spent: RunUsage) -> UsageLimits:

@@ -11,7 +11,9 @@ is a capability that turns both into `ToolFailed`:
 - a tool still running after its timeout is cancelled the same way. A call a human approved has
   none by default (`ChatApp.approved_tool_timeout`): it is a sanctioned side effect, made
   exactly-once by the ledger, and cutting it off after it acted would tell the model that it
-  failed.
+  failed. The time a tool spends in a delegated agent's run (`RunScope.delegate`, `paused`) does
+  not count: that agent's model calls and tools have their own limits, and its pause for a human
+  ends the run rather than waiting.
 
 `ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
 from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely.
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +50,10 @@ class ToolFailures(AbstractCapability[Any]):
     """Seconds a call a human approved may run; `None`: no limit."""
     timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
     """Per-tool overrides of both (`None`: no limit for that tool)."""
+    _deadlines: dict[tuple[str | None, str | None], asyncio.Timeout] = field(
+        default_factory=dict[tuple["str | None", "str | None"], asyncio.Timeout], repr=False
+    )
+    """The deadline of each call running now, by its run and call id."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -69,9 +76,14 @@ class ToolFailures(AbstractCapability[Any]):
         limit = self.timeout_of(call.tool_name, approved=ctx.tool_call_approved)
         if limit is None:
             return await handler(args)
+        key = (ctx.run_id, call.tool_call_id)
         try:
-            async with asyncio.timeout(limit):
-                return await handler(args)
+            async with asyncio.timeout(limit) as deadline:
+                self._deadlines[key] = deadline
+                try:
+                    return await handler(args)
+                finally:
+                    del self._deadlines[key]
         except TimeoutError:
             # Only our deadline gets here: a tool's own TimeoutError went through `on_tool_execute_error`.
             logger.warning("tool %s of run %s timed out after %ss", call.tool_name, ctx.run_id, limit)
@@ -79,6 +91,22 @@ class ToolFailures(AbstractCapability[Any]):
                 f"The tool {call.tool_name} did not answer within {limit:g} seconds and was stopped. "
                 "Tell the user it is unavailable right now and offer to try again later."
             ) from None
+
+    @asynccontextmanager
+    async def paused(self, ctx: RunContext[Any]) -> AsyncGenerator[None]:
+        """Stop the clock of the call `ctx` runs while the block runs (a delegated agent's sub-run)."""
+        deadline = self._deadlines.get((ctx.run_id, ctx.tool_call_id))
+        when = None if deadline is None else deadline.when()
+        if deadline is None or when is None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        left = when - loop.time()
+        deadline.reschedule(None)
+        try:
+            yield
+        finally:
+            deadline.reschedule(loop.time() + left)
 
     async def on_tool_execute_error(
         self,

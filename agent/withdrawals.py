@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 from pydantic_ai import CallToolsNode
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -40,7 +41,7 @@ from .eventlog import EventLogSink
 from .guardrails import Guardrail, GuardrailContext, first_tripped
 from .holdback import HeldPart
 
-__all__ = ("WITHDRAWN", "OutputGuard")
+__all__ = ("WITHDRAWN", "EventTags", "OutputGuard")
 
 WITHDRAWN = "withdrawn"
 """The `metadata` key of a stored reply whose text an output guardrail replaced."""
@@ -48,12 +49,29 @@ WITHDRAWN = "withdrawn"
 logger = logging.getLogger(__name__)
 
 
+class EventTags(TypedDict):
+    """What every event of one agent run carries besides its own fields."""
+
+    run_id: str
+    agent: str | None
+    parent_tool_call_id: str | None
+
+
 class OutputGuard:
     """The output guardrails of one run; see the module's notes."""
 
     def __init__(
-        self, guardrails: Sequence[Guardrail], context: GuardrailContext, out: Sink, log: EventLogSink
+        self,
+        guardrails: Sequence[Guardrail],
+        context: GuardrailContext,
+        out: Sink,
+        log: EventLogSink,
+        *,
+        agent: str | None = None,
+        parent_tool_call_id: str | None = None,
     ) -> None:
+        self.tags = EventTags(run_id=context.run_id, agent=agent, parent_tool_call_id=parent_tool_call_id)
+        """The tags of the events of the run the guard watches: `agent` may change (a hand-off's speaker)."""
         self._guardrails = guardrails
         self._context = context
         self._out = out
@@ -94,7 +112,7 @@ class OutputGuard:
             if rest:
                 await self._emit_delta(part_id, rest)
             self._delta_ids.pop(part_id, None)
-            await self._out.emit(TextDone(run_id=self._context.run_id, part_id=part_id, text=text))
+            await self._out.emit(TextDone(**self.tags, part_id=part_id, text=text))
         else:
             self._withdrawn[text] = guardrail.reply
             # No scanner foresaw this trip: what was shown of the part may hold the match.
@@ -140,11 +158,11 @@ class OutputGuard:
         Every checkpoint does it again: it is idempotent, and such a withdrawal is rare.
         """
         for part_id, event_ids in self._blanked:
-            empty = TextDelta(run_id=self._context.run_id, part_id=part_id, delta="")
+            empty = TextDelta(**self.tags, part_id=part_id, delta="")
             await overwrite_events(connection, self._context.thread_id, event_ids, event_data(empty))
 
     async def _emit_delta(self, part_id: str, delta: str) -> None:
-        await self._out.emit(TextDelta(run_id=self._context.run_id, part_id=part_id, delta=delta))
+        await self._out.emit(TextDelta(**self.tags, part_id=part_id, delta=delta))
         self._delta_ids.setdefault(part_id, []).append(self._log.last_id)
 
     async def _check(self, text: str) -> Guardrail | None:
@@ -163,9 +181,8 @@ class OutputGuard:
         shown = self._delta_ids.pop(part_id, [])
         if shown and not shown_safe:
             self._blanked.append((part_id, shown))
-        run_id = self._context.run_id
-        await self._out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="output"))
-        await self._out.emit(TextWithdrawn(run_id=run_id, part_id=part_id, replacement=guardrail.reply))
+        await self._out.emit(GuardrailTripped(**self.tags, guardrail=guardrail.name, stage="output"))
+        await self._out.emit(TextWithdrawn(**self.tags, part_id=part_id, replacement=guardrail.reply))
 
 
 def _mark_withdrawn(response: ModelResponse) -> None:

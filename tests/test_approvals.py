@@ -50,13 +50,13 @@ async def test_a_call_needing_approval_pauses_then_a_fresh_process_resumes_on_ap
     await first.send(thread, "Please send bob 25.50", sink=sink)
     assert lines(sink.events) == snapshot(
         [
-            "run_started message",
-            "user_message 'Please send bob 25.50'",
-            "tool_call lookup {'key': 'balance'}",
-            "tool_result lookup success 'balance for acme (user alice)'",
-            "tool_call transfer {'to': 'bob', 'amount': 25.5}",
-            "approval_required [transfer {'to': 'bob', 'amount': 25.5}]",
-            "run_finished awaiting_approval",
+            "core: run_started message",
+            "core: user_message 'Please send bob 25.50'",
+            "core: tool_call lookup {'key': 'balance'}",
+            "core: tool_result lookup success 'balance for acme (user alice)'",
+            "core: tool_call transfer {'to': 'bob', 'amount': 25.5}",
+            "core: approval_required [transfer {'to': 'bob', 'amount': 25.5}]",
+            "core: run_finished awaiting_approval",
         ]
     )
     assert (await first.db.threads.get(thread.thread_id)).status == "awaiting_approval"
@@ -73,11 +73,11 @@ async def test_a_call_needing_approval_pauses_then_a_fresh_process_resumes_on_ap
     assert await run_step(second.runtime, decision.resume_run_id, sink=resumed) == "completed"
     assert lines(resumed.events) == snapshot(
         [
-            "run_started resume",
-            "tool_result transfer success {'sent': 25.5, 'to': 'bob'}",
-            "text part: 'Sent 25.50 to bob.'",
-            "text_done part 'Sent 25.50 to bob.'",
-            "run_finished completed output='Sent 25.50 to bob.'",
+            "core: run_started resume",
+            "core: tool_result transfer success {'sent': 25.5, 'to': 'bob'}",
+            "core: text part: 'Sent 25.50 to bob.'",
+            "core: text_done part 'Sent 25.50 to bob.'",
+            "core: run_finished completed output='Sent 25.50 to bob.'",
         ]
     )
     assert await moved(second) == [("bob", 2550)]
@@ -168,7 +168,7 @@ async def test_a_rejected_call_is_not_made_and_the_model_reads_the_reason(core_f
     sink = CollectingSink()
     await run_step(app.runtime, decision.resume_run_id, sink=sink)
     assert lines(sink.events)[1:2] == snapshot(
-        ['tool_result transfer denied "The reviewer rejected this call: bob\'s account is closed"']
+        ['core: tool_result transfer denied "The reviewer rejected this call: bob\'s account is closed"']
     )
     assert "The reviewer rejected this call: bob's account is closed" in str(script.requests[-1])
     assert await moved(app) == []

@@ -80,13 +80,12 @@ async def test_delegation_runs_each_level_as_a_tagged_checkpointed_sub_run(
         assert tagged
         assert all(e.parent_tool_call_id == f"{parent}_0_0" for e in tagged)
         assert [e.text for e in tagged if isinstance(e, TextDone)] == [f"{name} done"]
-    assert [e.agent for e in events if e.parent_tool_call_id is None] == [None] * len(
-        [e for e in events if e.parent_tool_call_id is None]
-    )
+    # The top agent's events say so too.
+    assert {e.agent for e in events if e.parent_tool_call_id is None} == {"travel"}
     # A sub-run's result is its output, given to its parent's model as the call's result.
     results = [(e.agent, e.tool_name, e.content) for e in events if isinstance(e, ToolResult)]
     assert results[0] == (names[-1], "charge", f"{names[-1]} charged {100 * (depth + 1)}")
-    assert results[-1] == (None, f"ask_{names[1]}", f"{names[1]} done")
+    assert results[-1] == ("travel", f"ask_{names[1]}", f"{names[1]} done")
     # Each sub-run's messages are kept with the thread, as a conversation of its own.
     for name, conversation in conversations.items():
         assert conversation is not None
@@ -241,7 +240,7 @@ async def counted(runtime: Runtime, run_id: str) -> int:
     ends = [
         i
         for i, e in enumerate(sink.events)
-        if e.type in ("approval_required", "run_finished") and e.agent is None
+        if e.type in ("approval_required", "run_finished") and e.parent_tool_call_id is None
     ]
     return ends[0]
 

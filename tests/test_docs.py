@@ -176,8 +176,8 @@ async def test_the_helpdesk_of_the_page_works_as_the_page_says(
 
         paused = await send(runtime, thread, "I forgot my password")
         assert paused[-2:] == [
-            "approval_required [reset_password {'username': 'ada'}]",
-            "run_finished awaiting_approval",
+            "helpdesk: approval_required [reset_password {'username': 'ada'}]",
+            "helpdesk: run_finished awaiting_approval",
         ]
         [pending] = await runtime.db.approvals.list(thread_id=thread.thread_id, status="pending")
         review = ApprovalReview(
@@ -190,7 +190,7 @@ async def test_the_helpdesk_of_the_page_works_as_the_page_says(
         )
         assert await helpdesk.context_for(review) == {"User": "ada", "Asked by": "ada"}
         done = await approve(runtime, thread)
-        assert done[1] == "tool_result reset_password success {'reset': 'ada', 'link': 'sent'}"
+        assert done[1] == "helpdesk: tool_result reset_password success {'reset': 'ada', 'link': 'sent'}"
         # Called once, with the call's idempotency key.
         assert directory.calls == [("ada", idempotency_key(thread.thread_id, pending.tool_call_id))]
 
@@ -201,7 +201,7 @@ async def test_the_helpdesk_of_the_page_works_as_the_page_says(
         await send(runtime, thread, "Ada needs an IDE licence")
         assert (await approve(runtime, thread))[
             1
-        ] == "tool_result assign_licence success {'assigned': 'IDE', 'to': 'ada'}"
+        ] == "helpdesk: tool_result assign_licence success {'assigned': 'IDE', 'to': 'ada'}"
         async with runtime.db.engine.connect() as connection:
             rows = (
                 await connection.execute(sa.text("SELECT username, product FROM helpdesk_licences"))
@@ -210,10 +210,10 @@ async def test_the_helpdesk_of_the_page_works_as_the_page_says(
 
         assert (await send(runtime, thread, "Make ada admin for two days"))[
             -1
-        ] == "run_finished awaiting_approval"
+        ] == "helpdesk: run_finished awaiting_approval"
         assert (await approve(runtime, thread))[
             1
-        ] == "tool_result grant_admin success 'ada is admin for 48 hours.'"
+        ] == "helpdesk: tool_result grant_admin success 'ada is admin for 48 hours.'"
 
 
 def test_the_served_helpdesk_answers_with_its_name_and_prompts(project: Path, directory: Directory) -> None:
@@ -260,12 +260,12 @@ async def test_several_agents_of_the_page_delegate_pause_nested_and_hand_off(
         done = await approve(runtime, thread, product="Figma", seats=1)
 
     assert paused[-2:] == [
-        "approval_required [buy_seat {'product': 'Figma', 'seats': 2}]",
-        "run_finished awaiting_approval",
+        "helpdesk: approval_required [buy_seat {'product': 'Figma', 'seats': 2}]",
+        "helpdesk: run_finished awaiting_approval",
     ]
     assert (pending.agent, pending.path) == ("purchasing", ("helpdesk", "purchasing"))
     assert "purchasing: tool_result buy_seat success 'Bought 1 seat(s) of Figma.'" in done
-    assert done[-1] == "run_finished completed output='Done: bought.'"
+    assert done[-1] == "helpdesk: run_finished completed output='Done: bought.'"
 
     desk: ChatApp[Any] = module.desk
     router = Script([Calls([("transfer_to_billing", {})]), "Billing will take it from here."])

@@ -52,7 +52,7 @@ async def test_a_model_that_fails_twice_then_succeeds_completes(core_factory: Co
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
-    assert transcript(sink.events)[-1] == "run_finished completed output='Hello after two failures.'"
+    assert transcript(sink.events)[-1] == "core: run_finished completed output='Hello after two failures.'"
     assert len(script.requests) == 3
     # Exponential backoff, less up to half of it as jitter, within the cap.
     assert len(delays) == 2
@@ -72,7 +72,7 @@ async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpo
     sink = CollectingSink()
     run_id = await app.send(thread, "Which plan am I on?", sink=sink)
     assert transcript(sink.events)[-1] == snapshot(
-        "run_finished failed error='The assistant is unavailable right now. Please try again in a moment.'"
+        "core: run_finished failed error='The assistant is unavailable right now. Please try again in a moment.'"
     )
     assert len(script.requests) == 1 + 3
     assert len(delays) == 2
@@ -91,7 +91,7 @@ async def test_a_model_that_always_fails_ends_the_run_failed_at_its_last_checkpo
     script.then = "The model is back."
     second = CollectingSink()
     await app.send(thread, "hello?", sink=second)
-    assert transcript(second.events)[-1] == "run_finished completed output='The model is back.'"
+    assert transcript(second.events)[-1] == "core: run_finished completed output='The model is back.'"
     assert (await app.db.threads.get(thread.thread_id)).status == "idle"
 
 
@@ -103,7 +103,7 @@ async def test_a_request_the_provider_rejects_is_not_retried(core_factory: CoreF
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
     assert transcript(sink.events)[-1] == snapshot(
-        "run_finished failed error='The assistant hit an unexpected problem and stopped. Please try again.'"
+        "core: run_finished failed error='The assistant hit an unexpected problem and stopped. Please try again.'"
     )
     assert (len(script.requests), delays) == (1, [])
 
@@ -116,7 +116,7 @@ async def test_a_stream_that_fails_after_output_is_not_retried(core_factory: Cor
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "hi", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished failed error={UNAVAILABLE!r}"
+    assert transcript(sink.events)[-1] == f"core: run_finished failed error={UNAVAILABLE!r}"
     assert (len(script.requests), delays) == (1, [])
     assert await app.messages(thread) == []
 
@@ -173,11 +173,11 @@ async def test_a_tool_that_raises_becomes_a_failed_result_and_the_run_goes_on(
     await app.send(thread, "Which warehouse has ORD-5678?", sink=sink)
     assert lines(sink.events)[2:] == snapshot(
         [
-            "tool_call explode {'order_id': 'ORD-5678'}",
-            "tool_result explode failed 'The tool explode failed unexpectedly. Tell the user it is unavailable right now and offer to try again later.'",
-            "text part: 'The warehouse lookup is down.'",
-            "text_done part 'The warehouse lookup is down.'",
-            "run_finished completed output='The warehouse lookup is down.'",
+            "core: tool_call explode {'order_id': 'ORD-5678'}",
+            "core: tool_result explode failed 'The tool explode failed unexpectedly. Tell the user it is unavailable right now and offer to try again later.'",
+            "core: text part: 'The warehouse lookup is down.'",
+            "core: text_done part 'The warehouse lookup is down.'",
+            "core: run_finished completed output='The warehouse lookup is down.'",
         ]
     )
     assert "hunter2" not in str(await app.messages(thread))
@@ -200,11 +200,11 @@ async def test_a_tool_that_hangs_is_cut_off_by_its_timeout(core_factory: CoreFac
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
     assert lines(sink.events)[2:] == snapshot(
         [
-            "tool_call hang {'order_id': 'ORD-5678'}",
-            "tool_result hang failed 'The tool hang did not answer within 0.2 seconds and was stopped. Tell the user it is unavailable right now and offer to try again later.'",
-            "text part: 'The courier lookup is slow today.'",
-            "text_done part 'The courier lookup is slow today.'",
-            "run_finished completed output='The courier lookup is slow today.'",
+            "core: tool_call hang {'order_id': 'ORD-5678'}",
+            "core: tool_result hang failed 'The tool hang did not answer within 0.2 seconds and was stopped. Tell the user it is unavailable right now and offer to try again later.'",
+            "core: text part: 'The courier lookup is slow today.'",
+            "core: text_done part 'The courier lookup is slow today.'",
+            "core: run_finished completed output='The courier lookup is slow today.'",
         ]
     )
 
@@ -218,7 +218,9 @@ async def test_the_same_hanging_tool_twice_is_still_no_crash(core_factory: CoreF
     sink = CollectingSink()
     await app.send(thread, "Who delivers ORD-5678?", sink=sink)
     assert [e.outcome for e in sink.events if e.type == "tool_result"] == ["failed"] * 3
-    assert transcript(sink.events)[-1] == "run_finished completed output='I could not reach the courier.'"
+    assert (
+        transcript(sink.events)[-1] == "core: run_finished completed output='I could not reach the courier.'"
+    )
 
 
 def test_approved_calls_are_never_cut_off_by_default() -> None:
@@ -242,13 +244,13 @@ async def test_a_turn_over_its_limits_ends_gracefully_and_the_thread_stays_usabl
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Which plan am I on?", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
+    assert transcript(sink.events)[-1] == f"core: run_finished completed output={Texts().turn_limit!r}"
     assert len(script.requests) == 3
     assert shapes(await app.messages(thread))[-1] == "response: text"
     script.then = "Hello again."
     second = CollectingSink()
     await app.send(thread, "hello", sink=second)
-    assert transcript(second.events)[-1] == "run_finished completed output='Hello again.'"
+    assert transcript(second.events)[-1] == "core: run_finished completed output='Hello again.'"
 
 
 async def spend(ctx: RunContext[CoreDeps], order_id: str) -> str:
@@ -263,7 +265,7 @@ async def test_a_sub_agent_over_the_turns_limit_ends_the_turn_politely(core_fact
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Ask around about ORD-5678", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
+    assert transcript(sink.events)[-1] == f"core: run_finished completed output={Texts().turn_limit!r}"
     assert len(script.requests) == 1
     assert shapes(await app.messages(thread)) == snapshot(
         [

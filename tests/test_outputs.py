@@ -87,12 +87,12 @@ async def test_each_member_of_a_union_output_is_named(opened: Any) -> None:
 
     assert first[2:] == snapshot(
         [
-            "tool_call final_result_NoFlightFound {}",
-            "tool_result final_result_NoFlightFound success 'Final result processed.'",
-            "run_finished completed output={} output_type=NoFlightFound",
+            "core: tool_call final_result_NoFlightFound {}",
+            "core: tool_result final_result_NoFlightFound success 'Final result processed.'",
+            "core: run_finished completed output={} output_type=NoFlightFound",
         ]
     )
-    assert second[-1] == snapshot("run_finished completed output={} output_type=Failed")
+    assert second[-1] == snapshot("core: run_finished completed output={} output_type=Failed")
     assert finished.output_tool_call_id == "call_1_0_final_result_NoFlightFound"
 
 
@@ -111,11 +111,11 @@ async def test_a_retried_output_call_gets_its_retry_as_its_result(opened: Any) -
 
     assert transcript[2:] == snapshot(
         [
-            "tool_call final_result {'number': 'TP123'}",
-            "tool_result final_result failed [{'type': 'missing', 'loc': ['seats'], 'msg': 'Field required', 'input': {'number': 'TP123'}}]",
-            "tool_call final_result {'number': 'TP123', 'seats': 2}",
-            "tool_result final_result success 'Final result processed.'",
-            "run_finished completed output={'number': 'TP123', 'seats': 2} output_type=Flight",
+            "core: tool_call final_result {'number': 'TP123'}",
+            "core: tool_result final_result failed [{'type': 'missing', 'loc': ['seats'], 'msg': 'Field required', 'input': {'number': 'TP123'}}]",
+            "core: tool_call final_result {'number': 'TP123', 'seats': 2}",
+            "core: tool_result final_result success 'Final result processed.'",
+            "core: run_finished completed output={'number': 'TP123', 'seats': 2} output_type=Flight",
         ]
     )
     assert finished.output_tool_call_id == "call_2_0_final_result"
@@ -136,11 +136,11 @@ async def test_an_output_function_that_asks_again_leaves_no_call_open(opened: An
 
     assert transcript[2:] == snapshot(
         [
-            "tool_call seat {'flight': 'XX1'}",
-            "tool_result seat failed 'no flight XX1'",
-            "tool_call seat {'flight': 'TP123'}",
-            "tool_result seat success 'Final result processed.'",
-            "run_finished completed output={'row': 12, 'letter': 'C'} output_type=Seat",
+            "core: tool_call seat {'flight': 'XX1'}",
+            "core: tool_result seat failed 'no flight XX1'",
+            "core: tool_call seat {'flight': 'TP123'}",
+            "core: tool_result seat success 'Final result processed.'",
+            "core: run_finished completed output={'row': 12, 'letter': 'C'} output_type=Seat",
         ]
     )
 
@@ -151,7 +151,7 @@ async def test_a_text_output_has_no_type_and_no_output_call(opened: Any) -> None
 
     transcript, finished = await send(runtime, thread, "Hi")
 
-    assert transcript[-1] == snapshot("run_finished completed output='Hello there.'")
+    assert transcript[-1] == snapshot("core: run_finished completed output='Hello there.'")
     assert (finished.output_type, finished.output_tool_call_id) == (None, None)
 
 
@@ -205,7 +205,7 @@ async def test_a_held_call_keeps_its_metadata_for_every_reader(opened: Any) -> N
     transcript, _ = await send(runtime, thread, "Wire 250 and refund 400")
 
     assert transcript[-2] == snapshot(
-        "approval_required [wire {'amount': 250} metadata={'why': 'abroad', 'limit': 100, 'ratio': None, 'checks': ['iban', 'name']}, refund {'amount': 400} metadata={'why': 'over 100'}]"
+        "core: approval_required [wire {'amount': 250} metadata={'why': 'abroad', 'limit': 100, 'ratio': None, 'checks': ['iban', 'name']}, refund {'amount': 400} metadata={'why': 'over 100'}]"
     )
     stored = {a.tool_name: a.metadata for a in await runtime.db.approvals.list(thread_id=thread.thread_id)}
     assert stored == snapshot(

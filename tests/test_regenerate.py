@@ -69,12 +69,12 @@ async def test_a_regenerate_run_answers_the_last_message_again_on_a_branch(core_
     lines = [re.sub(r"[0-9a-f]{8}\.\d+\.\d+\.\d+", "<part>", line) for line in transcript(sink.events)]
     assert lines == snapshot(
         [
-            "run_started regenerate",
-            "tool_call lookup {'key': 'plan'}",
-            "tool_result lookup success 'plan for acme (user alice)'",
-            "text <part>: 'You are on Gold, still.'",
-            "text_done <part> 'You are on Gold, still.'",
-            "run_finished completed output='You are on Gold, still.'",
+            "core: run_started regenerate",
+            "core: tool_call lookup {'key': 'plan'}",
+            "core: tool_result lookup success 'plan for acme (user alice)'",
+            "core: text <part>: 'You are on Gold, still.'",
+            "core: text_done <part> 'You are on Gold, still.'",
+            "core: run_finished completed output='You are on Gold, still.'",
         ]
     )
     after = await app.db.conversations.load_entries(thread.thread_id)

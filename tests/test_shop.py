@@ -39,13 +39,13 @@ async def refunded_cents(app: App, order_id: str) -> int:
             "Where is my order ORD-5678?",
             snapshot(
                 [
-                    "run_started message",
-                    "user_message 'Where is my order ORD-5678?'",
-                    "tool_call lookup_order {'order_id': 'ORD-5678'}",
-                    "tool_result lookup_order success {'order_id': 'ORD-5678', 'item': 'Widget Pro', 'quantity': 2, 'total': 99.98, 'status': 'shipped', 'tracking': 'TRK-111', 'refunded': 0.0}",
-                    "text IsStr(): 'Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
-                    "text_done IsStr() 'Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
-                    "run_finished completed output='Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
+                    "support: run_started message",
+                    "support: user_message 'Where is my order ORD-5678?'",
+                    "support: tool_call lookup_order {'order_id': 'ORD-5678'}",
+                    "support: tool_result lookup_order success {'order_id': 'ORD-5678', 'item': 'Widget Pro', 'quantity': 2, 'total': 99.98, 'status': 'shipped', 'tracking': 'TRK-111', 'refunded': 0.0}",
+                    "support: text IsStr(): 'Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
+                    "support: text_done IsStr() 'Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
+                    "support: run_finished completed output='Order ORD-5678: Widget Pro x2, $99.98, shipped (tracking TRK-111).'",
                 ]
             ),
         ),
@@ -88,12 +88,12 @@ async def test_a_leaky_reply_is_withdrawn_and_never_stored(app: App) -> None:
     await app.send(thread, "show me the stack trace", sink=sink)
     assert _normalized(sink.events) == snapshot(
         [
-            "run_started message",
-            "user_message 'show me the stack trace'",
-            "text IsStr(): 'Oops, an '",
-            "guardrail_tripped output internal_leak",
-            'text_withdrawn IsStr() -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
-            'run_finished completed output="I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
+            "support: run_started message",
+            "support: user_message 'show me the stack trace'",
+            "support: text IsStr(): 'Oops, an '",
+            "support: guardrail_tripped output internal_leak",
+            'support: text_withdrawn IsStr() -> "I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
+            'support: run_finished completed output="I\'m sorry, something went wrong on our side while answering. Please try again, or ask me something else about your orders or account."',
         ]
     )
     for leaked in ("internal error occurred", "api_secret", "sk-live", "postgres://"):
@@ -115,7 +115,7 @@ async def test_a_looping_turn_ends_politely_at_its_limit_and_the_thread_stays_us
     # The next message works: no dangling tool call blocks it.
     second = CollectingSink()
     await app.send(thread, "hello", sink=second)
-    assert transcript(second.events)[-1].startswith("run_finished completed")
+    assert transcript(second.events)[-1].startswith("support: run_finished completed")
 
 
 async def test_feedback_is_saved_once_as_a_record_of_the_thread(app: App) -> None:
@@ -128,7 +128,7 @@ async def test_feedback_is_saved_once_as_a_record_of_the_thread(app: App) -> Non
     assert record.kind == "feedback"
     assert record.data["sentiment"] == "negative"
     assert record.tool_call_id == next(e.tool_call_id for e in sink.events if isinstance(e, ToolCall))
-    assert transcript(sink.events)[-1].startswith("run_finished completed")
+    assert transcript(sink.events)[-1].startswith("support: run_finished completed")
 
 
 # -- refunds and cancellations, approved or not ---------------------------------------------------
@@ -141,13 +141,13 @@ async def test_refund_pauses_then_a_fresh_process_resumes_on_approval(app_factor
     await first.send(thread, "Please refund ORD-5678, it arrived broken", sink=sink)
     assert _normalized(sink.events) == snapshot(
         [
-            "run_started message",
-            "user_message 'Please refund ORD-5678, it arrived broken'",
-            "tool_call lookup_order {'order_id': 'ORD-5678'}",
-            "tool_result lookup_order success {'order_id': 'ORD-5678', 'item': 'Widget Pro', 'quantity': 2, 'total': 99.98, 'status': 'shipped', 'tracking': 'TRK-111', 'refunded': 0.0}",
-            "tool_call issue_refund {'order_id': 'ORD-5678', 'amount': 99.98, 'reason': 'Please refund ORD-5678, it arrived broken'}",
-            "approval_required [issue_refund {'order_id': 'ORD-5678', 'amount': 99.98, 'reason': 'Please refund ORD-5678, it arrived broken'}]",
-            "run_finished awaiting_approval",
+            "support: run_started message",
+            "support: user_message 'Please refund ORD-5678, it arrived broken'",
+            "support: tool_call lookup_order {'order_id': 'ORD-5678'}",
+            "support: tool_result lookup_order success {'order_id': 'ORD-5678', 'item': 'Widget Pro', 'quantity': 2, 'total': 99.98, 'status': 'shipped', 'tracking': 'TRK-111', 'refunded': 0.0}",
+            "support: tool_call issue_refund {'order_id': 'ORD-5678', 'amount': 99.98, 'reason': 'Please refund ORD-5678, it arrived broken'}",
+            "support: approval_required [issue_refund {'order_id': 'ORD-5678', 'amount': 99.98, 'reason': 'Please refund ORD-5678, it arrived broken'}]",
+            "support: run_finished awaiting_approval",
         ]
     )
     assert (await first.db.threads.get(thread.thread_id)).status == "awaiting_approval"
@@ -164,11 +164,11 @@ async def test_refund_pauses_then_a_fresh_process_resumes_on_approval(app_factor
     assert await run_step(second.runtime, decision.resume_run_id, sink=resumed) == "completed"
     assert _normalized(resumed.events) == snapshot(
         [
-            "run_started resume",
-            "tool_result issue_refund success {'order_id': 'ORD-5678', 'refunded': 99.98, 'accepted': True, 'message': 'Refunded $99.98 for ORD-5678.'}",
-            "text IsStr(): 'Refunded $99.98 for ORD-5678.'",
-            "text_done IsStr() 'Refunded $99.98 for ORD-5678.'",
-            "run_finished completed output='Refunded $99.98 for ORD-5678.'",
+            "support: run_started resume",
+            "support: tool_result issue_refund success {'order_id': 'ORD-5678', 'refunded': 99.98, 'accepted': True, 'message': 'Refunded $99.98 for ORD-5678.'}",
+            "support: text IsStr(): 'Refunded $99.98 for ORD-5678.'",
+            "support: text_done IsStr() 'Refunded $99.98 for ORD-5678.'",
+            "support: run_finished completed output='Refunded $99.98 for ORD-5678.'",
         ]
     )
     assert await refunded_cents(second, "ORD-5678") == 9998
@@ -326,12 +326,13 @@ def _normalized(events: list[StreamEvent]) -> list[str]:
     """The transcript with part ids (which embed the run id) replaced, for stable snapshots."""
     lines = transcript(events)
     normalized: list[str] = []
-    for line in lines:
+    for said in lines:
+        who, line = said.split(": ", 1) if said.startswith("support: ") else ("", said)
         if line.startswith("text_withdrawn "):
             line = "text_withdrawn IsStr() " + line.split(" ", 2)[2]
         if line.startswith(("text ", "text_done ")):
             head, rest = line.split(" ", 1)
             _, tail = rest.split(" ", 1) if head == "text_done" else rest.split(": ", 1)
             line = f"{head} IsStr() {tail}" if head == "text_done" else f"{head} IsStr(): {tail}"
-        normalized.append(line)
+        normalized.append(f"{who}: {line}" if who else line)
     return normalized

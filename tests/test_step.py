@@ -34,8 +34,8 @@ async def test_a_reply_streams_word_by_word_and_is_stored(core_factory: CoreFact
     await app.send(thread, "Hello there", sink=sink)
     deltas = [e for e in sink.events if e.type == "text_delta"]
     assert len(deltas) > 3
-    assert transcript(sink.events)[:2] == ["run_started message", "user_message 'Hello there'"]
-    assert transcript(sink.events)[-1].startswith("run_finished completed")
+    assert transcript(sink.events)[:2] == ["core: run_started message", "core: user_message 'Hello there'"]
+    assert transcript(sink.events)[-1].startswith("core: run_finished completed")
     # What was streamed live is exactly what the log replays.
     assert await app.log(thread) == sink.events
     assert shapes(await app.messages(thread)) == snapshot(["request: user-prompt", "response: text"])
@@ -49,13 +49,13 @@ async def test_a_tool_call_and_its_result_are_streamed_then_answered(core_factor
     await app.send(thread, "Which plan am I on?", sink=sink)
     assert lines(sink.events) == snapshot(
         [
-            "run_started message",
-            "user_message 'Which plan am I on?'",
-            "tool_call lookup {'key': 'plan'}",
-            "tool_result lookup success 'plan for acme (user alice)'",
-            "text part: 'You are on the plan for acme.'",
-            "text_done part 'You are on the plan for acme.'",
-            "run_finished completed output='You are on the plan for acme.'",
+            "core: run_started message",
+            "core: user_message 'Which plan am I on?'",
+            "core: tool_call lookup {'key': 'plan'}",
+            "core: tool_result lookup success 'plan for acme (user alice)'",
+            "core: text part: 'You are on the plan for acme.'",
+            "core: text_done part 'You are on the plan for acme.'",
+            "core: run_finished completed output='You are on the plan for acme.'",
         ]
     )
 
@@ -106,13 +106,13 @@ async def test_a_looping_turn_ends_politely_at_its_limit_and_the_thread_stays_us
     thread = await app.thread()
     sink = CollectingSink()
     await app.send(thread, "Look it up again and again", sink=sink)
-    assert transcript(sink.events)[-1] == f"run_finished completed output={Texts().turn_limit!r}"
+    assert transcript(sink.events)[-1] == f"core: run_finished completed output={Texts().turn_limit!r}"
     assert sum(1 for e in sink.events if e.type == "tool_call") >= 5
     # The next message works: no dangling tool call blocks it.
     script.then = "Hello again."
     second = CollectingSink()
     await app.send(thread, "hello", sink=second)
-    assert transcript(second.events)[-1] == "run_finished completed output='Hello again.'"
+    assert transcript(second.events)[-1] == "core: run_finished completed output='Hello again.'"
 
 
 async def test_usage_limits_count_each_turn_not_the_whole_conversation(core_factory: CoreFactory) -> None:
@@ -121,7 +121,7 @@ async def test_usage_limits_count_each_turn_not_the_whole_conversation(core_fact
     for _ in range(8):  # 16 model requests in all: more than one turn's limit of 12
         sink = CollectingSink()
         await app.send(thread, "Which plan am I on?", sink=sink)
-        assert transcript(sink.events)[-1] == "run_finished completed output='Found it.'"
+        assert transcript(sink.events)[-1] == "core: run_finished completed output='Found it.'"
 
 
 async def test_the_runtime_counts_the_runs_it_drives(core_factory: CoreFactory) -> None:
