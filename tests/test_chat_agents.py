@@ -26,10 +26,20 @@ async def test_delegated_steps_are_indented_and_replies_name_their_agent() -> No
         AgentChanged(**tags, agent="billing", previous="router"),
         ToolCall(**tags, agent="billing", tool_call_id="b1", tool_name="ask_booking", args={"task": "go"}),
         ToolCall(
-            **tags, agent="booking", parent_tool_call_id="b1", tool_call_id="k1", tool_name="ask_payments", args={}
+            **tags,
+            agent="booking",
+            parent_tool_call_id="b1",
+            tool_call_id="k1",
+            tool_name="ask_payments",
+            args={},
         ),
         ToolCall(
-            **tags, agent="payments", parent_tool_call_id="k1", tool_call_id="p1", tool_name="charge", args={"cents": 3}
+            **tags,
+            agent="payments",
+            parent_tool_call_id="k1",
+            tool_call_id="p1",
+            tool_name="charge",
+            args={"cents": 3},
         ),
         ToolResult(
             **tags,
@@ -41,7 +51,9 @@ async def test_delegated_steps_are_indented_and_replies_name_their_agent() -> No
             content="charged 3",
         ),
         TextDelta(**tags, agent="payments", parent_tool_call_id="k1", part_id="k1.1.0", delta="paid"),
-        TextDone(**tags, agent="payments", parent_tool_call_id="k1", part_id="k1.1.0", text="paid,\nall of it"),
+        TextDone(
+            **tags, agent="payments", parent_tool_call_id="k1", part_id="k1.1.0", text="paid,\nall of it"
+        ),
         ToolResult(
             **tags,
             agent="booking",
@@ -52,7 +64,14 @@ async def test_delegated_steps_are_indented_and_replies_name_their_agent() -> No
             content="paid",
         ),
         TextDone(**tags, agent="booking", parent_tool_call_id="b1", part_id="b1.1.0", text="booked"),
-        ToolResult(**tags, agent="billing", tool_call_id="b1", tool_name="ask_booking", outcome="success", content="booked"),
+        ToolResult(
+            **tags,
+            agent="billing",
+            tool_call_id="b1",
+            tool_name="ask_booking",
+            outcome="success",
+            content="booked",
+        ),
         TextDelta(**tags, agent="billing", part_id="p1", delta="All "),
         TextDelta(**tags, agent="billing", part_id="p1", delta="done."),
         TextDone(**tags, agent="billing", part_id="p1", text="All done."),
@@ -115,7 +134,7 @@ def test_a_nested_approval_in_the_terminal(tmp_path: Path, terminals: list[Termi
         "→ ask_booking(task='deposit')",
         "    → ask_payments(task='charge')",
         "        → charge(cents=300)",
-        "  (asked by payments: billing › booking › payments)",
+        "  (asked by payments: billing > booking > payments)",
         "Approve charge(cents=300)? [y/n/e] ",
     ]
     chat.type("y")
@@ -134,7 +153,9 @@ def test_a_nested_approval_in_the_terminal(tmp_path: Path, terminals: list[Termi
     assert "Traceback" not in chat.output
     assert effects.read_text() == "charged 300\n"
 
-    again = start(terminals, tmp_path, *args, "--thread", thread_id, env={"AGENT_CHAIN_EFFECTS": str(effects)})
+    again = start(
+        terminals, tmp_path, *args, "--thread", thread_id, env={"AGENT_CHAIN_EFFECTS": str(effects)}
+    )
     history = again.expect("billing> Your deposit is paid.\n").splitlines()[1:]
     assert history == [
         "you> Hello",

@@ -36,6 +36,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, effects: Path) -> Iterator[
         started.stop()
 
 
+CHAIN = "billing \u203a booking \u203a payments"
+"""How the card shows the chain of agents."""
+
+
 def _step(scope: Page | Locator, tool_call_id: str) -> Locator:
     return scope.locator(f'[data-testid="tool-step"][data-tool-call-id="{tool_call_id}"]')
 
@@ -62,7 +66,7 @@ def test_who_spoke_nested_steps_and_a_nested_approval(
     card = page.get_by_test_id("approval-card")
     expect(card).to_have_count(1)
     expect(card.get_by_test_id("approval-agent")).to_have_text("payments")
-    expect(card.get_by_test_id("approval-chain")).to_have_text("billing › booking › payments")
+    expect(card.get_by_test_id("approval-chain")).to_have_text(CHAIN)
     expect(card.get_by_test_id("tool-name")).to_have_text("charge")
     # The call that delegated waits, collapsed; its agent's steps are inside, out of sight until opened.
     outer = _step(page, "billing_2_0")
@@ -88,7 +92,9 @@ def test_who_spoke_nested_steps_and_a_nested_approval(
     expect(charge).to_have_attribute("data-status", "success")
     nested_texts = outer.get_by_test_id("delegated-text")
     expect(nested_texts).to_have_text(["payments charged", "booking done"])
-    expect(outer.get_by_test_id("delegated-turn").get_by_test_id("agent-name")).to_have_text(["payments", "booking"])
+    expect(outer.get_by_test_id("delegated-turn").get_by_test_id("agent-name")).to_have_text(
+        ["payments", "booking"]
+    )
     expect(outer).to_have_attribute("data-status", "success")
     assert _replies(page) == [("router", "Billing will help you."), ("billing", "Your deposit is paid.")]
     assert effects.read_text() == "charged 300\n"
@@ -98,7 +104,7 @@ def test_who_spoke_nested_steps_and_a_nested_approval(
     assert _replies(page) == [("router", "Billing will help you."), ("billing", "Your deposit is paid.")]
     expect(page.get_by_test_id("agent-changed")).to_have_text("Billing took over")
     card = page.get_by_test_id("approval-card")
-    expect(card.get_by_test_id("approval-chain")).to_have_text("billing › booking › payments")
+    expect(card.get_by_test_id("approval-chain")).to_have_text(CHAIN)
     expect(card.get_by_test_id("approval-decision")).to_contain_text("Approved by alice")
     # After a reload a delegated agent's steps are read when their call is opened.
     outer = _step(page, "billing_2_0")
