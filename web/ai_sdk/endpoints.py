@@ -160,10 +160,13 @@ async def post_chat(request: Request) -> Response:
         return stream_response(
             s, _frames(UIMessageStream(message_id=None), _nothing()), user_id=user_id, headers=HEADERS
         )
-    # The resumed run continues the client's assistant message, whatever id it holds.
-    return _stream(
-        s, thread.thread_id, user_id, resume_run_id, resume_run_id, UIMessageStream(message_id=None)
-    )
+    # The resumed run continues the client's assistant message, whatever id it holds; a delegated
+    # agent's decided calls are at its top (see `subagents`), their results go there too.
+    decided = [
+        a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id) if a.status != "pending"
+    ]
+    encoder = UIMessageStream(message_id=None, decided=decided)
+    return _stream(s, thread.thread_id, user_id, resume_run_id, resume_run_id, encoder)
 
 
 async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part], text: str) -> list[str]:
