@@ -19,6 +19,10 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
+    SubagentFinishedEvent,
+    SubagentFinishedSuccessOutcome,
+    SubagentFinishedSuspendedOutcome,
+    SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
@@ -76,12 +80,61 @@ class AGUIStream:
         self._open_texts: list[str] = []
         self._pending: list[PendingCall] = []
         self._finished: RunFinished | None = None
+        self._subagents: list[str] = []
+        """The subagent invocations under way, in the order they started (one per call that delegated)."""
+        self._made_in: dict[str, str] = {}
+        """The call each delegated call was made in (its invocation's id)."""
 
     def start(self) -> list[BaseEvent]:
         return [RunStartedEvent(thread_id=self._thread_id, run_id=self._run_id)]
 
     def encode(self, event: StreamEvent) -> list[BaseEvent]:
-        """The AG-UI events that tell the client about `event` (often none)."""
+        """The AG-UI events that tell the client about `event` (often none).
+
+        A delegated agent's events are a subagent invocation's (`subagentRunId`: the id of the call
+        that delegated, announced by `SUBAGENT_STARTED` with the agent's name and that call); a text
+        message names its agent (`name`) whenever the server named one.
+        """
+        parent = event.parent_tool_call_id
+        events = self._finish_subagent(event) if isinstance(event, ToolResult) else []
+        if parent is not None and parent not in self._subagents:
+            self._subagents.append(parent)
+            events.append(
+                SubagentStartedEvent(
+                    subagent_run_id=parent,
+                    name=event.agent or "agent",
+                    parent_tool_call_id=parent,
+                    parent_subagent_run_id=self._made_in.get(parent),
+                )
+            )
+        if isinstance(event, ToolCall) and parent is not None:
+            self._made_in[event.tool_call_id] = parent
+        encoded = self._encode(event)
+        if parent is not None:
+            encoded = [e.model_copy(update={"subagent_run_id": parent}) for e in encoded]
+        if event.agent is not None:
+            encoded = [
+                e.model_copy(update={"name": event.agent}) if isinstance(e, TextMessageStartEvent) else e
+                for e in encoded
+            ]
+        return [*events, *encoded]
+
+    def _finish_subagent(self, result: ToolResult) -> list[BaseEvent]:
+        """The call that delegated returned: its invocation (and any left open within it) ended."""
+        if result.tool_call_id not in self._subagents:
+            return []
+        index = self._subagents.index(result.tool_call_id)
+        ended, self._subagents = self._subagents[index:], self._subagents[:index]
+        return [
+            SubagentFinishedEvent(
+                subagent_run_id=call,
+                result=result.content if call == result.tool_call_id else None,
+                outcome=SubagentFinishedSuccessOutcome(),
+            )
+            for call in reversed(ended)
+        ]
+
+    def _encode(self, event: StreamEvent) -> list[BaseEvent]:
         match event:
             case RunStarted():
                 return self._close_texts()  # a recovered run streams unfinished parts again
@@ -154,7 +207,7 @@ class AGUIStream:
             return [*events, RunErrorEvent(message="The stream ended before the run finished.", code="ended")]
         match finished.status:
             case "awaiting_approval":
-                return [*events, self.interrupted(self._pending)]
+                return [*events, *self._suspended(), self.interrupted(self._pending)]
             case "failed":
                 return [
                     *events,
@@ -177,9 +230,23 @@ class AGUIStream:
                     ),
                 ]
 
+    def _suspended(self) -> list[BaseEvent]:
+        """The invocations still under way at a pause, innermost first: suspended, with their own interrupts."""
+        events: list[BaseEvent] = []
+        for call in reversed(self._subagents):
+            own = [p.tool_call_id for p in self._pending if self._made_in.get(p.tool_call_id) == call]
+            outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=[_interrupt_id(c) for c in own])
+            events.append(SubagentFinishedEvent(subagent_run_id=call, outcome=outcome))
+        self._subagents = []
+        return events
+
     def interrupted(self, calls: list[PendingCall]) -> BaseEvent:
-        """`RUN_FINISHED` with an interrupt outcome: one interrupt per call that waits for a decision."""
-        interrupts: list[Interrupt] = [_interrupt(call) for call in calls]
+        """`RUN_FINISHED` with an interrupt outcome: one interrupt per call that waits for a decision;
+        a delegated agent's carries its invocation (`subagentRunId`) when this stream saw it."""
+        interrupts: list[Interrupt] = [
+            _interrupt(call).model_copy(update={"subagent_run_id": self._made_in.get(call.tool_call_id)})
+            for call in calls
+        ]
         return RunFinishedEvent(
             thread_id=self._thread_id,
             run_id=self._run_id,
@@ -201,6 +268,11 @@ def _interrupt(call: PendingCall) -> Interrupt:
     if call.expires_at is None:
         return interrupt
     return interrupt.model_copy(update={"expires_at": call.expires_at})
+
+
+def _interrupt_id(tool_call_id: str) -> str:
+    """The id of the interrupt of the call `tool_call_id` (as `approval_to_interrupt` makes it)."""
+    return approval_to_interrupt(ToolCallPart(tool_name="-", args={}, tool_call_id=tool_call_id), {}).id
 
 
 def _whole_text(message_id: str, text: str) -> list[BaseEvent]:
