@@ -86,6 +86,17 @@ def test_who_spoke_nested_steps_and_a_nested_approval(
     check_accessibility(page, "a nested approval, its delegated steps open")
     screenshot(page, "nested-approval", tmp_path)
 
+    # Reloaded while it waits: the card, after the same step; the delegations it waits inside are read
+    # at once, so the resumed run's events find their steps.
+    page.reload()
+    card = page.get_by_test_id("approval-card")
+    expect(card.get_by_test_id("approval-chain")).to_have_text(CHAIN)
+    outer = _step(page, "billing_2_0")
+    charge = _step(page, "payments_0_0")
+    expect(charge).to_have_attribute("data-status", "waiting")
+    expect(outer).to_have_attribute("data-status", "waiting")
+    assert outer.evaluate("(step) => step.nextElementSibling.dataset.testid") == "approval-card"
+
     card.get_by_test_id("approve").click()
     expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
     expect(card.get_by_test_id("approval-decision")).to_contain_text("Approved by alice")

@@ -57,7 +57,7 @@ const transcript = new Transcript(transcriptNode(), {
 const approvals = new Approvals({
   threadId: () => state.threadId,
   user: () => state.user,
-  placeAfter: (toolCallId) => transcript.anchorOf(toolCallId),
+  placeAfter: (toolCallId, call) => transcript.anchorOf(toolCallId, call?.path?.length > 1),
   append: (card) => transcriptNode().append(card),
   onDecided: (toolCallId, overrideArgs) => {
     if (overrideArgs) transcript.markEdited(toolCallId, overrideArgs);
@@ -209,6 +209,7 @@ async function selectThread(threadId) {
     approvals.card({ ...approval, args: parseArgs(approval.args) });
     if (approval.status === "pending") transcript.waiting(approval.tool_call_id);
   }
+  transcript.loadPending(trail);
   state.runId = lastRunId(thread.messages ?? []);
   const messages = thread.messages ?? [];
   const stopped = messages.length > 0 && messages[messages.length - 1].state === "interrupted";

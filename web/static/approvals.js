@@ -56,7 +56,7 @@ export class Approvals {
     if (!card) {
       card = this.build(call);
       this.cards.set(call.tool_call_id, card);
-      const anchor = this.hooks.placeAfter(call.tool_call_id);
+      const anchor = this.hooks.placeAfter(call.tool_call_id, call);
       if (anchor) anchor.after(card);
       else this.hooks.append(card);
     }

@@ -115,15 +115,38 @@ export class Transcript {
   }
 
   /** A stored step's delegated conversation, read when the step is first opened (after a reload). */
-  loadOnOpen(step, toolCallId) {
-    const load = async () => {
-      if (!step.open || step.dataset.delegationLoaded || step.querySelector('[data-testid="delegation"]')) return;
-      step.dataset.delegationLoaded = "loading";
-      const messages = await this.hooks.loadDelegation?.(toolCallId);
-      step.dataset.delegationLoaded = messages ? "true" : "none";
-      if (messages && step.isConnected) this.renderStored(messages, new Map(), toolCallId);
-    };
-    step.addEventListener("toggle", load);
+  loadOnOpen(step) {
+    step.addEventListener("toggle", () => {
+      if (step.open) this.loadDelegation(step);
+    });
+  }
+
+  /** Read and render the delegated conversation of a stored step (once); `unfinished`: then those of its calls still open. */
+  async loadDelegation(step, { unfinished = false } = {}) {
+    if (step.dataset.delegationLoaded || step.querySelector(':scope > [data-testid="delegation"]')) return;
+    step.dataset.delegationLoaded = "loading";
+    const messages = await this.hooks.loadDelegation?.(step.dataset.toolCallId);
+    step.dataset.delegationLoaded = messages ? "true" : "none";
+    if (!messages || !step.isConnected) return;
+    this.renderStored(messages, new Map(), step.dataset.toolCallId);
+    if (!unfinished) return;
+    for (const inner of step.querySelectorAll('[data-testid="tool-step"][data-status="calling"]')) await this.loadDelegation(inner, { unfinished });
+  }
+
+  /**
+   * After a reload with a delegated agent's call pending: read the delegations it waits inside, so
+   * the run's resumed events find their steps, and show the calls waiting.
+   */
+  async loadPending(trail) {
+    const pending = trail.filter((approval) => approval.status === "pending");
+    if (!pending.some((approval) => !this.steps.has(approval.tool_call_id) && approval.path?.length > 1)) return;
+    for (const step of this.openSteps()) await this.loadDelegation(step, { unfinished: true });
+    for (const approval of pending) this.waiting(approval.tool_call_id);
+  }
+
+  /** The run's own steps that have no result yet (after a reload, a pause's calls). */
+  openSteps() {
+    return [...this.container.querySelectorAll(':scope > [data-testid="tool-step"]')].filter((step) => step.dataset.status === "calling" || step.dataset.status === "waiting");
   }
 
   // -- stored messages ----------------------------------------------------------------------
@@ -161,7 +184,7 @@ export class Transcript {
           } else if (part.part_kind === "tool-call") {
             const args = parseArgs(part.args);
             const step = this.toolCall(part.tool_call_id, part.tool_name, args, runId, who);
-            this.loadOnOpen(step, part.tool_call_id);
+            this.loadOnOpen(step);
             if (edited.has(part.tool_call_id)) this.markEdited(part.tool_call_id, edited.get(part.tool_call_id), args);
           }
         });
@@ -362,8 +385,9 @@ export class Transcript {
   }
 
   /** The step a card about `toolCallId` follows: its own, or for a delegated agent's call, the outermost call that delegated. */
-  anchorOf(toolCallId) {
-    let step = this.steps.get(toolCallId);
+  anchorOf(toolCallId, delegated = false) {
+    // Not read yet (after a reload): the last call of the run's own still open is the one that delegated.
+    let step = this.steps.get(toolCallId) ?? (delegated ? this.openSteps().at(-1) : undefined);
     for (let outer = step?.parentElement?.closest('[data-testid="tool-step"]'); outer; outer = outer.parentElement?.closest('[data-testid="tool-step"]')) step = outer;
     return step ?? null;
   }
