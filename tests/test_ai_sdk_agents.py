@@ -19,6 +19,7 @@ from stream import (
     ToolCall,
     ToolResult,
 )
+from web.ai_sdk.encoder import UIMessageStream, encode_chunk
 from web.ai_sdk.history import dump_ui_message, ui_messages
 
 from .test_ai_sdk_messages import logged, run
@@ -96,8 +97,8 @@ def test_a_nested_approval_in_the_stream() -> None:
         ]
     )
     # The decision's answer continues the client's message: the decided call's result at the top,
-    # then the outer call's. It never saw the chain of calls the resumed agents run in, so it sends
-    # no preliminary output (a replay of the turn does, below).
+    # then the outer call's. Not told the turn's earlier events, it does not know the chain of calls
+    # the resumed agents run in, so it sends no preliminary output (told, it does: below).
     assert frames(RESUMED, message_id=None, decided=("p1",)) == snapshot(
         [
             '{"type":"start"}',
@@ -202,5 +203,32 @@ def test_the_history_of_a_nested_approval() -> None:
                     {"type": "text", "text": "Your deposit is paid.", "state": "done"},
                 ],
             }
+        ]
+    )
+
+
+def test_the_decisions_answer_nests_the_resumed_agents_steps_when_it_knows_the_turn() -> None:
+    # The endpoint tells the encoder what the turn's earlier response sent (`continuing`).
+    stream = UIMessageStream(message_id=None, decided=("p1",))
+    stream.continuing([*PAUSED, *DECIDED])
+    chunks = [*stream.start(), *(c for e in RESUMED for c in stream.encode(e)), *stream.end()]
+    assert [encode_chunk(c).decode().removeprefix("data: ").strip() for c in chunks] == snapshot(
+        [
+            '{"type":"start"}',
+            '{"type":"message-metadata","messageMetadata":{"agent":"billing"}}',
+            '{"type":"tool-output-available","toolCallId":"b1","output":{"agent":"booking","parts":[{"type":"tool-ask_payments","toolCallId":"k1","state":"output-available","input":{},"output":{"agent":"payments","parts":[{"type":"tool-charge","toolCallId":"p1","state":"output-available","input":{"cents":300},"output":"charged 300"}]},"preliminary":true}]},"preliminary":true}',
+            '{"type":"tool-output-available","toolCallId":"p1","output":"charged 300"}',
+            '{"type":"tool-output-available","toolCallId":"b1","output":{"agent":"booking","parts":[{"type":"tool-ask_payments","toolCallId":"k1","state":"output-available","input":{},"output":{"agent":"payments","parts":[{"type":"tool-charge","toolCallId":"p1","state":"output-available","input":{"cents":300},"output":"charged 300"},{"type":"text","text":"paid"}]},"preliminary":true}]},"preliminary":true}',
+            '{"type":"tool-output-available","toolCallId":"b1","output":{"agent":"booking","parts":[{"type":"tool-ask_payments","toolCallId":"k1","state":"output-available","input":{},"output":"paid"}]},"preliminary":true}',
+            '{"type":"tool-output-available","toolCallId":"b1","output":{"agent":"booking","parts":[{"type":"tool-ask_payments","toolCallId":"k1","state":"output-available","input":{},"output":"paid"},{"type":"text","text":"booked"}]},"preliminary":true}',
+            '{"type":"tool-output-available","toolCallId":"b1","output":"booked"}',
+            '{"type":"data-agent-changed","data":{"agent":"router","previous":"billing"},"transient":true}',
+            '{"type":"start-step"}',
+            '{"type":"text-start","id":"t1"}',
+            '{"type":"text-delta","delta":"Your deposit is paid.","id":"t1"}',
+            '{"type":"text-end","id":"t1"}',
+            '{"type":"finish-step"}',
+            '{"type":"finish","finishReason":"stop"}',
+            "[DONE]",
         ]
     )

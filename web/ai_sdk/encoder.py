@@ -6,7 +6,7 @@ the wire matches what its own adapter sends to `useChat`; see `docs/clients.md` 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any, Literal
 
 from pydantic_ai.ui.vercel_ai.response_types import (
@@ -125,6 +125,23 @@ class UIMessageStream:
         self._subagents = SubAgents()
         self._surfaced: set[str] = set()
         """Delegated calls put at the top of the message for their decision."""
+        self._earlier: set[str] = set()
+        """The message's own calls made in an earlier response of the turn (`continuing`)."""
+
+    def continuing(self, earlier: Iterable[StreamEvent]) -> None:
+        """Learn what the turn's earlier responses sent (the client holds it): the calls the message
+        has and the chain of calls its delegated agents run in, so this one nests their steps too."""
+        for event in earlier:
+            if event.parent_tool_call_id is not None:
+                self._subagents.encode(event, event.parent_tool_call_id, set())
+                continue
+            match event:
+                case ToolCall(tool_call_id=tool_call_id):
+                    self._earlier.add(tool_call_id)
+                case ApprovalRequired(approvals=calls):
+                    self._surfaced.update(c.tool_call_id for c in calls if _nested(c))
+                case _:
+                    pass
 
     def start(self) -> list[BaseChunk]:
         return [StartChunk(message_id=self._message_id)]
@@ -145,7 +162,7 @@ class UIMessageStream:
             event.tool_call_id in self._surfaced
             or (event.tool_call_id in self._decided and not self._subagents.seen(event.tool_call_id))
         )
-        chunks = self._subagents.encode(event, parent, self._tools - self._surfaced)
+        chunks = self._subagents.encode(event, parent, (self._tools | self._earlier) - self._surfaced)
         if surfaced:
             # The call the client decided on, at the top of the message: its result there too.
             chunks += self._encode(event.model_copy(update={"parent_tool_call_id": None}))
@@ -262,14 +279,7 @@ class UIMessageStream:
 
     def _surface(self, calls: list[PendingCall]) -> list[BaseChunk]:
         """A delegated agent's calls that wait for the client: in a step of their own, at the top."""
-        nested = [
-            c
-            for c in calls
-            if c.reviewers == "user"
-            and c.path is not None
-            and len(c.path) > 1
-            and c.tool_call_id not in self._tools
-        ]
+        nested = [c for c in calls if _nested(c) and c.tool_call_id not in self._tools]
         if not nested:
             return []
         chunks = [*self._close_texts(), *self._new_step()]
@@ -304,6 +314,11 @@ class UIMessageStream:
         chunks: list[BaseChunk] = [TextEndChunk(id=part_id) for part_id in self._open_texts]
         self._open_texts.clear()
         return chunks
+
+
+def _nested(call: PendingCall) -> bool:
+    """Whether a waiting call is a delegated agent's that the client decides (put at the top)."""
+    return call.reviewers == "user" and call.path is not None and len(call.path) > 1
 
 
 def _whole_text(part_id: str, text: str) -> list[BaseChunk]:

@@ -162,10 +162,13 @@ async def post_chat(request: Request) -> Response:
         )
     # The resumed run continues the client's assistant message, whatever id it holds; a delegated
     # agent's decided calls are at its top (see `subagents`), their results go there too.
-    decided = [
-        a.tool_call_id for a in await s.db.approvals.list(thread_id=thread.thread_id) if a.status != "pending"
-    ]
-    encoder = UIMessageStream(message_id=None, decided=decided)
+    approvals = await s.db.approvals.list(thread_id=thread.thread_id)
+    encoder = UIMessageStream(
+        message_id=None, decided=[a.tool_call_id for a in approvals if a.status != "pending"]
+    )
+    if any(a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals):
+        # The chain of calls the resumed agents run in, so their steps nest in this response too.
+        encoder.continuing(await _turn_events(s, thread.thread_id, before=resume_run_id))
     return _stream(s, thread.thread_id, user_id, resume_run_id, resume_run_id, encoder)
 
 
@@ -275,6 +278,15 @@ def _encoded(chunks: Iterable[BaseChunk]) -> bytes:
 async def _nothing() -> AsyncGenerator[list[StreamEvent]]:
     return
     yield
+
+
+async def _turn_events(s: Services, thread_id: str, *, before: str) -> list[StreamEvent]:
+    """The events of the turn the run `before` continues, up to it."""
+    runs = await s.db.runs.of_thread(thread_id)
+    index = next((i for i, r in enumerate(runs) if r.run_id == before), len(runs))
+    starts = [i for i, r in enumerate(runs[:index]) if r.kind in TURN_KINDS]
+    turn = {r.run_id for r in runs[starts[-1] if starts else 0 : index]}
+    return [stored.event for stored in await _all_events(s, thread_id) if stored.event.run_id in turn]
 
 
 async def _all_events(s: Services, thread_id: str) -> list[StoredEvent]:
