@@ -5,7 +5,10 @@ and text messages naming their agent."""
 
 from __future__ import annotations
 
+from ag_ui.core import SubagentStartedEvent
 from inline_snapshot import snapshot
+
+from web.ag_ui.encoder import AGUIStream
 
 from .test_ag_ui_events import frames
 from .test_ai_sdk_agents import DECIDED, PAUSED, RESUMED
@@ -146,6 +149,34 @@ def test_the_resumed_run_finishes_its_subagents() -> None:
                 "runId": "client-run-1",
                 "result": "Your deposit is paid.",
                 "outcome": {"type": "success"},
+            },
+        ]
+    )
+
+
+def test_a_resumed_run_told_the_turn_announces_the_chain_outermost_first() -> None:
+    stream = AGUIStream(thread_id="chat-1", run_id="client-run-2")
+    stream.continuing(PAUSED)
+    events = [e for event in RESUMED for e in stream.encode(event)]
+    started = [
+        e.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for e in events
+        if isinstance(e, SubagentStartedEvent)
+    ]
+    assert started == snapshot(
+        [
+            {
+                "type": "SUBAGENT_STARTED",
+                "subagentRunId": "b1",
+                "name": "booking",
+                "parentToolCallId": "b1",
+            },
+            {
+                "type": "SUBAGENT_STARTED",
+                "subagentRunId": "k1",
+                "name": "payments",
+                "parentSubagentRunId": "b1",
+                "parentToolCallId": "k1",
             },
         ]
     )

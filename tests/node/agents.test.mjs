@@ -90,6 +90,12 @@ if (version) {
     assert.deepEqual(agent.pendingInterrupts, []);
     const inner = events.filter((event) => event.subagentRunId === 'booking_0_0' && event.type === 'TOOL_CALL_RESULT');
     assert.deepEqual(inner.map((event) => event.content), ['charged 300']);
+    // The resumed run announces the invocations again, outermost first, the chain known.
+    const again = events.filter((event) => event.type === 'SUBAGENT_STARTED');
+    assert.deepEqual(
+      again.map((event) => [event.subagentRunId, event.name, event.parentSubagentRunId]),
+      [['billing_2_0', 'booking', undefined], ['booking_0_0', 'payments', 'billing_2_0']],
+    );
     const finished = events.filter((event) => event.type === 'SUBAGENT_FINISHED').map((event) => [event.subagentRunId, event.result]);
     assert.deepEqual(finished, [['booking_0_0', 'payments charged'], ['billing_2_0', 'booking done']]);
   });

@@ -8,6 +8,7 @@ adapter sends, so an approval form built for it (`approved`, `editedArgs`, `reas
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from ag_ui.core import (
     BaseEvent,
@@ -84,6 +85,16 @@ class AGUIStream:
         """The subagent invocations under way, in the order they started (one per call that delegated)."""
         self._made_in: dict[str, str] = {}
         """The call each delegated call was made in (its invocation's id)."""
+        self._names: dict[str, str] = {}
+        """The agent of each invocation."""
+
+    def continuing(self, earlier: Iterable[StreamEvent]) -> None:
+        """Learn the chain of invocations from the turn's earlier events, for a run that resumes them."""
+        for event in earlier:
+            if event.parent_tool_call_id is not None:
+                self._names.setdefault(event.parent_tool_call_id, event.agent or "agent")
+                if isinstance(event, ToolCall):
+                    self._made_in[event.tool_call_id] = event.parent_tool_call_id
 
     def start(self) -> list[BaseEvent]:
         return [RunStartedEvent(thread_id=self._thread_id, run_id=self._run_id)]
@@ -98,15 +109,8 @@ class AGUIStream:
         parent = event.parent_tool_call_id
         events = self._finish_subagent(event) if isinstance(event, ToolResult) else []
         if parent is not None and parent not in self._subagents:
-            self._subagents.append(parent)
-            events.append(
-                SubagentStartedEvent(
-                    subagent_run_id=parent,
-                    name=event.agent or "agent",
-                    parent_tool_call_id=parent,
-                    parent_subagent_run_id=self._made_in.get(parent),
-                )
-            )
+            self._names.setdefault(parent, event.agent or "agent")
+            events += self._start(parent)
         if isinstance(event, ToolCall) and parent is not None:
             self._made_in[event.tool_call_id] = parent
         encoded = self._encode(event)
@@ -118,6 +122,24 @@ class AGUIStream:
                 for e in encoded
             ]
         return [*events, *encoded]
+
+    def _start(self, invocation: str) -> list[BaseEvent]:
+        """`SUBAGENT_STARTED` for `invocation`, after those it runs in that are not under way."""
+        chain = [invocation]
+        while chain[-1] in self._made_in and self._made_in[chain[-1]] not in self._subagents:
+            chain.append(self._made_in[chain[-1]])
+        events: list[BaseEvent] = []
+        for call in reversed(chain):
+            self._subagents.append(call)
+            events.append(
+                SubagentStartedEvent(
+                    subagent_run_id=call,
+                    name=self._names.get(call, "agent"),
+                    parent_tool_call_id=call,
+                    parent_subagent_run_id=self._made_in.get(call),
+                )
+            )
+        return events
 
     def _finish_subagent(self, result: ToolResult) -> list[BaseEvent]:
         """The call that delegated returned: its invocation (and any left open within it) ended."""

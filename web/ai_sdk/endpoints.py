@@ -35,7 +35,7 @@ from ..errors import ApiError
 from ..following import follow_run, stream_response
 from ..inline_files import decode_data_url, inline_body_limit, save_inline_file
 from ..responses import JsonResponse
-from ..runs import queue_regenerate
+from ..runs import queue_regenerate, turn_events
 from ..services import Services, services
 from .encoder import HEADERS, UIMessageStream, encode_chunk
 from .history import TURN_KINDS, dump_ui_message, ui_messages
@@ -168,7 +168,7 @@ async def post_chat(request: Request) -> Response:
     )
     if any(a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals):
         # The chain of calls the resumed agents run in, so their steps nest in this response too.
-        encoder.continuing(await _turn_events(s, thread.thread_id, before=resume_run_id))
+        encoder.continuing(await turn_events(s, thread.thread_id, before=resume_run_id))
     return _stream(s, thread.thread_id, user_id, resume_run_id, resume_run_id, encoder)
 
 
@@ -278,15 +278,6 @@ def _encoded(chunks: Iterable[BaseChunk]) -> bytes:
 async def _nothing() -> AsyncGenerator[list[StreamEvent]]:
     return
     yield
-
-
-async def _turn_events(s: Services, thread_id: str, *, before: str) -> list[StreamEvent]:
-    """The events of the turn the run `before` continues, up to it."""
-    runs = await s.db.runs.of_thread(thread_id)
-    index = next((i for i, r in enumerate(runs) if r.run_id == before), len(runs))
-    starts = [i for i, r in enumerate(runs[:index]) if r.kind in TURN_KINDS]
-    turn = {r.run_id for r in runs[starts[-1] if starts else 0 : index]}
-    return [stored.event for stored in await _all_events(s, thread_id) if stored.event.run_id in turn]
 
 
 async def _all_events(s: Services, thread_id: str) -> list[StoredEvent]:
