@@ -48,7 +48,7 @@ test: check
 screenshots: $(BIN)/.installed-dev
 	DURABLE_CHAT_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/test_page.py \
 		tests/test_page_trail.py tests/test_page_runs.py tests/test_page_threads.py tests/test_travel_page.py \
-		tests/test_page_outputs.py tests/test_review_page.py
+		tests/test_page_outputs.py tests/test_review_page.py tests/test_page_agents.py
 
 # The benchmarks (bench/README.md); each writes its sections of docs/benchmarks.md on a full run, and
 # takes PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL. `bench` is the store's, with its rivals (the `bench` extra).

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         leak_guardrail,
         message_window,
     )
+    from .handoffs import SAID_BY
     from .ledger import ToolLedger
     from .loader import DEFAULT_APP, OWN_PACKAGES, AppLoadError, load_app
     from .logs import LOG_FORMAT, format_trace_id, install_log_filters
@@ -82,6 +83,7 @@ __all__ = (
     "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
     "OWN_PACKAGES",
+    "SAID_BY",
     "AppContext",
     "AppLoadError",
     "ApprovalReview",
@@ -203,6 +205,7 @@ _EXPORTS = {
         "attachments_in",
         "file_reference",
     ),
+    "handoffs": ("SAID_BY",),
     "ledger": ("ToolLedger",),
     "loader": ("DEFAULT_APP", "OWN_PACKAGES", "AppLoadError", "load_app"),
     "logs": ("LOG_FORMAT", "format_trace_id", "install_log_filters"),

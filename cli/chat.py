@@ -267,6 +267,8 @@ class _Chat:
         return resume
 
     async def _show_context(self, approval: Approval) -> None:
+        if approval.path is not None and len(approval.path) > 1:
+            self.sink.say(f"  (asked by {approval.agent}: {' > '.join(approval.path)})", "dim")
         review = ApprovalReview(
             thread_id=approval.thread_id,
             user_id=self.user_id,

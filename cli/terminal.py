@@ -32,7 +32,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from agent import attachment_of
+from agent import SAID_BY, attachment_of
 from stream import (
     AgentChanged,
     ApprovalDecided,
@@ -61,11 +61,21 @@ __all__ = (
     "fields_line",
     "refusal",
     "short",
+    "speaker",
     "type_label",
 )
 
 USER = "you> "
 ASSISTANT = "assistant> "
+_INDENT = "    "
+"""How much deeper each level of delegated agents is printed."""
+
+
+def speaker(agent: str | None) -> str:
+    """The prefix of a reply: the agent's name when the server named one, else `assistant> `."""
+    return ASSISTANT if agent is None else f"{agent}> "
+
+
 _SHORT = 100
 _LONG = 600
 """How much of a tool's result a terminal shows, wrapped over several lines."""
@@ -152,6 +162,10 @@ class TerminalSink:
         self._open_part: str | None = None
         """The text part being printed, whose line is not finished yet."""
         self._streamed = ""
+        self._speaker = ASSISTANT
+        """The prefix of the reply being printed."""
+        self._depths: dict[str, int] = {}
+        """How deep each tool call is: 0 for the run's own, 1 inside a call that delegated, and so on."""
         self._status: Status | None = None
 
     # -- the spinner ------------------------------------------------------------------------------
@@ -171,16 +185,25 @@ class TerminalSink:
 
     # -- the sink ---------------------------------------------------------------------------------
 
+    def _depth(self, event: StreamEvent) -> int:
+        parent = event.parent_tool_call_id
+        return 0 if parent is None else self._depths.get(parent, 0) + 1
+
     async def emit(self, event: StreamEvent) -> None:
-        """Print the event."""
+        """Print the event; a delegated agent's, indented under the call that delegated, its text whole."""
+        depth = self._depth(event)
+        if depth:
+            self._delegated(event, _INDENT * depth)
+            return
         match event:
             case TextDelta(part_id=part_id, delta=delta):
                 self.stop_spinner()
                 if self._open_part != part_id:
                     self._end_line()
-                    self._write(ASSISTANT, "bold cyan")
+                    self._speaker = speaker(event.agent)
+                    self._write(self._speaker, "bold cyan")
                     self._open_part = part_id
-                    self._streamed = ASSISTANT
+                    self._streamed = self._speaker
                 self._write(delta)
                 self._streamed += delta
                 self._out.flush()
@@ -189,16 +212,19 @@ class TerminalSink:
                 if self._open_part != part_id and text:
                     # Nothing of it streamed (an empty first delta): print it whole.
                     self._end_line()
-                    self._write(ASSISTANT, "bold cyan")
+                    self._speaker = speaker(event.agent)
+                    self._write(self._speaker, "bold cyan")
                     self._write(text)
                     self._open_part = part_id
-                    self._streamed = ASSISTANT + text
+                    self._streamed = self._speaker + text
                 self._finish_reply(text)
             case TextWithdrawn(replacement=replacement):
                 self._end_line()
                 self._line("(the reply above was withdrawn)", "yellow")
+                self._speaker = speaker(event.agent)
                 self._reply(replacement)
-            case ToolCall(tool_name=tool_name, args=args):
+            case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                self._depths[tool_call_id] = 0
                 self._line(f"→ {call_text(tool_name, args)}", "cyan")
                 self.thinking("Working…")
             case ToolResult(tool_name=tool_name, outcome=outcome, content=content):
@@ -237,23 +263,40 @@ class TerminalSink:
         """Flush the terminal."""
         self._out.flush()
 
+    def _delegated(self, event: StreamEvent, indent: str) -> None:
+        """A delegated agent's event: its calls, results and whole replies, indented."""
+        match event:
+            case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
+                self._depths[tool_call_id] = len(indent) // len(_INDENT)
+                self._line(f"{indent}→ {call_text(tool_name, args)}", "cyan")
+                self.thinking("Working…")
+            case ToolResult(tool_name=tool_name, outcome=outcome, content=content):
+                self._tool_result(tool_name, outcome, content, indent)
+                self.thinking("Working…")
+            case TextDone(text=text) if text:
+                self._line(indent + speaker(event.agent) + text.replace("\n", "\n" + indent + _INDENT), "dim")
+            case TextWithdrawn(replacement=replacement):
+                self._line(f"{indent}(withdrawn) {speaker(event.agent)}{replacement}", "dim")
+            case _:
+                pass  # its text streams as a whole at its end; the run's own events say the rest
+
     def say(self, text: str, style: str | None = None) -> None:
         """A line of the chat's own (a notice, an error)."""
         self._line(text, style)
 
     # -- printing ---------------------------------------------------------------------------------
 
-    def _tool_result(self, tool_name: str, outcome: str, content: object) -> None:
+    def _tool_result(self, tool_name: str, outcome: str, content: object, indent: str = "") -> None:
         refused = refusal(content) if outcome == "success" else None
         shown = "refused" if refused is not None else outcome
         label = tool_name if shown == "success" else f"{tool_name} {shown}"
         style = {"success": "green", "refused": "yellow"}.get(shown, "red")
         if not self.rich:
-            self._line(f"← {label}: {short(content)}")
+            self._line(f"{indent}← {label}: {short(content)}")
             return
         self.stop_spinner()
         self._end_line()
-        line = Text("← ", style=style)
+        line = Text(f"{indent}← ", style=style)
         line.append(label, style=f"bold {style}")
         line.append(": ")
         line.append(short(content, _LONG), style="dim")
@@ -305,13 +348,13 @@ class TerminalSink:
 
     def _reply(self, text: str) -> None:
         if not self.rich:
-            self._line(ASSISTANT + text)
+            self._line(self._speaker + text)
             return
         self.stop_spinner()
         grid = Table.grid()
         grid.add_column(no_wrap=True)
         grid.add_column()
-        grid.add_row(Text(ASSISTANT, style="bold cyan"), Markdown(text))
+        grid.add_row(Text(self._speaker, style="bold cyan"), Markdown(text))
         self._console.print(grid)
 
     def _end_line(self) -> None:
@@ -364,11 +407,18 @@ def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
                     )
                     lines.append(f"← {label}: {short(content)}")
         else:
+            said = speaker(_agent_of(message))
             for part in message.parts:
                 if isinstance(part, TextPart) and part.content:
-                    lines.append(ASSISTANT + part.content)
+                    lines.append(said + part.content)
                 elif isinstance(part, ToolCallPart):
                     lines.append(f"→ {call_text(part.tool_name, part.args_as_dict())}")
         if isinstance(message, ModelResponse) and message.state == "interrupted":
             lines.append("(stopped)")
     return lines
+
+
+def _agent_of(message: ModelResponse) -> str | None:
+    """The agent that gave a stored reply, when the server noted it (`SAID_BY` in its provider details)."""
+    agent = (message.provider_details or {}).get(SAID_BY)
+    return agent if isinstance(agent, str) else None

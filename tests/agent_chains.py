@@ -159,6 +159,57 @@ def live_app() -> ChatApp[RunScope]:
     return ChatApp(agent=agents["travel"], deps=lambda scope: scope)
 
 
+def desk_app() -> ChatApp[RunScope]:
+    """A router that hands the thread to billing, whose deposit goes billing → booking → payments,
+    the charge needing approval, for a real server (`--app`). Each charge appends to `AGENT_CHAIN_EFFECTS`.
+
+    Replies are by the number of responses in the agent's history (a restart answers the same):
+    billing's history holds the router's two replies first.
+    """
+    effects = Path(os.environ["AGENT_CHAIN_EFFECTS"])
+    router = Agent(
+        by_history("router", [[("transfer_to_billing", {})], "Billing will help you."]),
+        name="router",
+        deps_type=RunScope,
+    )
+    billing = Agent(
+        by_history("billing", ["", "", [("ask_booking", {"task": "deposit"})], "Your deposit is paid."]),
+        name="billing",
+        deps_type=RunScope,
+    )
+    booking = Agent(
+        by_history("booking", [[("ask_payments", {"task": "charge"})], "booking done"]),
+        name="booking",
+        deps_type=RunScope,
+    )
+    payments = Agent(
+        by_history("payments", [[("charge", {"cents": 300})], "payments charged"]),
+        name="payments",
+        deps_type=RunScope,
+    )
+
+    async def charge(ctx: RunContext[RunScope], cents: int) -> str:
+        """Charge `cents`."""
+
+        async def effect(connection: AsyncConnection) -> str:
+            _append(effects, f"charged {cents}\n")
+            return f"charged {cents}"
+
+        return await ctx.deps.ledger.once(ctx, effect)
+
+    payments.tool(requires_approval=True)(charge)
+
+    async def ask_booking(ctx: RunContext[RunScope], task: str) -> str:
+        return await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+
+    async def ask_payments(ctx: RunContext[RunScope], task: str) -> str:
+        return await ctx.deps.delegate(ctx, payments, task, deps=ctx.deps)
+
+    billing.tool(ask_booking)
+    booking.tool(ask_payments)
+    return ChatApp(agent=router, deps=lambda scope: scope, handoffs=[billing])
+
+
 def _append(path: Path, text: str) -> None:
     with path.open("a") as file:
         file.write(text)

@@ -51,6 +51,8 @@ def _node() -> str:
 
 OUTPUTS_APP = "tests.outputs_app:app"
 """A flight desk with a union output and a tool that holds calls with metadata (`tests/outputs_app.py`)."""
+AGENTS_APP = "tests.agent_chains:desk_app"
+"""A router handing over to billing, whose deposit goes billing → booking → payments, needing approval."""
 
 
 @pytest.mark.parametrize(
@@ -62,12 +64,18 @@ OUTPUTS_APP = "tests.outputs_app:app"
         pytest.param("outputs.test.mjs", "ai6", OUTPUTS_APP, id="outputs-ai-sdk-6"),
         pytest.param("outputs.test.mjs", "ai7", OUTPUTS_APP, id="outputs-ai-sdk-7"),
         pytest.param("outputs.test.mjs", "", OUTPUTS_APP, id="outputs-ag-ui"),
+        pytest.param("agents.test.mjs", "ai6", AGENTS_APP, id="agents-ai-sdk-6"),
+        pytest.param("agents.test.mjs", "ai7", AGENTS_APP, id="agents-ai-sdk-7"),
+        pytest.param("agents.test.mjs", "", AGENTS_APP, id="agents-ag-ui"),
     ],
 )
 def test_node_client(script: str, sdk: str, app: str | None, tmp_path: Path) -> None:
     node = _node()
-    delay = {"DURABLE_CHAT_DEMO_DELAY_SECONDS": "0.3"}
-    server = LiveServer(sqlite_url(tmp_path), tmp_path, delay, app=app, model="demo" if app is None else None)
+    effects = tmp_path / "effects.txt"
+    settings = {"DURABLE_CHAT_DEMO_DELAY_SECONDS": "0.3", "AGENT_CHAIN_EFFECTS": str(effects)}
+    server = LiveServer(
+        sqlite_url(tmp_path), tmp_path, settings, app=app, model="demo" if app is None else None
+    )
     with started(server):
         env = {
             **os.environ,
@@ -88,3 +96,5 @@ def test_node_client(script: str, sdk: str, app: str | None, tmp_path: Path) -> 
         )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "# fail 0" in result.stdout or "fail 0" in result.stdout, result.stdout
+    if app == AGENTS_APP:  # the approved charge, made once
+        assert effects.read_text() == "charged 300\n"

@@ -8,6 +8,7 @@ adapter sends, so an approval form built for it (`approved`, `editedArgs`, `reas
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from ag_ui.core import (
     BaseEvent,
@@ -19,6 +20,10 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
+    SubagentFinishedEvent,
+    SubagentFinishedSuccessOutcome,
+    SubagentFinishedSuspendedOutcome,
+    SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
@@ -80,12 +85,82 @@ class AGUIStream:
         self._open_texts: list[str] = []
         self._pending: list[PendingCall] = []
         self._finished: RunFinished | None = None
+        self._subagents: list[str] = []
+        """The subagent invocations under way, in the order they started (one per call that delegated)."""
+        self._made_in: dict[str, str] = {}
+        """The call each delegated call was made in (its invocation's id)."""
+        self._names: dict[str, str] = {}
+        """The agent of each invocation."""
+
+    def continuing(self, earlier: Iterable[StreamEvent]) -> None:
+        """Learn the chain of invocations from the turn's earlier events, for a run that resumes them."""
+        for event in earlier:
+            if event.parent_tool_call_id is not None:
+                self._names.setdefault(event.parent_tool_call_id, event.agent or "agent")
+                if isinstance(event, ToolCall):
+                    self._made_in[event.tool_call_id] = event.parent_tool_call_id
 
     def start(self) -> list[BaseEvent]:
         return [RunStartedEvent(thread_id=self._thread_id, run_id=self._run_id)]
 
     def encode(self, event: StreamEvent) -> list[BaseEvent]:
-        """The AG-UI events that tell the client about `event` (often none)."""
+        """The AG-UI events that tell the client about `event` (often none).
+
+        A delegated agent's events are a subagent invocation's (`subagentRunId`: the id of the call
+        that delegated, announced by `SUBAGENT_STARTED` with the agent's name and that call); a text
+        message names its agent (`name`) whenever the server named one.
+        """
+        parent = event.parent_tool_call_id
+        events = self._finish_subagent(event) if isinstance(event, ToolResult) else []
+        if parent is not None and parent not in self._subagents:
+            self._names.setdefault(parent, event.agent or "agent")
+            events += self._start(parent)
+        if isinstance(event, ToolCall) and parent is not None:
+            self._made_in[event.tool_call_id] = parent
+        encoded = self._encode(event)
+        if parent is not None:
+            encoded = [e.model_copy(update={"subagent_run_id": parent}) for e in encoded]
+        if event.agent is not None:
+            encoded = [
+                e.model_copy(update={"name": event.agent}) if isinstance(e, TextMessageStartEvent) else e
+                for e in encoded
+            ]
+        return [*events, *encoded]
+
+    def _start(self, invocation: str) -> list[BaseEvent]:
+        """`SUBAGENT_STARTED` for `invocation`, after those it runs in that are not under way."""
+        chain = [invocation]
+        while chain[-1] in self._made_in and self._made_in[chain[-1]] not in self._subagents:
+            chain.append(self._made_in[chain[-1]])
+        events: list[BaseEvent] = []
+        for call in reversed(chain):
+            self._subagents.append(call)
+            events.append(
+                SubagentStartedEvent(
+                    subagent_run_id=call,
+                    name=self._names.get(call, "agent"),
+                    parent_tool_call_id=call,
+                    parent_subagent_run_id=self._made_in.get(call),
+                )
+            )
+        return events
+
+    def _finish_subagent(self, result: ToolResult) -> list[BaseEvent]:
+        """The call that delegated returned: its invocation (and any left open within it) ended."""
+        if result.tool_call_id not in self._subagents:
+            return []
+        index = self._subagents.index(result.tool_call_id)
+        ended, self._subagents = self._subagents[index:], self._subagents[:index]
+        return [
+            SubagentFinishedEvent(
+                subagent_run_id=call,
+                result=result.content if call == result.tool_call_id else None,
+                outcome=SubagentFinishedSuccessOutcome(),
+            )
+            for call in reversed(ended)
+        ]
+
+    def _encode(self, event: StreamEvent) -> list[BaseEvent]:
         match event:
             case RunStarted():
                 return self._close_texts()  # a recovered run streams unfinished parts again
@@ -173,7 +248,7 @@ class AGUIStream:
             return [*events, RunErrorEvent(message="The stream ended before the run finished.", code="ended")]
         match finished.status:
             case "awaiting_approval":
-                return [*events, self.interrupted(self._pending)]
+                return [*events, *self._suspended(), self.interrupted(self._pending)]
             case "failed":
                 return [
                     *events,
@@ -196,9 +271,23 @@ class AGUIStream:
                     ),
                 ]
 
+    def _suspended(self) -> list[BaseEvent]:
+        """The invocations still under way at a pause, innermost first: suspended, with their own interrupts."""
+        events: list[BaseEvent] = []
+        for call in reversed(self._subagents):
+            own = [p.tool_call_id for p in self._pending if self._made_in.get(p.tool_call_id) == call]
+            outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=[_interrupt_id(c) for c in own])
+            events.append(SubagentFinishedEvent(subagent_run_id=call, outcome=outcome))
+        self._subagents = []
+        return events
+
     def interrupted(self, calls: list[PendingCall]) -> BaseEvent:
-        """`RUN_FINISHED` with an interrupt outcome: one interrupt per call that waits for a decision."""
-        interrupts: list[Interrupt] = [_interrupt(call) for call in calls]
+        """`RUN_FINISHED` with an interrupt outcome: one interrupt per call that waits for a decision;
+        a delegated agent's carries its invocation (`subagentRunId`) when this stream saw it."""
+        interrupts: list[Interrupt] = [
+            _interrupt(call).model_copy(update={"subagent_run_id": self._made_in.get(call.tool_call_id)})
+            for call in calls
+        ]
         return RunFinishedEvent(
             thread_id=self._thread_id,
             run_id=self._run_id,
@@ -220,6 +309,11 @@ def _interrupt(call: PendingCall) -> Interrupt:
     if call.expires_at is None:
         return interrupt
     return interrupt.model_copy(update={"expires_at": call.expires_at})
+
+
+def _interrupt_id(tool_call_id: str) -> str:
+    """The id of the interrupt of the call `tool_call_id` (as `approval_to_interrupt` makes it)."""
+    return approval_to_interrupt(ToolCallPart(tool_name="-", args={}, tool_call_id=tool_call_id), {}).id
 
 
 def _whole_text(message_id: str, text: str) -> list[BaseEvent]:

@@ -41,6 +41,7 @@ from ..decisions import Answer, decide_all
 from ..errors import ApiError
 from ..following import follow_run, stream_response
 from ..inline_files import decode_data_url, inline_body_limit, inline_files_of, save_inline_file
+from ..runs import turn_events
 from ..services import Services, services
 from .encoder import AGUIStream, encode_event, interrupt_id_to_tool_call_id
 
@@ -87,6 +88,12 @@ async def run_agent(request: Request) -> Response:
                 PendingCall(tool_call_id=a.tool_call_id, tool_name=a.tool_name, args=a.args) for a in pending
             ]
             return _response(s, user_id, [*encoder.start(), encoder.interrupted(calls)])
+        approvals = await s.db.approvals.list(thread_id=thread.thread_id)
+        if any(
+            a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals
+        ):
+            # The chain of invocations the resumed agents run in (`parentSubagentRunId`).
+            encoder.continuing(await turn_events(s, thread.thread_id, before=resume_run_id))
         return _stream(s, thread.thread_id, user_id, resume_run_id, encoder)
     active = await s.db.runs.active(thread.thread_id)
     if active is None:

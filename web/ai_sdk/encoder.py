@@ -6,7 +6,7 @@ the wire matches what its own adapter sends to `useChat`; see `docs/clients.md` 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any, Literal
 
 from pydantic_ai.ui.vercel_ai.response_types import (
@@ -18,6 +18,7 @@ from pydantic_ai.ui.vercel_ai.response_types import (
     FinishChunk,
     FinishReason,
     FinishStepChunk,
+    MessageMetadataChunk,
     StartChunk,
     StartStepChunk,
     TextDeltaChunk,
@@ -37,6 +38,7 @@ from stream import (
     ApprovalEscalated,
     ApprovalRequired,
     GuardrailTripped,
+    PendingCall,
     RunFinished,
     RunStarted,
     StreamEvent,
@@ -51,6 +53,7 @@ from stream import (
 )
 
 from ..attachments import file_url
+from .subagents import SubAgents
 
 __all__ = (
     "HEADERS",
@@ -123,12 +126,54 @@ class UIMessageStream:
         self._status: RunStatus | None = None
         self._metadata: dict[str, object] | None = None
         self._tools: set[str] = set()
+        self._agent: str | None = None
+        self._subagents = SubAgents()
+        self._surfaced: set[str] = set()
+        """Delegated calls put at the top of the message for their decision."""
+        self._earlier: set[str] = set()
+        """The message's own calls made in an earlier response of the turn (`continuing`)."""
+
+    def continuing(self, earlier: Iterable[StreamEvent]) -> None:
+        """Learn what the turn's earlier responses sent (the client holds it): the calls the message
+        has and the chain of calls its delegated agents run in, so this one nests their steps too."""
+        for event in earlier:
+            if event.parent_tool_call_id is not None:
+                self._subagents.encode(event, event.parent_tool_call_id, set())
+                continue
+            match event:
+                case ToolCall(tool_call_id=tool_call_id):
+                    self._earlier.add(tool_call_id)
+                case ApprovalRequired(approvals=calls):
+                    self._surfaced.update(c.tool_call_id for c in calls if _nested(c))
+                case _:
+                    pass
 
     def start(self) -> list[BaseChunk]:
         return [StartChunk(message_id=self._message_id)]
 
     def encode(self, event: StreamEvent) -> list[BaseChunk]:
         """The chunks that tell the client about `event` (often none)."""
+        if event.parent_tool_call_id is not None:
+            return self._delegated(event, event.parent_tool_call_id)
+        if event.agent is None or event.agent == self._agent or isinstance(event, AgentChanged):
+            return self._encode(event)
+        # Who speaks: the message's metadata (`{"agent": name}`), sent when it changes.
+        self._agent = event.agent
+        return [MessageMetadataChunk(message_metadata={"agent": event.agent}), *self._encode(event)]
+
+    def _delegated(self, event: StreamEvent, parent: str) -> list[BaseChunk]:
+        # A call this response put at the top, or one a continued message holds there (decided).
+        surfaced = isinstance(event, ToolResult) and (
+            event.tool_call_id in self._surfaced
+            or (event.tool_call_id in self._decided and not self._subagents.seen(event.tool_call_id))
+        )
+        chunks = self._subagents.encode(event, parent, (self._tools | self._earlier) - self._surfaced)
+        if surfaced:
+            # The call the client decided on, at the top of the message: its result there too.
+            chunks += self._encode(event.model_copy(update={"parent_tool_call_id": None}))
+        return chunks
+
+    def _encode(self, event: StreamEvent) -> list[BaseChunk]:
         match event:
             case RunStarted():
                 # A recovered run streams its unfinished parts again under new ids: close the old ones.
@@ -174,22 +219,25 @@ class UIMessageStream:
                 # A call a reviewer decides is not sent as a request the client could answer: the
                 # client learns it waits, for whom and until when.
                 return [
-                    ApprovalRequestChunk(
-                        approval_id=call.tool_call_id,
-                        tool_call_id=call.tool_call_id,
-                        approval_descriptor=call.metadata,
-                    )
-                    if call.reviewers == "user"
-                    else DataChunk(
-                        type="data-awaiting-reviewer",
-                        data={
-                            "toolCallId": call.tool_call_id,
-                            "reviewers": call.reviewers,
-                            "expiresAt": call.expires_at,
-                        },
-                        transient=True,
-                    )
-                    for call in waiting
+                    *self._surface(waiting),
+                    *[
+                        ApprovalRequestChunk(
+                            approval_id=call.tool_call_id,
+                            tool_call_id=call.tool_call_id,
+                            approval_descriptor=call.metadata,
+                        )
+                        if call.reviewers == "user"
+                        else DataChunk(
+                            type="data-awaiting-reviewer",
+                            data={
+                                "toolCallId": call.tool_call_id,
+                                "reviewers": call.reviewers,
+                                "expiresAt": call.expires_at,
+                            },
+                            transient=True,
+                        )
+                        for call in waiting
+                    ],
                 ]
             case ApprovalDecided(tool_call_id=tool_call_id):
                 self._decided.add(tool_call_id)
@@ -247,6 +295,22 @@ class UIMessageStream:
             )
         return [*chunks, DoneChunk()]
 
+    def _surface(self, calls: list[PendingCall]) -> list[BaseChunk]:
+        """A delegated agent's calls that wait for the client: in a step of their own, at the top."""
+        nested = [c for c in calls if _nested(c) and c.tool_call_id not in self._tools]
+        if not nested:
+            return []
+        chunks = [*self._close_texts(), *self._new_step()]
+        for call in nested:
+            self._tools.add(call.tool_call_id)
+            self._surfaced.add(call.tool_call_id)
+            chunks.append(
+                ToolInputAvailableChunk(
+                    tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.args
+                )
+            )
+        return chunks
+
     def _new_step(self) -> list[BaseChunk]:
         chunks = self._end_step()
         self._in_step, self._after_tools = True, False
@@ -268,6 +332,11 @@ class UIMessageStream:
         chunks: list[BaseChunk] = [TextEndChunk(id=part_id) for part_id in self._open_texts]
         self._open_texts.clear()
         return chunks
+
+
+def _nested(call: PendingCall) -> bool:
+    """Whether a waiting call is a delegated agent's that the client decides (put at the top)."""
+    return call.reviewers == "user" and call.path is not None and len(call.path) > 1
 
 
 def _whole_text(part_id: str, text: str) -> list[BaseChunk]:

@@ -35,7 +35,7 @@ from ..errors import ApiError
 from ..following import follow_run, stream_response
 from ..inline_files import decode_data_url, inline_body_limit, inline_files_of, save_inline_file
 from ..responses import JsonResponse
-from ..runs import queue_regenerate
+from ..runs import queue_regenerate, turn_events
 from ..services import Services, services
 from .encoder import HEADERS, UIMessageStream, encode_chunk
 from .history import TURN_KINDS, dump_ui_message, ui_messages
@@ -160,10 +160,16 @@ async def post_chat(request: Request) -> Response:
         return stream_response(
             s, _frames(UIMessageStream(message_id=None), _nothing()), user_id=user_id, headers=HEADERS
         )
-    # The resumed run continues the client's assistant message, whatever id it holds.
-    return _stream(
-        s, thread.thread_id, user_id, resume_run_id, resume_run_id, UIMessageStream(message_id=None)
+    # The resumed run continues the client's assistant message, whatever id it holds; a delegated
+    # agent's decided calls are at its top (see `subagents`), their results go there too.
+    approvals = await s.db.approvals.list(thread_id=thread.thread_id)
+    encoder = UIMessageStream(
+        message_id=None, decided=[a.tool_call_id for a in approvals if a.status != "pending"]
     )
+    if any(a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals):
+        # The chain of calls the resumed agents run in, so their steps nest in this response too.
+        encoder.continuing(await turn_events(s, thread.thread_id, before=resume_run_id))
+    return _stream(s, thread.thread_id, user_id, resume_run_id, resume_run_id, encoder)
 
 
 async def _attach(s: Services, user_id: str, chat_id: str, parts: Sequence[_Part], text: str) -> list[str]:

@@ -35,11 +35,14 @@ from pydantic_core import to_json
 
 from store import Run
 from stream import (
+    AgentChanged,
     ApprovalDecided,
     ApprovalRequired,
+    PendingCall,
     RunFinished,
     RunStarted,
     StoredEvent,
+    StreamEvent,
     TextDelta,
     TextDone,
     TextWithdrawn,
@@ -179,8 +182,20 @@ class _Reply:
     after_tools: bool = False
 
     def apply(self, stored: StoredEvent) -> None:
+        event = stored.event
+        if event.parent_tool_call_id is not None:
+            # A delegated agent's steps were the stream's preliminary outputs; what stays is the
+            # result of a call of its that the client decided on (at the top of the message).
+            if isinstance(event, ToolResult) and self._tool(event.tool_call_id) is not None:
+                self._apply(event.model_copy(update={"parent_tool_call_id": None}))
+            return
+        if event.agent is not None and not isinstance(event, AgentChanged):
+            self.metadata = {**(self.metadata or {}), "agent": event.agent}
+        self._apply(event)
+
+    def _apply(self, event: StreamEvent) -> None:
         parts = self.parts
-        match stored.event:
+        match event:
             case RunStarted():
                 self.in_step = False
             case TextDelta(part_id=part_id, delta=delta) if delta:
@@ -210,6 +225,10 @@ class _Reply:
                     tool.output = content
                     tool.error_text = content if isinstance(content, str) else to_json(content).decode()
             case ApprovalRequired(approvals=calls):
+                nested = [c for c in calls if _surfaced(c) and self._tool(c.tool_call_id) is None]
+                if nested:
+                    self._step()
+                    parts.extend(_Tool(c.tool_call_id, c.tool_name, c.args) for c in nested)
                 for call in calls:
                     tool = self._tool(call.tool_call_id)
                     # A reviewer's call is no request the client can answer: it stays waiting.
@@ -231,7 +250,7 @@ class _Reply:
             case RunFinished(output=output, output_tool_call_id=call_id) as finished:
                 metadata = output_metadata(finished)
                 if metadata is not None:
-                    self.metadata = metadata
+                    self.metadata = {**(self.metadata or {}), **metadata}
                     tool = None if call_id is None else self._tool(call_id)
                     if tool is not None and tool.state == "output-available":
                         tool.output = output
@@ -251,6 +270,11 @@ class _Reply:
 
     def _tool(self, tool_call_id: str) -> _Tool | None:
         return next((p for p in self.parts if isinstance(p, _Tool) and p.tool_call_id == tool_call_id), None)
+
+
+def _surfaced(call: PendingCall) -> bool:
+    """Whether a delegated agent's call is put at the top of the message, for the client's decision."""
+    return call.reviewers == "user" and call.path is not None and len(call.path) > 1
 
 
 def _ui_message(message: _Message) -> UIMessage:

@@ -14,14 +14,15 @@
 import { ApiError, api, hasPostRoute, onUnauthorized, plainError, setToken } from "./api.js";
 import { Approvals } from "./approvals.js";
 import { closeDrawer, wireDrawer } from "./drawer.js";
-import { button, byTestId, copyText, element, formatTime, titleFrom } from "./dom.js";
+import { button, byTestId, copyText, titleFrom } from "./dom.js";
 import { follow } from "./events.js";
 import { clearPending, eventAttachments, pendingFiles, wireAttachments } from "./files.js";
 import { hideRecords, wireHeader } from "./header.js";
 import { TOKEN_KEY, readFragment, userOf, writeFragment } from "./session.js";
 import { fillStarters } from "./starters.js";
+import { listItem, markSelected, threadItem } from "./threadlist.js";
 import { clearNotice, hideInline, isNearEnd, notify, scrollToEnd, setConnection, showInline, statusLabel } from "./status.js";
-import { parseArgs, Transcript } from "./transcript.js";
+import { lastRunId, parseArgs, Transcript } from "./transcript.js";
 
 
 const state = {
@@ -45,11 +46,17 @@ const state = {
 const $ = (selector) => document.querySelector(selector);
 const transcriptNode = () => byTestId("transcript");
 
-const transcript = new Transcript(transcriptNode(), {});
+const transcript = new Transcript(transcriptNode(), {
+  // After a reload, a call's delegated agent is read when its step is opened (none: null).
+  loadDelegation: (toolCallId) =>
+    api("GET", `/api/threads/${encodeURIComponent(state.threadId)}/tool-calls/${encodeURIComponent(toolCallId)}/messages`)
+      .then((answer) => answer.messages ?? null)
+      .catch(() => null),
+});
 const approvals = new Approvals({
   threadId: () => state.threadId,
   user: () => state.user,
-  placeAfter: (toolCallId) => transcript.stepOf(toolCallId),
+  placeAfter: (toolCallId, call) => transcript.anchorOf(toolCallId, call?.path?.length > 1),
   append: (card) => transcriptNode().append(card),
   onDecided: (toolCallId, overrideArgs) => {
     if (overrideArgs) transcript.markEdited(toolCallId, overrideArgs);
@@ -122,38 +129,17 @@ async function loadThreads(cursor) {
   const list = byTestId("thread-list");
   if (!cursor) list.replaceChildren();
   for (const thread of data.threads ?? []) {
-    list.append(threadItem(thread));
+    list.append(threadItem(thread, openThread));
     if (thread.thread_id === state.threadId && thread.title) setTitle(thread.title);
   }
   state.nextCursor = data.next_cursor ?? null;
   byTestId("more-threads").hidden = !state.nextCursor;
-  markSelected();
+  markSelected(state.threadId);
 }
 
-function threadItem(thread) {
-  const li = document.createElement("li");
-  const item = button(null, "thread-item", "thread-item");
-  item.dataset.threadId = thread.thread_id;
-  const meta = element("span", `thread-meta status-${thread.status}`);
-  meta.textContent = `${statusLabel(thread.status)} · ${formatTime(thread.updated_at)}`;
-  item.append(element("span", "thread-name", null, thread.title || "New chat"), meta);
-  item.addEventListener("click", () => {
-    closeDrawer();
-    selectThread(thread.thread_id);
-  });
-  li.append(item);
-  return li;
-}
-
-function listItem(threadId) {
-  return document.querySelector(`[data-testid="thread-item"][data-thread-id="${CSS.escape(threadId)}"]`);
-}
-
-function markSelected() {
-  for (const item of document.querySelectorAll('[data-testid="thread-item"]')) {
-    if (item.dataset.threadId === state.threadId) item.setAttribute("aria-current", "true");
-    else item.removeAttribute("aria-current");
-  }
+function openThread(threadId) {
+  closeDrawer();
+  selectThread(threadId);
 }
 
 async function newThread() {
@@ -161,7 +147,7 @@ async function newThread() {
   create.disabled = true;
   try {
     const thread = await api("POST", "/api/threads", {});
-    byTestId("thread-list").prepend(threadItem(thread));
+    byTestId("thread-list").prepend(threadItem(thread, openThread));
     closeDrawer();
     await selectThread(thread.thread_id);
     byTestId("message-input").focus();
@@ -190,7 +176,7 @@ async function selectThread(threadId) {
   state.runId = null;
   transcript.clear();
   approvals.clear();
-  markSelected();
+  markSelected(state.threadId);
   hideRecords();
   const params = new URLSearchParams(location.hash.slice(1));
   params.set("thread", threadId);
@@ -222,6 +208,7 @@ async function selectThread(threadId) {
     approvals.card({ ...approval, args: parseArgs(approval.args) });
     if (approval.status === "pending") transcript.waiting(approval.tool_call_id);
   }
+  transcript.loadPending(trail);
   state.runId = lastRunId(thread.messages ?? []);
   const messages = thread.messages ?? [];
   const stopped = messages.length > 0 && messages[messages.length - 1].state === "interrupted";
@@ -232,13 +219,6 @@ async function selectThread(threadId) {
   scrollToEnd(transcriptNode());
   revealPendingCard();
   followEvents(threadId, generation);
-}
-
-function lastRunId(messages) {
-  for (let index = messages.length - 1; index >= 0; index--) {
-    if (messages[index].run_id) return String(messages[index].run_id).replace(/\.\d+$/, "");
-  }
-  return null;
 }
 
 function showConversation(visible) {
@@ -306,6 +286,8 @@ function applyFrame(frame) {
 }
 
 function applyEvent(type, data) {
+  // Who produced it: the agent, and inside a delegated run, the call it runs in.
+  const who = { agent: data.agent ?? null, parent: data.parent_tool_call_id ?? null };
   switch (type) {
     case "run_started":
       if (data.kind === "regenerate") {
@@ -321,19 +303,22 @@ function applyEvent(type, data) {
       transcript.userMessage(data.content, undefined, eventAttachments(state.threadId, data.attachments));
       break;
     case "text_delta":
-      transcript.appendText(data.part_id, data.delta, data.run_id);
+      transcript.appendText(data.part_id, data.delta, data.run_id, who);
       break;
     case "text_done":
-      transcript.text(data.part_id, data.text, data.run_id);
+      transcript.text(data.part_id, data.text, data.run_id, undefined, who);
       break;
     case "text_withdrawn":
-      transcript.withdrawn(data.part_id, data.replacement, data.run_id);
+      transcript.withdrawn(data.part_id, data.replacement, data.run_id, who);
       break;
     case "tool_call":
-      transcript.toolCall(data.tool_call_id, data.tool_name, data.args, data.run_id);
+      transcript.toolCall(data.tool_call_id, data.tool_name, data.args, data.run_id, who);
       break;
     case "tool_result":
-      transcript.toolResult(data.tool_call_id, data.tool_name, data.outcome, data.content);
+      transcript.toolResult(data.tool_call_id, data.tool_name, data.outcome, data.content, who);
+      break;
+    case "agent_changed":
+      transcript.agentChanged(data.agent);
       break;
     case "approval_required":
       for (const call of data.approvals ?? []) {
@@ -379,9 +364,7 @@ async function addReviewContext(threadId, generation) {
   try {
     const thread = await api("GET", `/api/threads/${encodeURIComponent(threadId)}`);
     if (generation !== state.generation) return;
-    for (const approval of thread.approvals ?? thread.pending_approvals ?? []) {
-      if (approval.status === "pending" && approval.context) approvals.addContext(approval.tool_call_id, approval.context);
-    }
+    approvals.addContexts(thread.approvals ?? thread.pending_approvals ?? []);
   } catch {
     // The card works without them.
   }
@@ -403,7 +386,7 @@ function leaveThread() {
   approvals.clear();
   writeFragment(new URLSearchParams());
   showConversation(false);
-  markSelected();
+  markSelected(state.threadId);
 }
 
 // ---------------------------------------------------------------- the composer

@@ -56,7 +56,7 @@ export class Approvals {
     if (!card) {
       card = this.build(call);
       this.cards.set(call.tool_call_id, card);
-      const anchor = this.hooks.placeAfter(call.tool_call_id);
+      const anchor = this.hooks.placeAfter(call.tool_call_id, call);
       if (anchor) anchor.after(card);
       else this.hooks.append(card);
     }
@@ -72,6 +72,11 @@ export class Approvals {
     return card;
   }
 
+  /** Add the app's facts for the reviewer to the pending cards of `trail` (a thread's approvals). */
+  addContexts(trail) {
+    for (const approval of trail) if (approval.status === "pending" && approval.context) this.addContext(approval.tool_call_id, approval.context);
+  }
+
   /** Add the app's facts for the reviewer to a pending card that has none yet. */
   addContext(toolCallId, context) {
     const card = this.cards.get(toolCallId);
@@ -85,12 +90,15 @@ export class Approvals {
     const args = call.args ?? {};
     const card = element("section", "approval-card", "approval-card");
     card.dataset.toolCallId = toolCallId;
+    if (call.agent) card.dataset.agent = call.agent;
     card.originalArgs = args;
     card.setAttribute("aria-label", `Approval for ${call.tool_name}`);
 
     const heading = element("h3", null, "approval-heading");
     heading.append("Approve ", element("code", null, "tool-name", call.tool_name), "?");
     card.append(heading);
+    const chain = chainLine(call);
+    if (chain) card.append(chain);
     const unknown = call.outcome === "unknown";
     if (unknown) card.append(unknownOutcome(call.previous));
     const context = contextList(call.context);
@@ -273,6 +281,20 @@ function awaitingReviewer(reviewers, expiresAt) {
   note.append(`A reviewer (${reviewers}) decides this request; the reply goes on once they have.`);
   if (expiresAt) note.append(" Deadline: ", timeElement(expiresAt, "approval-deadline"), ".");
   return note;
+}
+
+/** Which agent asks, and through which agents (`path`, outermost first): "Asked by payments · travel › booking › payments". */
+export function chainLine(call) {
+  const path = Array.isArray(call?.path) ? call.path.map(String) : [];
+  const agent = call?.agent ?? path[path.length - 1];
+  if (!agent) return null;
+  const line = element("p", "approval-path", "approval-path");
+  line.append("Asked by ", element("strong", null, "approval-agent", agent));
+  if (path.length > 1) {
+    line.append(" · ", element("span", "chain", "approval-chain", path.join(" › ")));
+    line.title = `The ${path[0]} agent delegated to ${path.slice(1).join(", then ")}; the decision goes back up the same way.`;
+  }
+  return line;
 }
 
 /** What a reviewer must know of a call held again after a crash: it may or may not have acted. */

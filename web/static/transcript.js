@@ -55,12 +55,18 @@ export function toolLabel(toolName, args) {
   return detail ? `${title} · ${detail}` : title;
 }
 
+/** The agent that gave a stored reply, as the server noted it (`provider_details.durable_chat_agent`). */
+export const agentOf = (message) => message?.provider_details?.durable_chat_agent ?? null;
+
+/** `billing` → "Billing". */
+const capitalised = (name) => String(name).charAt(0).toUpperCase() + String(name).slice(1);
+
 const runOf = (taggedRunId) => (taggedRunId ? String(taggedRunId).replace(/\.\d+$/, "") : null);
 
 export class Transcript {
   constructor(container, hooks) {
     this.container = container;
-    this.hooks = hooks; // { onRunId(runId) }
+    this.hooks = hooks; // { loadDelegation(toolCallId) → the delegated agent's stored messages, or null }
     this.clear();
   }
 
@@ -70,42 +76,121 @@ export class Transcript {
     this.steps = new Map(); // tool_call_id → step element
     this.outputs = new Map(); // run_id → its structured output's card
     this.pending = null; // a frame is scheduled to render streamed markdown
+    this.storedParts = 0; // numbers the stored reply parts (their ids)
+  }
+
+  // -- who spoke -----------------------------------------------------------------------------
+
+  /** Where an event goes: inside the step of the call that delegated (`who.parent`), else the conversation. */
+  target(who) {
+    const step = who?.parent ? this.steps.get(who.parent) : null;
+    return step ? this.delegation(step, who.agent).body : this.container;
+  }
+
+  /** The delegated agent's steps inside `step` (the call that delegated), created when new. */
+  delegation(step, agent) {
+    let box = step.querySelector(':scope > [data-testid="delegation"]');
+    if (!box) {
+      box = element("div", "delegation", "delegation");
+      box.append(element("p", "delegation-agent", "delegation-agent"), element("div", "delegation-body", "delegation-body"));
+      step.append(box);
+    }
+    if (agent && !step.dataset.delegatedTo) {
+      step.dataset.delegatedTo = agent;
+      box.querySelector('[data-testid="delegation-agent"]').textContent = `${capitalised(agent)} worked on it:`;
+      const badge = element("span", "badge agent-badge", "delegated-to", `→ ${agent}`);
+      badge.title = `This call asked the ${agent} agent; open it to see its steps.`;
+      step.querySelector(".tool-summary .tool-label").after(badge);
+    }
+    return { box, body: box.querySelector('[data-testid="delegation-body"]') };
+  }
+
+  /** A hand-off: from here on `agent` answers. */
+  agentChanged(agent) {
+    const node = element("div", "agent-changed", "agent-changed", `${capitalised(agent)} took over`);
+    node.setAttribute("role", "note");
+    node.dataset.agent = agent;
+    this.container.append(node);
+    return node;
+  }
+
+  /** A stored step's delegated conversation, read when the step is first opened (after a reload). */
+  loadOnOpen(step) {
+    step.addEventListener("toggle", () => {
+      if (step.open) this.loadDelegation(step);
+    });
+  }
+
+  /** Read and render the delegated conversation of a stored step (once); `unfinished`: then those of its calls still open. */
+  async loadDelegation(step, { unfinished = false } = {}) {
+    if (step.dataset.delegationLoaded || step.querySelector(':scope > [data-testid="delegation"]')) return;
+    step.dataset.delegationLoaded = "loading";
+    const messages = await this.hooks.loadDelegation?.(step.dataset.toolCallId);
+    step.dataset.delegationLoaded = messages ? "true" : "none";
+    if (!messages || !step.isConnected) return;
+    this.renderStored(messages, new Map(), step.dataset.toolCallId);
+    if (!unfinished) return;
+    for (const inner of step.querySelectorAll('[data-testid="tool-step"][data-status="calling"]')) await this.loadDelegation(inner, { unfinished });
+  }
+
+  /**
+   * After a reload with a delegated agent's call pending: read the delegations it waits inside, so
+   * the run's resumed events find their steps, and show the calls waiting.
+   */
+  async loadPending(trail) {
+    const pending = trail.filter((approval) => approval.status === "pending");
+    if (!pending.some((approval) => !this.steps.has(approval.tool_call_id) && approval.path?.length > 1)) return;
+    for (const step of this.openSteps()) await this.loadDelegation(step, { unfinished: true });
+    for (const approval of pending) this.waiting(approval.tool_call_id);
+  }
+
+  /** The run's own steps that have no result yet (after a reload, a pause's calls). */
+  openSteps() {
+    return [...this.container.querySelectorAll(':scope > [data-testid="tool-step"]')].filter((step) => step.dataset.status === "calling" || step.dataset.status === "waiting");
   }
 
   // -- stored messages ----------------------------------------------------------------------
 
   /** Render a stored conversation; `edited` maps tool_call_id → the arguments a reviewer put in their place. */
-  renderStored(messages, edited) {
+  renderStored(messages, edited, parent = null) {
     let lastRun = null;
+    let speaker = null;
     for (const message of messages ?? []) {
       // A reply the server wrote itself (a run's turn limit) names no run: it is the previous one's.
       const runId = runOf(message.run_id) ?? lastRun;
       lastRun = runId;
       if (message.kind === "request") {
         for (const part of message.parts ?? []) {
+          if (part.part_kind === "user-prompt" && parent) continue; // the task its parent call gave: in the call's arguments
           if (part.part_kind === "user-prompt") this.userMessage(promptText(part.content), part.timestamp, attachmentsOf(part.content));
           else if (part.part_kind === "tool-return") {
             // A call pydantic-ai asked again for (its arguments were refused) failed, as the stream says.
             const outcome = part.outcome === "retried" ? "failed" : part.outcome ?? "success";
-            this.toolResult(part.tool_call_id, part.tool_name, outcome, part.content);
+            this.toolResult(part.tool_call_id, part.tool_name, outcome, part.content, { parent });
           }
         }
       } else {
         const metadata = message.metadata ?? {};
+        const agent = agentOf(message);
+        // A hand-off shows where the next agent's first reply begins.
+        if (!parent && agent && speaker && agent !== speaker) this.agentChanged(agent);
+        if (agent) speaker = agent;
+        const who = { agent, parent };
         if (metadata.blocked_by) this.notice("guardrail", `Guardrail “${metadata.blocked_by}” stopped this message.`);
         (message.parts ?? []).forEach((part, index) => {
           if (part.part_kind === "text" && part.content) {
-            const node = this.text(`stored-${this.container.childElementCount}-${index}`, part.content, runId, message.timestamp);
+            const node = this.text(`stored-${this.storedParts++}-${index}`, part.content, runId, message.timestamp, who);
             if (metadata.withdrawn) this.markWithdrawn(node);
           } else if (part.part_kind === "tool-call") {
             const args = parseArgs(part.args);
-            this.toolCall(part.tool_call_id, part.tool_name, args, runId);
+            const step = this.toolCall(part.tool_call_id, part.tool_name, args, runId, who);
+            this.loadOnOpen(step);
             if (edited.has(part.tool_call_id)) this.markEdited(part.tool_call_id, edited.get(part.tool_call_id), args);
           }
         });
       }
       // A cancelled turn ends with an interrupted response (a request may be interrupted too: its steps say so).
-      if (message.state === "interrupted" && message.kind === "response") this.stopped(runId);
+      if (message.state === "interrupted" && message.kind === "response" && !parent) this.stopped(runId);
     }
   }
 
@@ -121,16 +206,16 @@ export class Transcript {
   }
 
   /** The reply part `partId`, created when new, its whole text set to `text`. */
-  text(partId, text, runId, when) {
-    const part = this.part(partId, runId, when);
+  text(partId, text, runId, when, who) {
+    const part = this.part(partId, runId, when, who);
     part.raw = text ?? "";
     part.node.classList.remove("streaming");
     renderMarkdown(part.node, part.raw);
     return part.node;
   }
 
-  appendText(partId, delta, runId) {
-    const part = this.part(partId, runId);
+  appendText(partId, delta, runId, who) {
+    const part = this.part(partId, runId, undefined, who);
     part.raw += delta ?? "";
     part.node.classList.add("streaming");
     // Markdown is rendered once per frame, not once per word.
@@ -144,8 +229,8 @@ export class Transcript {
     }
   }
 
-  withdrawn(partId, replacement, runId) {
-    this.markWithdrawn(this.text(partId, replacement, runId));
+  withdrawn(partId, replacement, runId, who) {
+    this.markWithdrawn(this.text(partId, replacement, runId, undefined, who));
   }
 
   markWithdrawn(node) {
@@ -163,12 +248,18 @@ export class Transcript {
     }
   }
 
-  part(partId, runId, when) {
+  part(partId, runId, when, who) {
     let part = this.parts.get(partId);
     if (part) return part;
-    const turn = element("div", "turn assistant", "assistant-turn");
+    // A delegated agent's reply sits inside the call that asked it, apart from the thread's replies.
+    const nested = Boolean(who?.parent && this.steps.has(who.parent));
+    const turn = element("div", nested ? "turn assistant delegated" : "turn assistant", nested ? "delegated-turn" : "assistant-turn");
     if (runId) turn.dataset.runId = runId;
-    const node = element("div", "msg assistant markdown", "assistant-text");
+    if (who?.agent) {
+      turn.dataset.agent = who.agent;
+      turn.append(element("span", "agent-name", "agent-name", who.agent));
+    }
+    const node = element("div", "msg assistant markdown", nested ? "delegated-text" : "assistant-text");
     node.dataset.partId = partId;
     part = { node, raw: "", turn };
     const meta = this.meta(when ?? new Date());
@@ -184,7 +275,7 @@ export class Transcript {
       meta.append(run);
     }
     turn.append(node, meta);
-    this.container.append(turn);
+    this.target(who).append(turn);
     this.parts.set(partId, part);
     return part;
   }
@@ -213,7 +304,7 @@ export class Transcript {
 
   // -- tool steps ----------------------------------------------------------------------------
 
-  toolCall(toolCallId, toolName, args, runId) {
+  toolCall(toolCallId, toolName, args, runId, who) {
     if (toolCallId && this.steps.has(toolCallId)) return this.steps.get(toolCallId);
     const step = element("details", "tool-step", "tool-step");
     step.dataset.status = "calling";
@@ -231,15 +322,16 @@ export class Transcript {
       element("code", "tool-args", "tool-args", compactJson(args)),
     );
     step.append(summary, call);
-    this.container.append(step);
+    if (who?.agent) step.dataset.agent = who.agent;
+    this.target(who).append(step);
     if (toolCallId) this.steps.set(toolCallId, step);
     return step;
   }
 
-  toolResult(toolCallId, toolName, outcome, content) {
+  toolResult(toolCallId, toolName, outcome, content, who) {
     let step = toolCallId ? this.steps.get(toolCallId) : undefined;
-    if (!step) step = this.toolCall(toolCallId, toolName, {}, null);
-    if (step.querySelector('[data-testid="tool-result"]')) return;
+    if (!step) step = this.toolCall(toolCallId, toolName, {}, null, who);
+    if (step.querySelector(':scope > [data-testid="tool-result"]')) return;
     const refused = outcome === "success" ? refusal(content) : null;
     const status = refused !== null ? "refused" : outcome;
     const result = element("div", `tool tool-result outcome-${outcome}`, "tool-result");
@@ -251,7 +343,10 @@ export class Transcript {
       element("code", "tool-content", "tool-content", compactJson(content)),
     );
     if (refused !== null) result.append(element("p", "tool-refusal", "tool-refusal", refused));
-    step.append(result);
+    // A delegated agent's steps stay above the result of the call that asked it.
+    const delegated = step.querySelector(':scope > [data-testid="delegation"]');
+    if (delegated) delegated.before(result);
+    else step.append(result);
     this.setStatus(step, status);
   }
 
@@ -262,8 +357,10 @@ export class Transcript {
 
   /** The step of a call a human must decide on: waiting, or decided. */
   waiting(toolCallId) {
-    const step = this.steps.get(toolCallId);
-    if (step && step.dataset.status === "calling") this.setStatus(step, "waiting");
+    // The calls that delegated to it wait too: theirs is the step a collapsed transcript shows.
+    for (let step = this.steps.get(toolCallId); step; step = step.parentElement?.closest('[data-testid="tool-step"]')) {
+      if (step.dataset.status === "calling") this.setStatus(step, "waiting");
+    }
   }
 
   /** The call ran with a reviewer's arguments: its line shows those, and says so. */
@@ -285,6 +382,14 @@ export class Transcript {
 
   stepOf(toolCallId) {
     return this.steps.get(toolCallId) ?? null;
+  }
+
+  /** The step a card about `toolCallId` follows: its own, or for a delegated agent's call, the outermost call that delegated. */
+  anchorOf(toolCallId, delegated = false) {
+    // Not read yet (after a reload): the last call of the run's own still open is the one that delegated.
+    let step = this.steps.get(toolCallId) ?? (delegated ? this.openSteps().at(-1) : undefined);
+    for (let outer = step?.parentElement?.closest('[data-testid="tool-step"]'); outer; outer = outer.parentElement?.closest('[data-testid="tool-step"]')) step = outer;
+    return step ?? null;
   }
 
   // -- structured output ---------------------------------------------------------------------
@@ -360,6 +465,14 @@ function promptText(content) {
 function attachmentsOf(content) {
   if (!Array.isArray(content)) return [];
   return content.filter((item) => item && typeof item === "object" && item.attachment).map((item) => item.attachment);
+}
+
+/** The run of the thread's latest stored message (its id without the checkpoint's suffix). */
+export function lastRunId(messages) {
+  for (let index = messages.length - 1; index >= 0; index--) {
+    if (messages[index].run_id) return runOf(messages[index].run_id);
+  }
+  return null;
 }
 
 export function parseArgs(args) {
