@@ -417,7 +417,7 @@ async def chat(
         store.StoreError: The database cannot be opened, or the thread is not found.
     """
     terminal = sys.stdout if out is None else out
-    sink = TerminalSink(terminal)
+    sink = TerminalSink(terminal, named=len(app.speakers) > 1)
     printer = _Printer(sink)
     task = asyncio.current_task()
     assert task is not None  # a coroutine run by a task, as asyncio runs every one
@@ -460,7 +460,8 @@ async def chat(
 async def _resume(session: _Chat) -> None:
     """Show the stored conversation, then finish what it left: an interrupted run, pending calls."""
     conversation = await session.db.conversations.load(session.thread.thread_id)
-    lines = conversation_lines(conversation.messages) if conversation is not None else []
+    named = session.sink.named
+    lines = conversation_lines(conversation.messages, named=named) if conversation is not None else []
     for line in lines:
         session.out.write(line + "\n")
     session.out.flush()

@@ -150,9 +150,16 @@ class TerminalSink:
     """Prints the events of a run to a terminal as they come (a `stream.Sink`)."""
 
     def __init__(
-        self, out: TextIO | None = None, *, terminal: bool | None = None, width: int | None = None
+        self,
+        out: TextIO | None = None,
+        *,
+        terminal: bool | None = None,
+        width: int | None = None,
+        named: bool = True,
     ) -> None:
-        """`terminal` forces the terminal's rendering on (or off); `width` fixes its width (for tests)."""
+        """`terminal` forces the terminal's rendering on (or off); `width` fixes its width (for tests);
+        `named`: the run's own replies start with their agent's name (an app of several agents), else
+        with `assistant> ` (a delegated agent's are always named)."""
         self._out = sys.stdout if out is None else out
         self._console = Console(
             file=self._out, highlight=False, emoji=False, force_terminal=terminal, width=width
@@ -164,6 +171,7 @@ class TerminalSink:
         self._streamed = ""
         self._speaker = ASSISTANT
         """The prefix of the reply being printed."""
+        self.named = named
         self._depths: dict[str, int] = {}
         """How deep each tool call is: 0 for the run's own, 1 inside a call that delegated, and so on."""
         self._status: Status | None = None
@@ -200,7 +208,7 @@ class TerminalSink:
                 self.stop_spinner()
                 if self._open_part != part_id:
                     self._end_line()
-                    self._speaker = speaker(event.agent)
+                    self._speaker = speaker(event.agent if self.named else None)
                     self._write(self._speaker, "bold cyan")
                     self._open_part = part_id
                     self._streamed = self._speaker
@@ -212,7 +220,7 @@ class TerminalSink:
                 if self._open_part != part_id and text:
                     # Nothing of it streamed (an empty first delta): print it whole.
                     self._end_line()
-                    self._speaker = speaker(event.agent)
+                    self._speaker = speaker(event.agent if self.named else None)
                     self._write(self._speaker, "bold cyan")
                     self._write(text)
                     self._open_part = part_id
@@ -221,7 +229,7 @@ class TerminalSink:
             case TextWithdrawn(replacement=replacement):
                 self._end_line()
                 self._line("(the reply above was withdrawn)", "yellow")
-                self._speaker = speaker(event.agent)
+                self._speaker = speaker(event.agent if self.named else None)
                 self._reply(replacement)
             case ToolCall(tool_call_id=tool_call_id, tool_name=tool_name, args=args):
                 self._depths[tool_call_id] = 0
@@ -384,7 +392,7 @@ def _rows(text: str, width: int) -> int:
     return sum(max(1, math.ceil(len(line) / max(width, 1))) for line in text.split("\n"))
 
 
-def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
+def conversation_lines(messages: Sequence[ModelMessage], *, named: bool = True) -> list[str]:
     """A stored conversation as the terminal showed it: user, assistant, tool calls and results."""
     lines: list[str] = []
     for message in messages:
@@ -407,7 +415,7 @@ def conversation_lines(messages: Sequence[ModelMessage]) -> list[str]:
                     )
                     lines.append(f"← {label}: {short(content)}")
         else:
-            said = speaker(_agent_of(message))
+            said = speaker(_agent_of(message) if named else None)
             for part in message.parts:
                 if isinstance(part, TextPart) and part.content:
                     lines.append(said + part.content)

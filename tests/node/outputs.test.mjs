@@ -29,11 +29,13 @@ if (version) {
       ],
     );
     assert.deepEqual(toolParts(reply)[1].output, {});
-    assert.deepEqual(reply.metadata, { output: {}, outputType: 'NoFlightFound' });
+    // The server names the agent that spoke (`agent`) beside the structured output.
+    assert.deepEqual(reply.metadata, { agent: 'flights', output: {}, outputType: 'NoFlightFound' });
 
     await chat.sendMessage({ text: 'Flights to Lisbon?' });
     const found = lastMessage(chat);
     assert.deepEqual(found.metadata, {
+      agent: 'flights',
       output: { flight_number: 'TP-101', destination: 'Lisbon', price: 420 },
       outputType: 'FlightFound',
     });
