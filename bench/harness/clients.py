@@ -61,6 +61,9 @@ class Load:
     """How long the turns may take in all; users not done by then are cut, as errors."""
     stall_timeout: float = 120.0
     """How long a stream may go without an event while its turn runs."""
+    turns_per_thread: int | None = None
+    """A new thread (native: created, its stream opened; AI SDK: a new chat id) every this many
+    turns, all of them during the measured turns; `None`: one thread per user, made before the start."""
 
 
 @dataclass
@@ -215,6 +218,8 @@ async def _read(stream: httpx.Response, queue: asyncio.Queue[Event | BaseExcepti
 async def _native(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult
 ) -> None:
+    if load.turns_per_thread is not None:
+        return await _native_threads(client, user_id, load, gate, result, load.turns_per_thread)
     headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
     ready = False
     try:
@@ -245,6 +250,41 @@ async def _native(
     finally:
         if not ready:  # failed before the start: the others must not wait for it
             gate.arrive(ready=False)
+
+
+async def _native_threads(
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, per_thread: int
+) -> None:
+    """`_native`, on a new thread (created, its stream opened) every `per_thread` turns."""
+    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+    gate.arrive(ready=True)
+    await gate.go.wait()
+    done = 0
+    try:
+        while gate.running() and (load.turns is None or done < load.turns):
+            made = await client.post("/api/threads", json={"title": f"bench {user_id}"}, headers=headers)
+            if made.status_code != 201:
+                return result.error(f"POST /api/threads {made.status_code}", made.text)
+            thread_id = str(made.json()["thread_id"])
+            async with client.stream("GET", f"/api/threads/{thread_id}/events", headers=headers) as stream:
+                if stream.status_code != 200:
+                    await stream.aread()
+                    return result.error(f"GET events {stream.status_code}", stream.text)
+                queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+                reader = asyncio.create_task(_read(stream, queue))
+                try:
+                    last_id = 0
+                    for _ in range(per_thread):
+                        if not gate.running() or (load.turns is not None and done >= load.turns):
+                            break
+                        found = await _native_turn(client, load, thread_id, headers, queue, last_id, result)
+                        if found is None:
+                            return
+                        last_id, done = found, done + 1
+                finally:
+                    reader.cancel()
+    except httpx.HTTPError as error:
+        result.error(f"transport {type(error).__name__}", repr(error))
 
 
 async def _native_turn(
@@ -326,6 +366,8 @@ async def _ai_sdk(
     try:
         done = 0
         while gate.running() and (load.turns is None or done < load.turns):
+            if load.turns_per_thread is not None and done and done % load.turns_per_thread == 0:
+                chat_id, history = str(uuid.uuid4()), []
             message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
             body = {"id": chat_id, "messages": [*history, message], "trigger": "submit-message"}
             sent = time.perf_counter()
