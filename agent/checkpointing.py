@@ -12,7 +12,7 @@ The design note is "A run, node by node" in `docs/agent.md`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
@@ -111,7 +111,7 @@ class RunCheckpoints:
         return self.owed
 
     @asynccontextmanager
-    async def tool_running(self) -> AsyncIterator[None]:
+    async def tool_running(self) -> AsyncGenerator[None]:
         """Around a tool's execution: if it runs past `SLOW_TOOL` while the response calling it waits
         for its results' checkpoint, that response is stored (and its calls shown) meanwhile."""
         if not self.owed:
