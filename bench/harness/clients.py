@@ -36,6 +36,7 @@ __all__ = (
     "Protocol",
     "assistant_message",
     "measure",
+    "new_thread",
     "run_load",
     "sse_events",
     "trouble_lines",
@@ -253,7 +254,7 @@ async def _native(
             gate.arrive(ready=False)
 
 
-def _new_thread(index: int, turn: int, per_thread: int) -> bool:
+def new_thread(index: int, turn: int, per_thread: int) -> bool:
     """Whether user `index` starts a new thread before its turn `turn` (counted from 0 in the round).
 
     Users are staggered, so that one turn in `per_thread` starts a thread however few turns each
@@ -266,7 +267,7 @@ async def _native_threads(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
     """`_native`, on a new thread (created, its stream opened, within the round) every
-    `load.turns_per_thread` turns (`_new_thread`)."""
+    `load.turns_per_thread` turns (`new_thread`)."""
     headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
     per_thread = load.turns_per_thread or 1
     ready = False
@@ -289,15 +290,15 @@ async def _native_threads(
                 stack.callback(reader.cancel)
                 return queue, thread_id
 
-            opened = None if _new_thread(index, 0, per_thread) else await open_thread()
-            if opened is None and not _new_thread(index, 0, per_thread):
+            opened = None if new_thread(index, 0, per_thread) else await open_thread()
+            if opened is None and not new_thread(index, 0, per_thread):
                 return
             ready = True
             gate.arrive(ready=True)
             await gate.go.wait()
             last_id, done = 0, 0
             while gate.running() and (load.turns is None or done < load.turns):
-                if _new_thread(index, done, per_thread):
+                if new_thread(index, done, per_thread):
                     if (opened := await open_thread()) is None:
                         return
                     last_id = 0
@@ -391,11 +392,11 @@ async def _ai_sdk(
     per_thread = load.turns_per_thread
     ready = False
     try:
-        # Staggered (`_new_thread`): a user not starting a chat at its turn 0 has one with a turn in it.
+        # Staggered (`new_thread`): a user not starting a chat at its turn 0 has one with a turn in it.
         setup = LoadResult(users=1, turns_per_user=1)
         if (
             per_thread is not None
-            and not _new_thread(index, 0, per_thread)
+            and not new_thread(index, 0, per_thread)
             and not await _ai_sdk_turn(client, headers, chat_id, history, setup)
         ):
             return result.add_errors(setup, "setup: ")
@@ -404,7 +405,7 @@ async def _ai_sdk(
         await gate.go.wait()
         done = 0
         while gate.running() and (load.turns is None or done < load.turns):
-            if per_thread is not None and done and _new_thread(index, done, per_thread):
+            if per_thread is not None and done and new_thread(index, done, per_thread):
                 chat_id, history = str(uuid.uuid4()), []
             if not await _ai_sdk_turn(client, headers, chat_id, history, result):
                 return
