@@ -75,7 +75,7 @@ def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
             "Step overhead: durability against no persistence",
             "`run_step` (checkpoints, run bookkeeping, event log) against the same agent, deps and demo model driven the "
             'same way with nothing stored (events built and dropped): the 3-node turn "Where is ORD-5678?" (model, '
-            "`lookup_order`, model). The shop declares its lookups read-only (`ChatApp.read_only_tools`), so the lookup's "
+            "`lookup_order`, model). The lookup touches nothing keyed by its call (no ledger), so its "
             "step is stored by the run's end, one checkpoint in all. Both sides alternate in one process on one database; "
             "the tool's order lookup reads it on both. Ours' run is queued as the server's POST queues it, already claimed "
             "by the worker, its opening events (`run_started`, `user_message`) stored in that transaction (outside the "
