@@ -196,11 +196,9 @@ class ChatApp(Generic[DepsT]):
     tool_timeouts: Mapping[str, float | None] = field(default_factory=dict[str, "float | None"])
     """Per-tool overrides of both (`None`: no limit)."""
     read_only_tools: Collection[str] = frozenset()
-    """Tools with no side effects (lookups, searches), by name (kept as a frozenset). A step that
-    calls only these is not checkpointed before them: what it adds is stored with the run's next
-    checkpoint, one database round trip fewer. After a crash in between, the model call that asked
-    for them and the tools run again. Never list a tool that changes anything, even through the
-    ledger: a repeated model call may give its call a new id."""
+    """Tools with no side effects (lookups, searches), by name (kept as a frozenset). Accepted and no
+    longer needed: every tool step is stored with its results unless a tool uses the ledger,
+    delegates or runs long (`agent/checkpointing.py`), declared or not."""
     texts: Texts = field(default_factory=Texts)
     """What users see when durable-chat answers in place of the model."""
     model_retries: ModelRetries = field(default_factory=ModelRetries)

@@ -8,7 +8,7 @@ Deliberate choices (see `docs/agent.md`, "Cancelling a run"):
   (`store.LeaseLost`) and it stops, storing nothing more.
 - **What is kept is what was stored**: the conversation at the run's last checkpoint, then, from
   the events the run stored since (of its latest attempt), the results of the tools that ran, the
-  calls of a read-only step not checkpointed yet that answered, with their results, and the text
+  calls of a step not checkpointed yet that the log shows answered, with their results, and the text
   streamed so far, as pydantic-ai's own `'interrupted'` messages. A cancelled run's message is
   never lost: if the run had not checkpointed yet, its user prompt is stored too.
   Words a driver streamed live but had not stored yet (a fraction of a second's worth) are not
@@ -163,10 +163,10 @@ def interrupted_messages(
         messages.append(ModelRequest(parts=[UserPromptPart(content)], run_id=run_tag))
     results = {event.tool_call_id: event for event in latest if isinstance(event, ToolResult)}
     messages = _closed(messages, _open_calls(messages), results, run_tag)
-    # Calls of read-only tools wait for the next checkpoint (`ChatApp.read_only_tools`): those the
-    # run made since its last one and that answered are kept from their events, with their results.
-    # A call with no result is not: a lookup cut short changed nothing, and a call of a response
-    # still streaming never ran (any other tool runs only after a checkpoint stored its call).
+    # A tool step's calls wait for the checkpoint of their results (`agent/checkpointing.py`), their
+    # events with them; a log from before that rule may show calls made since the run's last
+    # checkpoint that answered: kept from their events, with their results. A call with no result
+    # is not: it was never shown by a checkpoint (a slow tool's is stored while it runs).
     known = {
         call.tool_call_id
         for message in messages

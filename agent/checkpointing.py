@@ -1,17 +1,19 @@
 """A run's checkpoints: what it stores of its conversation, when, and with which events and records.
 
-A run checkpoints after each node, before the next model call or tool execution, with three
-exceptions: a final response waits for the end's checkpoint (`answers_last_response`); a response
-calling only the app's read-only tools waits for the checkpoint of their results (`calls_only`); and
-a tool step's results are stored when the request carrying them goes out (`RunCheckpoints.sending`),
-as pydantic-ai finished that request, in the transaction that publishes their `tool_result` events.
+A run checkpoints after each node, before the next model call, with three exceptions: a final
+response waits for the end's checkpoint (`answers_last_response`); a response calling tools waits
+for the checkpoint of their results (`calls_only`), unless a tool does something keyed by its call
+first (`RunCheckpoints.before_effect`: the ledger, a delegation, a hand-off); and a tool step's
+results are stored when the request carrying them goes out (`RunCheckpoints.sending`), as
+pydantic-ai finished that request, in the transaction that publishes their `tool_result` events.
 The design note is "A run, node by node" in `docs/agent.md`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
 
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.conversation import Conversation
@@ -26,7 +28,11 @@ from .merge import unsaved
 from .records import RunRecords
 from .withdrawals import OutputGuard
 
-__all__ = ("RunCheckpoints", "answers_last_response", "calls_only")
+__all__ = ("SLOW_TOOL", "RunCheckpoints", "answers_last_response", "calls_only")
+
+SLOW_TOOL = 0.2
+"""Seconds a tool may run before the response calling it is stored without waiting for its result:
+a slow tool's call is shown while it runs, and kept by a cancellation that cuts it short."""
 
 
 def answers_last_response(node: object) -> bool:
@@ -37,17 +43,19 @@ def answers_last_response(node: object) -> bool:
     return not response.tool_calls
 
 
-def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str]) -> bool:
-    """Whether `unsaved` holds one response, calling tools, and every call and result in it is of `tools`.
+def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str] | None = None) -> bool:
+    """Whether `unsaved` holds one response, calling tools, and every call and result in it is of
+    `tools` (`None`: of any tool).
 
-    With `tools` the app's read-only ones (`ChatApp.read_only_tools`), its checkpoint can wait for
-    the one that stores the tools' results: after a crash in between, the model call that asked for
-    them and the tools run again, changing nothing.
+    Its checkpoint can wait for the one that stores the tools' results, as long as no tool does
+    anything keyed by its call id in between (`RunCheckpoints.before_effect` stores it first then):
+    after a crash in between, the model call that asked for them and the tools run again, as a
+    crash during a tool runs that tool again anyway.
     """
     responses = [message for message in unsaved if isinstance(message, ModelResponse)]
     if len(responses) != 1 or not responses[0].tool_calls:
         return False
-    return all(
+    return tools is None or all(
         part.tool_name in tools
         for message in unsaved
         for part in message.parts
@@ -67,12 +75,11 @@ class RunCheckpoints:
         out: Sink,
         guard: OutputGuard,
         records: RunRecords,
-        read_only: Collection[str],
         stopping: asyncio.Event,
         trace_id: str | None,
     ) -> None:
         self.db, self.run, self.log, self.out, self.guard = db, run, log, out, guard
-        self.records, self.read_only, self.stopping, self.trace_id = records, read_only, stopping, trace_id
+        self.records, self.stopping, self.trace_id = records, stopping, trace_id
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.base = 0
         """How many messages of `conversation` the run started from; its checkpoints stored the rest."""
@@ -80,6 +87,10 @@ class RunCheckpoints:
         """The run's new messages, as pydantic-ai counts them (`AgentRun.new_messages`)."""
         self.answering = False
         """A tool step ran whose results no checkpoint stored yet: the next request's checkpoint does."""
+        self.owed = False
+        """A response calling tools waits for the checkpoint of their results (`can_wait`), unless
+        a tool asks for it sooner (`before_effect`)."""
+        self._effects = asyncio.Lock()
 
     def started(self, new: Callable[[], list[ModelMessage]]) -> None:
         """The agent run begins from `conversation` as it is; `new` gives its new messages."""
@@ -91,12 +102,39 @@ class RunCheckpoints:
         return [*stored, *unsaved(stored[self.base :], self.new())]
 
     def can_wait(self) -> bool:
-        """Whether the checkpoint due now can wait for the run's next one: all it would add calls
-        only read-only tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
-        if not self.read_only or self.stopping.is_set() or self.guard.blanking:
+        """Whether the checkpoint due now can wait for the run's next one: all it would add is a
+        response calling tools. A stopping runtime, or a withdrawn part to blank, checkpoints at once."""
+        if self.stopping.is_set() or self.guard.blanking:
             return False
         stored = self.conversation.messages
-        return calls_only(unsaved(stored[self.base :], self.new()), self.read_only)
+        self.owed = calls_only(unsaved(stored[self.base :], self.new()))
+        return self.owed
+
+    @asynccontextmanager
+    async def tool_running(self) -> AsyncGenerator[None]:
+        """Around a tool's execution: if it runs past `SLOW_TOOL` while the response calling it waits
+        for its results' checkpoint, that response is stored (and its calls shown) meanwhile."""
+        if not self.owed:
+            yield
+            return
+        saving: list[asyncio.Task[None]] = []
+        handle = asyncio.get_running_loop().call_later(
+            SLOW_TOOL, lambda: saving.append(asyncio.create_task(self.before_effect()))
+        )
+        try:
+            yield
+        finally:
+            handle.cancel()
+            for task in saving:
+                await asyncio.shield(task)
+
+    async def before_effect(self) -> None:
+        """A tool is about to do something keyed by its call id (a ledger row, a delegated run, a
+        hand-off): the response calling it is stored first, if it waits (`can_wait`), so that a
+        crash after it continues with the same call, whose effect the ledger then answers."""
+        async with self._effects:  # parallel calls: one checkpoint
+            if self.owed:
+                await self.save(self.messages(), results=False)
 
     async def sending(self) -> None:
         """A request is about to go to the model, as pydantic-ai finished it (stamped with its time,
@@ -123,12 +161,16 @@ class RunCheckpoints:
         finish: RunStatus | None = None,
         approvals: Sequence[PendingCall] = (),
         error: str | None = None,
+        results: bool = True,
     ) -> None:
         """Store `messages` (the stored conversation, then what the run added), the records tools
-        made and the events not stored yet, in one transaction, with the run's progress."""
+        made and the events not stored yet, in one transaction, with the run's progress. Without
+        `results` (a response stored while its tools run), no tool result event: those wait for
+        the checkpoint that stores the results."""
+        self.owed = False
         stored = self.conversation.messages
         self.guard.scrub(messages[len(stored) :])
-        records = self.records.drain()
+        records = self.records.drain() if results else []  # a record is stored with its call's result
         changed = len(messages) != len(stored) or any(
             a is not b for a, b in zip(messages, stored, strict=True)
         )
@@ -136,7 +178,7 @@ class RunCheckpoints:
             return
         run, conversation = self.run, self.conversation
         # Events not stored yet go out in the checkpoint's own transaction.
-        events = await self.log.take_pending()
+        events = await self.log.take_pending(results=results)
         checkpoint = Checkpoint(
             run=run,
             event_id=self.log.last_id,

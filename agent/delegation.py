@@ -77,6 +77,9 @@ class Delegations:
     """The app's read-only tools (`ChatApp.read_only_tools`): a response calling only these is stored with their results."""
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict[str, "tuple[str, ...]"])
     """The chain of agents of each agent run going on, by its pydantic-ai run id."""
+    before: Callable[[], Awaitable[None]] | None = None
+    """Awaited before a sub-run starts: the step stores the response calling its tool first (the
+    sub-run's conversation and output are keyed by that call)."""
 
     async def delegate(
         self,
@@ -101,6 +104,8 @@ class Delegations:
         name: str | None,
     ) -> Any:
         parent = call_id(ctx)
+        if self.before is not None:
+            await self.before()
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
         done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(parent))
         if done is not None and done.status == "succeeded":

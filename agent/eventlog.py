@@ -25,10 +25,11 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   is so quiet and a writer's transaction is in flight, each event emitted lets the event loop
   turn once: a model streaming without pause would otherwise keep the loop until its next wait,
   often the run's last checkpoint, and a committed first word would wait for it unread.
-- **A tool's result waits for its checkpoint.** Neither the writer nor `flush` stores a
-  `tool_result`, nor anything emitted after it: only a checkpoint does (`take_pending`), in the
-  transaction that stores the results in the conversation. A result a client saw is then always
-  the one the model continues from, whatever crashes. Until that checkpoint they are `held`.
+- **A tool's call and result wait for their checkpoint.** Neither the writer nor `flush` stores a
+  `tool_result`, or a `tool_call` of the run's own, nor anything emitted after it: only a
+  checkpoint does (`take_pending`), in the transaction that stores the call or the results in the
+  conversation. A call or result a client saw is then always one the model continues from,
+  whatever crashes. Until that checkpoint they are `held`.
 - **Fenced.** With the run's `lease_owner`, a write stores nothing unless that worker still holds
   the run's lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
@@ -212,8 +213,9 @@ class EventLogSink:
         del self._unstored[len(self._unstored) - dropped :]
         return dropped
 
-    async def take_pending(self) -> list[StoredEvent]:
-        """Hand over the events not stored yet, for the caller to store in its own transaction.
+    async def take_pending(self, *, results: bool = True) -> list[StoredEvent]:
+        """Hand over the events not stored yet, for the caller to store in its own transaction;
+        without `results`, only those before the first tool result (a checkpoint storing calls only).
 
         The caller then calls `stored` once its transaction committed, or `put_back` if it failed;
         until then the background writer stores nothing, so events are published in id order.
@@ -231,7 +233,11 @@ class EventLogSink:
         except BaseException:
             self._taken = False
             raise
-        pending, self._unstored = self._unstored, []
+        if results:
+            pending, self._unstored = self._unstored, []
+        else:
+            cut = _before_results(self._unstored)
+            pending, self._unstored = self._unstored[:cut], self._unstored[cut:]
         return pending
 
     def put_back(self, events: Sequence[StoredEvent]) -> None:
@@ -315,11 +321,20 @@ class EventLogSink:
         raise RuntimeError(f"the event log of thread {self._thread_id!r} failed") from failure
 
 
+def _before_results(events: Sequence[StoredEvent]) -> int:
+    """How many of `events` come before the first tool result."""
+    return next((i for i, stored in enumerate(events) if isinstance(stored.event, ToolResult)), len(events))
+
+
 def _ready(events: Sequence[StoredEvent]) -> int:
-    """How many of `events` come before the first tool result: what a store other than a checkpoint may take."""
+    """How many of `events` come before the first tool result, or the first call of the run's own
+    (not a delegated run's): what a store other than a checkpoint may take."""
     for index, stored in enumerate(events):
-        if isinstance(stored.event, ToolResult):
-            return index
+        match stored.event:
+            case ToolResult() | ToolCall(parent_tool_call_id=None):
+                return index
+            case _:
+                pass
     return len(events)
 
 

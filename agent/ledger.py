@@ -39,10 +39,19 @@ OUTCOME_UNKNOWN = "durable_chat_outcome"
 class ToolLedger:
     """The ledger as one run's tools see it (`RunScope.ledger`)."""
 
-    def __init__(self, ledger: Ledger, thread_id: str, run_id: str) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        thread_id: str,
+        run_id: str,
+        *,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._ledger = ledger
         self._thread_id = thread_id
         self._run_id = run_id
+        self._before = before
+        """Awaited before a call touches the ledger: the step stores the response calling it first."""
 
     def idempotency_key(self, ctx: RunContext[Any]) -> str:
         """The key an external API deduplicates this call's retries by."""
@@ -59,6 +68,8 @@ class ToolLedger:
             ToolFailed: The call was started as an external effect instead.
         """
         tool_call_id = call_id(ctx)
+        if self._before is not None:
+            await self._before()
         result, earlier = await self._ledger.once(
             self._thread_id,
             tool_call_id,
@@ -80,6 +91,8 @@ class ToolLedger:
         finished raises `ApprovalRequired`: the run pauses for a human to decide (see the module).
         """
         tool_call_id = call_id(ctx)
+        if self._before is not None:
+            await self._before()
         go, execution = await self._ledger.start(
             self._thread_id, tool_call_id, run_id=self._run_id, tool_name=ctx.tool_name or ""
         )

@@ -15,6 +15,7 @@ overrides the hook or not: given separately, the four cost nearly twice what the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,8 @@ class RunHooks(AbstractCapability[Any]):
     the model is called."""
     files: FileResolver | None = None
     """Resolves the thread's file references in each request (`agent.files`); the history keeps them."""
+    tool_running: Callable[[], AbstractAsyncContextManager[None]] | None = None
+    """Entered around each tool's execution (the step stores a slow tool's call while it runs)."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -86,9 +89,14 @@ class RunHooks(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        return await self.failures.wrap_tool_execute(
-            ctx, call=call, tool_def=tool_def, args=args, handler=handler
-        )
+        if self.tool_running is None:
+            return await self.failures.wrap_tool_execute(
+                ctx, call=call, tool_def=tool_def, args=args, handler=handler
+            )
+        async with self.tool_running():
+            return await self.failures.wrap_tool_execute(
+                ctx, call=call, tool_def=tool_def, args=args, handler=handler
+            )
 
     async def on_tool_execute_error(
         self,

@@ -256,6 +256,7 @@ class _Step:
             log=log,
             read_only=runtime.app.read_only_tools,
             first_attempt=run.attempt == 1 and run.kind in ("message", "regenerate"),
+            before=self._before_effect,
         )
         self.scope = RunScope(
             thread_id=run.thread_id,
@@ -263,7 +264,7 @@ class _Step:
             user_id=user_id,
             attempt=run.attempt,
             records=self.records,
-            ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id),
+            ledger=ToolLedger(runtime.db.ledger, run.thread_id, run.run_id, before=self._before_effect),
             engine=runtime.db.engine,
             delegations=self.delegations,
             files=ThreadFiles(runtime.db.files, run.thread_id, user_id),
@@ -276,13 +277,15 @@ class _Step:
             out=out,
             guard=self.guard,
             records=self.records,
-            read_only=runtime.app.read_only_tools,
             stopping=runtime.stopping,
             trace_id=trace_id,
         )
         self._save = self.checkpoints.save
         self.response_count = 0
         self.outputs = OutputCalls()
+
+    async def _before_effect(self) -> None:
+        await self.checkpoints.before_effect()
 
     @property
     def conversation(self) -> Conversation:
@@ -372,6 +375,7 @@ class _Step:
                         self.schemas,
                         self.checkpoints.sending,
                         FileResolver(self.scope.files),
+                        self.checkpoints.tool_running,
                     ),
                     *self.runtime.agent_tracing(),
                     PAUSE_AT_DEFERRED_CALLS,
@@ -518,6 +522,7 @@ class _Step:
 
     async def _transfer(self, name: str) -> None:
         """A hand-off: `name` answers the thread's next turns."""
+        await self.checkpoints.before_effect()  # the transfer's call is stored before it acts
         await self.db.threads.set_agent(self.run.thread_id, name)
         await self.out.emit(AgentChanged(run_id=self.run.run_id, agent=name, previous=self.tags.agent))
 

@@ -20,6 +20,7 @@ from bench.harness.options import parser, publish
 from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import Clock, command_line, environment
 from bench.harness.servers import (
+    PLAIN_APP,
     UNLIMITED,
     ServerProcess,
     adapter_argv,
@@ -43,8 +44,12 @@ SETTLE = 1.2
 PROTOCOLS: dict[str, Protocol] = {BASELINE: "ai-sdk", NATIVE: "native", AI_SDK: "ai-sdk"}
 
 
+PER_THREAD = 5
+"""The plain app's turns per thread (`--app plain`): a new thread and its stream every 5 turns."""
+
+
 async def servers(
-    stack: AsyncExitStack, database: Dialect, postgres: str | None, source: Path, logs: Path
+    stack: AsyncExitStack, database: Dialect, postgres: str | None, source: Path, logs: Path, *, plain: bool
 ) -> dict[str, ServerProcess]:
     """Ours and the baseline, pinned, each on a scratch database of its own; by side."""
     ours_url = await stack.enter_async_context(scratch_database(database, logs, f"ours-{database}", postgres))
@@ -54,19 +59,45 @@ async def servers(
     await prepare_shop(base_url)
     env = server_env(UNLIMITED)
     ours = await stack.enter_async_context(
-        serving(f"ours-{database}", pinned(ours_argv(ours_url)), env, logs, cwd=source)
+        serving(
+            f"ours-{database}",
+            pinned(ours_argv(ours_url, app=PLAIN_APP if plain else None)),
+            env,
+            logs,
+            cwd=source,
+        )
     )
     base = await stack.enter_async_context(
-        serving(f"baseline-{database}", pinned(adapter_argv(base_url)), env, logs, cwd=source)
+        serving(
+            f"baseline-{database}",
+            pinned(adapter_argv(base_url, app="plain" if plain else "shop")),
+            env,
+            logs,
+            cwd=source,
+        )
     )
     return {BASELINE: base, NATIVE: ours, AI_SDK: ours}
 
 
 async def play(
-    server: ServerProcess, side: str, users: int, *, turns: int | None = None, seconds: float = 0.0
+    server: ServerProcess,
+    side: str,
+    users: int,
+    *,
+    turns: int | None = None,
+    seconds: float = 0.0,
+    per_thread: int | None = None,
 ) -> Measured:
-    """A round of `side`: `turns` each, or turns for `seconds`, its CPU read `SETTLE` after a timed round."""
-    load = Load(users=users, turns=turns, seconds=seconds, protocol=PROTOCOLS[side], deadline=600)
+    """A round of `side`: `turns` each, or turns for `seconds`, its CPU read `SETTLE` after a timed round;
+    a new thread every `per_thread` turns."""
+    load = Load(
+        users=users,
+        turns=turns,
+        seconds=seconds,
+        protocol=PROTOCOLS[side],
+        deadline=600,
+        turns_per_thread=per_thread,
+    )
     return await measure([server], load, settle=0.0 if turns else SETTLE)
 
 
@@ -75,7 +106,9 @@ async def run_database(
 ) -> None:
     quick = arguments.quick
     async with AsyncExitStack() as stack:
-        by_side = await servers(stack, database, arguments.postgres, source, logs)
+        plain = arguments.app == "plain"
+        per_thread = PER_THREAD if plain else None
+        by_side = await servers(stack, database, arguments.postgres, source, logs, plain=plain)
         for side in SIDES:  # warm-up: imports, first connections, caches
             await play(by_side[side], side, 2, turns=3)
         for turn in range(QUICK_ALONE_TURNS if quick else ALONE_TURNS):
@@ -93,7 +126,7 @@ async def run_database(
                     report.notes.append(notes)
                     break
                 for side in SIDES[number % 3 :] + SIDES[: number % 3]:
-                    m = await play(by_side[side], side, users, seconds=seconds)
+                    m = await play(by_side[side], side, users, seconds=seconds, per_thread=per_thread)
                     load = m.result
                     _count(report, database, side, load.errors, load.error_samples)
                     found = Round.of(database, users, side, number, m)
@@ -136,6 +169,13 @@ def main() -> int:
     options.add_argument("--rounds", type=int, help=f"rounds per side and level (default {ROUNDS})")
     options.add_argument("--seconds", type=float, help=f"seconds of turns per round (default {SECONDS:g})")
     options.add_argument(
+        "--app",
+        choices=["shop", "plain"],
+        default="shop",
+        help="the demo shop (default), or a plain app as written with a new thread every 5 turns "
+        "(`bench/harness/plain_app.py`; writes `server-cpu-plain` and `first-delta-plain`)",
+    )
+    options.add_argument(
         "--budget", type=float, help=f"seconds for all the rounds (default {BUDGET:g}; set-up on top)"
     )
     arguments = options.parse_args()
@@ -152,9 +192,10 @@ def main() -> int:
     lines = environment(
         command_line("bench.cpu", sys.argv[1:]), postgres=version, notes=[*report.notes, clock.line()]
     )
+    plain = arguments.app == "plain"
     texts = {
-        "server-cpu": "\n".join(render_cpu(report, lines)),
-        "first-delta-baseline": "\n".join(render_first_delta(report)),
+        "server-cpu-plain" if plain else "server-cpu": "\n".join(render_cpu(report, lines, plain=plain)),
+        "first-delta-plain" if plain else "first-delta-baseline": "\n".join(render_first_delta(report)),
     }
     publish(arguments, texts, full=not (arguments.quick or arguments.rounds or arguments.users))
     return 0

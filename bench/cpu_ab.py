@@ -18,7 +18,16 @@ from bench.harness.databases import scratch_database
 from bench.harness.options import parser
 from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import ROOT
-from bench.harness.servers import UNLIMITED, ServerProcess, folder, ours_argv, server_env, serving, snapshot
+from bench.harness.servers import (
+    PLAIN_APP,
+    UNLIMITED,
+    ServerProcess,
+    folder,
+    ours_argv,
+    server_env,
+    serving,
+    snapshot,
+)
 from bench.harness.stats import median
 
 
@@ -44,7 +53,7 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
             url = await stack.enter_async_context(
                 scratch_database(database, logs, f"ab-{number}", arguments.postgres)
             )
-            argv = pinned(ours_argv(url))
+            argv = pinned(ours_argv(url, app=PLAIN_APP if arguments.app == "plain" else None))
             servers[name] = await stack.enter_async_context(
                 serving(f"ab-{number}", argv, server_env(UNLIMITED), logs, cwd=source)
             )
@@ -57,6 +66,7 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
             seconds=arguments.seconds,
             protocol=arguments.protocol,
             deadline=600,
+            turns_per_thread=5 if arguments.app == "plain" else None,
         )
         for number in range(arguments.rounds):
             for name in names if number % 2 == 0 else names[::-1]:
@@ -90,6 +100,12 @@ def main() -> int:
     options = parser("bench.cpu_ab", __doc__, quick=None, postgres="explicit", sections=False)
     options.add_argument("--base", default="HEAD", help="the git ref to compare the working tree with")
     options.add_argument("--protocol", choices=["ai-sdk", "native"], default="ai-sdk")
+    options.add_argument(
+        "--app",
+        choices=["shop", "plain"],
+        default="shop",
+        help="the demo shop, or the plain app with a new thread every 5 turns (as `bench.cpu --app plain`)",
+    )
     options.add_argument("--users", type=int, default=20)
     options.add_argument("--rounds", type=int, default=8)
     options.add_argument("--seconds", type=float, default=2.0)

@@ -9,9 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.clients import Event, LoadResult, Measured, assistant_message, check_turn, sse_events
+from bench.harness.clients import (
+    Event,
+    LoadResult,
+    Measured,
+    assistant_message,
+    check_turn,
+    new_thread,
+    sse_events,
+)
 from bench.harness.options import POSTGRES_ENV, parser, publish, writes
 from bench.harness.phases import Phase, errors
+from bench.harness.plain_app import ANSWER_DELTAS, build_agent
 from bench.harness.reports import command_line, table, write_section
 from bench.harness.stats import median, ms, ms_short, paired_ratio, percentile, ratio, times
 
@@ -235,3 +244,27 @@ def test_what_went_wrong_in_a_phase_is_listed_by_kind_status_and_log_line() -> N
     ]
     assert lines[12:] == ["- could not run: `SQLite, 50 users: did not start`"]
     assert errors([clean], [], "Errors:") == []
+
+
+def test_one_turn_in_five_starts_a_thread_however_few_turns_the_users_get() -> None:
+    per_thread = 5
+    for turns in (1, 2, 7):
+        starts = sum(new_thread(user, turn, per_thread) for user in range(200) for turn in range(turns))
+        assert starts == 200 * turns // per_thread
+    # Each user's threads hold five turns, but the first, cut to stagger the users.
+    assert [new_thread(3, turn, per_thread) for turn in range(8)] == [
+        False, False, True, False, False, False, False, True,
+    ]  # fmt: skip
+
+
+def test_the_plain_app_looks_the_order_up_then_answers_in_twelve_deltas_of_about_sixty_words() -> None:
+    result = build_agent().run_sync("Where is ORD-9012?")
+    calls = [
+        part for message in result.all_messages() for part in message.parts if part.part_kind == "tool-call"
+    ]
+    assert [(call.tool_name, call.args_as_dict()) for call in calls] == [
+        ("lookup_order", {"order_id": "ORD-9012"})
+    ]
+    assert result.output.startswith("Your order ORD-9012 (Gadget Plus) is processing.")
+    assert 55 <= len(result.output.split()) <= 75
+    assert ANSWER_DELTAS == 12

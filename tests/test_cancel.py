@@ -196,6 +196,8 @@ async def _echo_history(messages: list[ModelMessage], info: AgentInfo) -> AsyncI
 async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two: tuple[App, App]) -> None:
     # A step's results are published with the checkpoint that stores them, once all its tools
     # answered: the lookup's, finished while the report hangs, was never shown, and is not kept.
+    # The calls are: the report running past `SLOW_TOOL`, the response calling both was stored
+    # (and its calls shown) before the cancel.
     driver, canceller = two
     started, release = asyncio.Event(), asyncio.Event()
 
@@ -213,6 +215,7 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two:
     ).run
     task = asyncio.create_task(run_step(runtime, run.run_id))
     await asyncio.wait_for(started.wait(), DEADLINE)
+    await _eventually(lambda: _stored_calls(canceller, thread))
 
     cancelled = await cancel(canceller.db, thread.thread_id)
 
@@ -240,6 +243,42 @@ async def test_a_run_cancelled_while_a_tool_runs_keeps_no_result_nobody_saw(two:
     release.set()
     await asyncio.wait_for(task, DEADLINE)
     assert await canceller.db.events.read(thread.thread_id) == log
+
+
+async def _stored_calls(app: App, thread: Thread) -> bool | None:
+    return any(isinstance(m, ModelResponse) and m.tool_calls for m in await app.messages(thread)) or None
+
+
+async def test_a_tool_cut_short_before_its_call_was_stored_leaves_no_call_shown(
+    two: tuple[App, App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelled before the response calling it was stored (the tool's first `SLOW_TOOL`): no client
+    # saw its call (a call is shown by the checkpoint that stores it), and the conversation keeps none.
+    driver, canceller = two
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_report(ctx: RunContext[ShopDeps], topic: str) -> str:
+        """Write a report on a topic (slowly)."""
+        started.set()
+        await release.wait()
+        return f"report on {topic}"
+
+    held = Held([], calls=[("slow_report", {"topic": "x"})])
+    runtime = _runtime(driver, held.model(), Tool(slow_report))
+    thread = await driver.thread()
+    run = (
+        await driver.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Report"))
+    ).run
+    monkeypatch.setattr("agent.checkpointing.SLOW_TOOL", 3600.0)  # the cancel surely lands first
+    task = asyncio.create_task(run_step(runtime, run.run_id))
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    await cancel(canceller.db, thread.thread_id)
+    release.set()
+    await asyncio.wait_for(task, DEADLINE)
+
+    assert shapes(await canceller.messages(thread)) == snapshot(["request: user-prompt", "response: "])
+    log = await canceller.db.events.read(thread.thread_id)
+    assert not any(event.type in ("tool_call", "tool_result") for event in log)
 
 
 async def test_a_queued_run_is_cancelled_and_its_message_kept(app: App) -> None:

@@ -161,8 +161,9 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
     core_factory: CoreFactory,
 ) -> None:
     # The event writer waits an hour between its transactions: a first word published before the
-    # run's end was stored at once, not taken by the run's last checkpoint. (The tool's result is
-    # published by the checkpoint that stores it, before the model is asked again.)
+    # run's end was stored at once, not taken by the run's last checkpoint. (The tool's call and
+    # result are published by the checkpoint that stores them, before the model is asked again:
+    # the writer waiting its hour, the call waits for it too.)
     app = await core_factory(
         Script([LOOKUP, "You are on the plan for acme."]),
         tenant="acme",
@@ -186,8 +187,7 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
     assert batches == snapshot(
         [
             ["run_started", "user_message"],
-            ["tool_call"],
-            ["tool_result"],
+            ["tool_call", "tool_result"],
             ["text_delta"],
             [
                 "text_delta",

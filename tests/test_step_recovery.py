@@ -36,10 +36,12 @@ def paying() -> Script:
     )
 
 
-@pytest.mark.parametrize("at_flush", [1, 2])
+@pytest.mark.parametrize("at_flush", [1])
 async def test_a_run_killed_between_nodes_continues_from_its_checkpoint(
     core_factory: CoreFactory, at_flush: int
 ) -> None:
+    # The lookup's call and result are stored by one checkpoint, before the model is asked again
+    # (the run's second and last before its pause): the crash lands right after it.
     reference = await core_factory(paying())
     clean = await reference.thread()
     await reference.send(clean, ASK)
@@ -98,12 +100,14 @@ async def test_a_cancelled_run_is_requeued_and_continues(core_factory: CoreFacto
     with pytest.raises(asyncio.CancelledError):
         await task
     assert (await app.db.runs.get(run.run_id)).status == "queued"
+    assert (await app.db.runs.get(run.run_id)).checkpoints == 0
     assert await run_step(app.runtime, run.run_id) == "awaiting_approval"
+    # Cancelled before the lookup's step was stored (its call waits for its result's checkpoint,
+    # the lookup touching nothing keyed by its call): the model is asked again, and the script's
+    # next answer is the transfer.
     assert shapes(await app.messages(thread)) == snapshot(
         [
             "request: user-prompt",
-            "response: tool-call(lookup)",
-            "request: tool-return(lookup)",
             "response: tool-call(transfer)",
         ]
     )
@@ -126,8 +130,8 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_facto
 
     assert await run_step(app.runtime, run.run_id, sink=StopOnToolResult()) == "queued"
     parked = await app.db.runs.get(run.run_id)
-    # The lookup's call, then its result, stored as the request the next process sends.
-    assert (parked.status, parked.checkpoints) == ("queued", 2)
+    # The lookup's call with its result, stored as the request the next process sends, in one checkpoint.
+    assert (parked.status, parked.checkpoints) == ("queued", 1)
     assert shapes(await app.messages(thread))[-1] == "request: tool-return(lookup)"
     # The next process continues it from that checkpoint: it sends that request, runs no lookup.
     restarted = await core_factory(script)

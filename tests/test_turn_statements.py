@@ -218,7 +218,8 @@ async def _one_turn(
             await task
             tally.counting = False
             run = await services.db.runs.get(run_id)
-            assert (run.status, run.checkpoints) == ("completed", 2 if read_only else 3)
+            # The lookup's call waits for its result's checkpoint, declared read-only or not.
+            assert (run.status, run.checkpoints) == ("completed", 2)
             return tally
 
         yield play
@@ -277,66 +278,6 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
-                "statements (but events)": 14,
-                "write transactions (but the writer's)": 4,
-                "reads": [],
-                "rollbacks outside a transaction": 0,
-                "transactions": [
-                    ["UPDATE threads", "INSERT runs"],
-                    [
-                        "INSERT conversation_entries",
-                        "INSERT conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
-                    ],
-                    [
-                        "INSERT conversation_entries",
-                        "UPDATE conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
-                    ],
-                    [
-                        "INSERT conversation_entries",
-                        "UPDATE conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
-                    ],
-                ],
-            }
-        )
-    else:
-        assert counted == snapshot(
-            {
-                "statements (but events)": 4,
-                "write transactions (but the writer's)": 4,
-                "reads": [],
-                "rollbacks outside a transaction": 0,
-                "transactions": [
-                    ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
-                    [
-                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
-                    ],
-                    [
-                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
-                    ],
-                    [
-                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
-                    ],
-                ],
-            }
-        )
-
-
-async def test_a_turn_whose_tool_is_read_only_stores_its_call_with_its_result(
-    database_url: str, tmp_path: Path
-) -> None:
-    # The step calling only a read-only tool is not checkpointed before it: the checkpoint storing
-    # its result (before the model is asked again) stores its call too, one transaction fewer.
-    async with _one_turn(database_url, tmp_path, read_only=("lookup",)) as play:
-        counted = _but_flushes(await play(), database_url)
-    if database_url.startswith("sqlite"):
-        assert counted == snapshot(
-            {
                 "statements (but events)": 10,
                 "write transactions (but the writer's)": 3,
                 "reads": [],
@@ -378,13 +319,26 @@ async def test_a_turn_whose_tool_is_read_only_stores_its_call_with_its_result(
         )
 
 
+async def test_declaring_the_tool_read_only_changes_no_statement(
+    one_turn: Turn, database_url: str, tmp_path: Path
+) -> None:
+    # A step's call waits for its result's checkpoint whether or not the app promises the tool is
+    # read-only (`ChatApp.read_only_tools`): the promise no longer buys a transaction.
+    undeclared = _but_flushes(await one_turn(), database_url)
+    (tmp_path / "declared").mkdir()
+    async with _one_turn(database_url, tmp_path / "declared", read_only=("lookup",)) as play:
+        declared = _but_flushes(await play(), database_url)
+    assert declared == undeclared
+    assert declared["write transactions (but the writer's)"] == 3
+
+
 async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: ChatTurn, database_url: str) -> None:
     # The run queued straight on the chat's derived thread (no read of it first); its stream started
     # from the run's reserved ids, subscribed before the run could publish (no replay read); and no
     # load of the history: queueing read the conversation's revision, which this worker saved last.
     counted = (await ai_sdk_turn()).summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 4
+    assert counted["write transactions (but the writer's)"] == 3
     assert counted["rollbacks outside a transaction"] == 0
 
 
@@ -392,7 +346,7 @@ async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn
     # Its queueing makes the chat's thread in the same trip (`NewRun.create_unless`).
     counted = (await ai_sdk_turn(first=True)).summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 4
+    assert counted["write transactions (but the writer's)"] == 3
     assert counted["rollbacks outside a transaction"] == 0
 
 
@@ -413,4 +367,4 @@ async def test_an_ag_ui_chats_first_turn_reads_nothing(database_url: str, tmp_pa
     assert '"type":"RUN_FINISHED"' in streamed
     counted = tally.summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 4
+    assert counted["write transactions (but the writer's)"] == 3

@@ -1,6 +1,8 @@
 """What a user would deploy instead of ours: pydantic-ai's own `VercelAIAdapter` serving the shop's agent.
 
-    python -m bench.harness.adapter --port N --db URL      (the secret from $DURABLE_CHAT_SECRET)
+    python -m bench.harness.adapter --port N --db URL [--app plain]   (the secret from $DURABLE_CHAT_SECRET)
+
+`--app plain`: the agent of `bench/harness/plain_app.py` instead, with its deps (none).
 
 The same agent and deps, stored nothing: the client resends the conversation each turn, as `useChat`
 does. The bearer token is checked as ours checks it.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 
+from pydantic_ai import Agent
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -22,12 +25,18 @@ from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
 from store import Ledger
 from web import InvalidToken, verify_token
 
+from .plain_app import build_agent as build_plain_agent
 from .servers import baseline_main
 
-__all__ = ("create_app",)
+__all__ = ("create_app", "create_plain_app")
 
 
-def create_app(secret: str, database_url: str) -> Starlette:
+def create_plain_app(secret: str, database_url: str) -> Starlette:
+    """The same for the plain app's agent (`bench/harness/plain_app.py`), whose deps are none."""
+    return create_app(secret, database_url, plain=build_plain_agent())
+
+
+def create_app(secret: str, database_url: str, *, plain: Agent[None, str] | None = None) -> Starlette:
     engine = create_async_engine(database_url)
     business = BusinessData(engine)
     agent = build_agent(demo_model(delay=0))
@@ -44,6 +53,8 @@ def create_app(secret: str, database_url: str) -> Starlette:
             user_id = verify_token(secret, token.strip()).user_id
         except InvalidToken:
             return JSONResponse({"error": {"code": "unauthorized"}}, status_code=401)
+        if plain is not None:
+            return await VercelAIAdapter[None, str].dispatch_request(request, agent=plain, deps=None)
         thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
         # The shop's deps as the server builds them; only `business` is used by `lookup_order`.
         scope = RunScope(
@@ -63,4 +74,4 @@ def create_app(secret: str, database_url: str) -> Starlette:
 
 
 if __name__ == "__main__":
-    baseline_main(__doc__, create_app)
+    baseline_main(__doc__, create_app, apps={"plain": create_plain_app})

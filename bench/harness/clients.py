@@ -36,6 +36,7 @@ __all__ = (
     "Protocol",
     "assistant_message",
     "measure",
+    "new_thread",
     "run_load",
     "sse_events",
     "trouble_lines",
@@ -61,6 +62,9 @@ class Load:
     """How long the turns may take in all; users not done by then are cut, as errors."""
     stall_timeout: float = 120.0
     """How long a stream may go without an event while its turn runs."""
+    turns_per_thread: int | None = None
+    """A new thread (native: created, its stream opened; AI SDK: a new chat id) every this many
+    turns, all of them during the measured turns; `None`: one thread per user, made before the start."""
 
 
 @dataclass
@@ -172,6 +176,7 @@ async def run_load(
                     load,
                     gate,
                     result,
+                    n,
                 )
             )
             for n in range(load.users)
@@ -213,8 +218,10 @@ async def _read(stream: httpx.Response, queue: asyncio.Queue[Event | BaseExcepti
 
 
 async def _native(
-    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
+    if load.turns_per_thread is not None:
+        return await _native_threads(client, user_id, load, gate, result, index)
     headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
     ready = False
     try:
@@ -244,6 +251,67 @@ async def _native(
         result.error(f"transport {type(error).__name__}", repr(error))
     finally:
         if not ready:  # failed before the start: the others must not wait for it
+            gate.arrive(ready=False)
+
+
+def new_thread(index: int, turn: int, per_thread: int) -> bool:
+    """Whether user `index` starts a new thread before its turn `turn` (counted from 0 in the round).
+
+    Users are staggered, so that one turn in `per_thread` starts a thread however few turns each
+    does in a round; a user not starting one at its turn 0 is given a thread before the start.
+    """
+    return (index + turn) % per_thread == 0
+
+
+async def _native_threads(
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
+) -> None:
+    """`_native`, on a new thread (created, its stream opened, within the round) every
+    `load.turns_per_thread` turns (`new_thread`)."""
+    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+    per_thread = load.turns_per_thread or 1
+    ready = False
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def open_thread() -> tuple[asyncio.Queue[Event | BaseException | None], str] | None:
+                await stack.aclose()
+                made = await client.post("/api/threads", json={"title": f"bench {user_id}"}, headers=headers)
+                if made.status_code != 201:
+                    return result.error(f"POST /api/threads {made.status_code}", made.text)
+                thread_id = str(made.json()["thread_id"])
+                url = f"/api/threads/{thread_id}/events"
+                stream = await stack.enter_async_context(client.stream("GET", url, headers=headers))
+                if stream.status_code != 200:
+                    await stream.aread()
+                    return result.error(f"GET events {stream.status_code}", stream.text)
+                queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+                reader = asyncio.create_task(_read(stream, queue))
+                stack.callback(reader.cancel)
+                return queue, thread_id
+
+            opened = None if new_thread(index, 0, per_thread) else await open_thread()
+            if opened is None and not new_thread(index, 0, per_thread):
+                return
+            ready = True
+            gate.arrive(ready=True)
+            await gate.go.wait()
+            last_id, done = 0, 0
+            while gate.running() and (load.turns is None or done < load.turns):
+                if new_thread(index, done, per_thread):
+                    if (opened := await open_thread()) is None:
+                        return
+                    last_id = 0
+                assert opened is not None
+                queue, thread_id = opened
+                found = await _native_turn(client, load, thread_id, headers, queue, last_id, result)
+                if found is None:
+                    return
+                last_id, done = found, done + 1
+    except httpx.HTTPError as error:
+        result.error(f"transport {type(error).__name__}", repr(error))
+    finally:
+        if not ready:
             gate.arrive(ready=False)
 
 
@@ -316,41 +384,72 @@ def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None
 
 
 async def _ai_sdk(
-    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult
+    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
     headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
     chat_id = str(uuid.uuid4())
     history: list[dict[str, Any]] = []
-    gate.arrive(ready=True)
-    await gate.go.wait()
+    per_thread = load.turns_per_thread
+    ready = False
     try:
+        # Staggered (`new_thread`): a user not starting a chat at its turn 0 has one with a turn in it.
+        setup = LoadResult(users=1, turns_per_user=1)
+        if (
+            per_thread is not None
+            and not new_thread(index, 0, per_thread)
+            and not await _ai_sdk_turn(client, headers, chat_id, history, setup)
+        ):
+            return result.add_errors(setup, "setup: ")
+        ready = True
+        gate.arrive(ready=True)
+        await gate.go.wait()
         done = 0
         while gate.running() and (load.turns is None or done < load.turns):
-            message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
-            body = {"id": chat_id, "messages": [*history, message], "trigger": "submit-message"}
-            sent = time.perf_counter()
-            chunks: list[dict[str, Any]] = []
-            first = math.nan
-            async with client.stream("POST", "/api/ai-sdk/chat", json=body, headers=headers) as stream:
-                if stream.status_code != 200:
-                    await stream.aread()
-                    return result.error(f"POST chat {stream.status_code}", stream.text)
-                async for event in sse_events(stream.aiter_lines()):
-                    if event.data.get("type") == "text-delta" and math.isnan(first):
-                        first = event.received - sent
-                    chunks.append(event.data)
-            reply = assistant_message(chunks)
-            text = "".join(str(part.get("text", "")) for part in reply["parts"] if part["type"] == "text")
-            if not chunks or chunks[-1].get("type") != "finish" or _EXPECTED not in text:
-                return result.error("wrong turn", json.dumps(chunks[-3:]))
-            history += [message, reply]
-            if not math.isnan(first):
-                result.first_delta.append(first)
-            result.turn_latency.append(time.perf_counter() - sent)
-            result.completed_turns += 1
+            if per_thread is not None and done and new_thread(index, done, per_thread):
+                chat_id, history = str(uuid.uuid4()), []
+            if not await _ai_sdk_turn(client, headers, chat_id, history, result):
+                return
             done += 1
     except (httpx.HTTPError, ValueError) as error:
         result.error(f"transport {type(error).__name__}", repr(error))
+    finally:
+        if not ready:
+            gate.arrive(ready=False)
+
+
+async def _ai_sdk_turn(
+    client: httpx.AsyncClient,
+    headers: dict[str, str],
+    chat_id: str,
+    history: list[dict[str, Any]],
+    result: LoadResult,
+) -> bool:
+    """One turn of a `useChat` client on `chat_id`, appended to `history`; whether it went well."""
+    message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
+    body = {"id": chat_id, "messages": [*history, message], "trigger": "submit-message"}
+    sent = time.perf_counter()
+    chunks: list[dict[str, Any]] = []
+    first = math.nan
+    async with client.stream("POST", "/api/ai-sdk/chat", json=body, headers=headers) as stream:
+        if stream.status_code != 200:
+            await stream.aread()
+            result.error(f"POST chat {stream.status_code}", stream.text)
+            return False
+        async for event in sse_events(stream.aiter_lines()):
+            if event.data.get("type") == "text-delta" and math.isnan(first):
+                first = event.received - sent
+            chunks.append(event.data)
+    reply = assistant_message(chunks)
+    text = "".join(str(part.get("text", "")) for part in reply["parts"] if part["type"] == "text")
+    if not chunks or chunks[-1].get("type") != "finish" or _EXPECTED not in text:
+        result.error("wrong turn", json.dumps(chunks[-3:]))
+        return False
+    history += [message, reply]
+    if not math.isnan(first):
+        result.first_delta.append(first)
+    result.turn_latency.append(time.perf_counter() - sent)
+    result.completed_turns += 1
+    return True
 
 
 def assistant_message(chunks: Sequence[dict[str, Any]]) -> dict[str, Any]:

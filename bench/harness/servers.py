@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 from .reports import ROOT
 
 __all__ = (
+    "PLAIN_APP",
     "SECRET",
     "UNLIMITED",
     "ServerProcess",
@@ -62,20 +63,15 @@ def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env | dict(extra or {})
 
 
-def ours_argv(database_url: str, module: str = "cli") -> list[str]:
-    """`durable-chat serve` on the demo model (`module`: a wrapper that runs the CLI)."""
-    return [
-        sys.executable,
-        "-m",
-        module,
-        "serve",
-        "--port",
-        "{port}",
-        "--db",
-        database_url,
-        "--model",
-        "demo",
-    ]
+PLAIN_APP = "bench.harness.plain_app:app"
+"""A user's app as written (`bench/harness/plain_app.py`), for `ours_argv(app=...)`."""
+
+
+def ours_argv(database_url: str, module: str = "cli", *, app: str | None = None) -> list[str]:
+    """`durable-chat serve` on the demo model, or `app` on its own model (`module`: a wrapper that
+    runs the CLI)."""
+    serve = [sys.executable, "-m", module, "serve", "--port", "{port}", "--db", database_url]
+    return [*serve, "--app", app] if app else [*serve, "--model", "demo"]
 
 
 def bare_sse_argv() -> list[str]:
@@ -83,14 +79,21 @@ def bare_sse_argv() -> list[str]:
     return [sys.executable, "-m", "bench.harness.bare_sse", "--port", "{port}"]
 
 
-def adapter_argv(database_url: str) -> list[str]:
-    """pydantic-ai's own adapter serving the shop's agent (`bench.harness.adapter`)."""
-    return [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
+def adapter_argv(database_url: str, *, app: str = "shop") -> list[str]:
+    """pydantic-ai's own adapter serving the shop's agent, or the plain app's (`bench.harness.adapter`)."""
+    argv = [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
+    return [*argv, "--app", app] if app != "shop" else argv
 
 
-def baseline_main(doc: str | None, create_app: Callable[[str, str], ASGIApp]) -> None:
+def baseline_main(
+    doc: str | None,
+    create_app: Callable[[str, str], ASGIApp],
+    *,
+    apps: Mapping[str, Callable[[str, str], ASGIApp]] | None = None,
+) -> None:
     """A baseline server's command: `create_app(secret, --db URL)` on uvicorn at `--port N`, the secret
-    from $DURABLE_CHAT_SECRET, no lifespan (as `python -m cli serve` has none of theirs to run)."""
+    from $DURABLE_CHAT_SECRET, no lifespan (as `python -m cli serve` has none of theirs to run).
+    With `apps`, `--app NAME` picks one of them instead."""
     import uvicorn  # the servers' own dependency, not the benchmarks'
 
     parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
@@ -99,8 +102,11 @@ def baseline_main(doc: str | None, create_app: Callable[[str, str], ASGIApp]) ->
     parser.add_argument(
         "--db", default="", help="the database with the shop's business tables (the adapter's)"
     )
+    if apps:
+        parser.add_argument("--app", choices=list(apps))
     arguments = parser.parse_args()
-    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
+    factory = apps[arguments.app] if apps and arguments.app else create_app
+    app = factory(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
     uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 
