@@ -193,6 +193,7 @@ async def test_an_approval_from_the_ai_sdk_is_the_native_decision(open_api: Open
     assert answer.headers["x-vercel-ai-ui-message-stream"] == "v1"
     assert types(answer) == [
         "start",
+        "message-metadata",  # who speaks: {"agent": "support"}
         "tool-output-available",
         "start-step",
         "text-start",

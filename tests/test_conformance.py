@@ -27,7 +27,7 @@ from pydantic_ai.conversation_store import InMemoryConversationStore
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pydantic_core import to_jsonable_python
 
-from agent import ChatApp, Runtime, decide, open_runtime, run_step
+from agent import SAID_BY, ChatApp, Runtime, decide, open_runtime, run_step
 from agent.pauses import names_deferred_requests
 from store import NewRun, RunStatus
 from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
@@ -201,10 +201,22 @@ def normalized(messages: list[ModelMessage]) -> Any:
 
 def _without(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: "…" if key in VOLATILE else _without(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+        return {
+            key: "…" if key in VOLATILE else _details(item) if key == "provider_details" else _without(item)
+            for key, item in value.items()  # pyright: ignore[reportUnknownVariableType]
+        }
     if isinstance(value, list):
         return [_without(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
     return value
+
+
+def _details(details: Any) -> Any:
+    """A reply's provider details without the name of the agent that gave it (`SAID_BY`): the one
+    thing ours stores that pydantic-ai alone does not, as every stored reply names its agent."""
+    if not isinstance(details, dict):
+        return _without(details)
+    rest = {key: item for key, item in details.items() if key != SAID_BY}  # pyright: ignore[reportUnknownVariableType]
+    return _without(rest) if rest else None
 
 
 def stored_results(messages: list[ModelMessage]) -> dict[str, Any]:

@@ -121,7 +121,7 @@ async def test_an_external_effect_is_recorded_and_answered_again_without_a_secon
 
     transcript = await run(runtime, first.run_id)
 
-    assert transcript[3] == "tool_result book success {'item': 'TP-101', 'ref': 'R1'}"
+    assert transcript[3] == "core: tool_result book success {'item': 'TP-101', 'ref': 'R1'}"
     [call_id] = await executed(runtime, thread)
     execution = await runtime.db.ledger.get(thread.thread_id, call_id)
     assert execution is not None
@@ -144,7 +144,7 @@ async def test_an_external_effect_that_raises_is_recorded_failed(
 
     transcript = await run(runtime, first.run_id)
 
-    assert transcript[3].startswith("tool_result book failed 'The tool book failed unexpectedly.")
+    assert transcript[3].startswith("core: tool_result book failed 'The tool book failed unexpectedly.")
     [call_id] = await executed(runtime, thread)
     execution = await runtime.db.ledger.get(thread.thread_id, call_id)
     assert execution is not None
@@ -173,10 +173,10 @@ async def test_an_effect_whose_process_died_midway_goes_to_a_person_not_again_to
 
     assert transcript == snapshot(
         [
-            "run_started recover",
-            "tool_outcome_unknown book call_1_0_book",
-            "approval_required [book {'item': 'TP-101'} outcome=unknown]",
-            "run_finished awaiting_approval",
+            "core: run_started recover",
+            "core: tool_outcome_unknown book call_1_0_book",
+            "core: approval_required [book {'item': 'TP-101'} outcome=unknown]",
+            "core: run_finished awaiting_approval",
         ]
     )
     assert len(api.calls) == 1  # not called again
@@ -199,7 +199,7 @@ async def test_an_effect_whose_process_died_midway_goes_to_a_person_not_again_to
     )
     resumed = await run(runtime, decision.resume_run_id)
 
-    assert resumed[1] == "tool_result book success {'item': 'TP-101', 'ref': 'R1'}"
+    assert resumed[1] == "core: tool_result book success {'item': 'TP-101', 'ref': 'R1'}"
     assert api.calls == [api.calls[0]] * 2  # retried once, under the same key: the API kept one booking
     assert len(api.done) == 1
     execution = await runtime.db.ledger.get(thread.thread_id, approval.tool_call_id)
@@ -236,7 +236,7 @@ async def test_rejecting_an_unknown_outcome_tells_the_model_and_keeps_the_first_
     resumed = await run(runtime, decision.resume_run_id)
 
     assert resumed[1] == snapshot(
-        "tool_result book denied 'This call was started earlier and its outcome is unknown (the process running it stopped before it finished). The reviewer decided not to run it again: the airline confirmed the booking by phone'"
+        "core: tool_result book denied 'This call was started earlier and its outcome is unknown (the process running it stopped before it finished). The reviewer decided not to run it again: the airline confirmed the booking by phone'"
     )
     assert len(api.calls) == 1
     [decided] = await runtime.db.approvals.list(thread_id=thread.thread_id)

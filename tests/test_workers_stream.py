@@ -106,6 +106,7 @@ async def test_a_client_on_one_worker_follows_runs_another_executes(workers: Wor
         ]
     )
     assert followed[-1].data == {
+        "agent": "support",
         "run_id": second,
         "trace_id": IsStr(regex=r"[0-9a-f]{32}"),
         "status": "completed",
