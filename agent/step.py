@@ -496,6 +496,7 @@ class _Step:
         # The graceful end of a looping turn: close its open calls and answer in place of the model.
         limit_reply = self.runtime.app.texts.turn_limit
         reply = ModelResponse(parts=[TextPart(limit_reply)], model_name="durable-chat")
+        said_by(reply, self.tags.agent)  # in place of the agent's own reply: stored as its, as streamed
         # The run's own history, not the last checkpoint: results streamed since are kept as they
         # were, and only calls that truly got no result are closed.
         messages = [*repair_messages(self.checkpoints.messages()), reply]

@@ -77,16 +77,14 @@ export class Transcript {
     this.outputs = new Map(); // run_id → its structured output's card
     this.pending = null; // a frame is scheduled to render streamed markdown
     this.storedParts = 0; // numbers the stored reply parts (their ids)
-    // Names show once a second agent speaks (a hand-off, a delegation): the server names every
-    // reply's agent, and an app of one agent shows none.
-    this.agents = new Set();
+    // Names show once another agent speaks (a hand-off, a delegation): the server names every
+    // reply's agent, and a thread one agent answers shows none.
     this.container.classList.add("one-agent");
   }
 
-  /** `agent` spoke (`nested`: a delegated agent): with a second agent, every reply shows its name. */
-  sawAgent(agent, nested = false) {
-    this.agents.add(agent);
-    if (nested || this.agents.size > 1) this.container.classList.remove("one-agent");
+  /** Another agent spoke (a hand-off, or `nested`: a delegated agent): every reply shows its name. */
+  sawAgent(nested = false) {
+    if (nested) this.container.classList.remove("one-agent");
   }
 
   // -- who spoke -----------------------------------------------------------------------------
@@ -120,7 +118,7 @@ export class Transcript {
     const node = element("div", "agent-changed", "agent-changed", `${capitalised(agent)} took over`);
     node.setAttribute("role", "note");
     node.dataset.agent = agent;
-    this.sawAgent(agent, true);
+    this.sawAgent(true);
     this.container.append(node);
     return node;
   }
@@ -267,7 +265,7 @@ export class Transcript {
     const turn = element("div", nested ? "turn assistant delegated" : "turn assistant", nested ? "delegated-turn" : "assistant-turn");
     if (runId) turn.dataset.runId = runId;
     if (who?.agent) {
-      this.sawAgent(who.agent, nested);
+      this.sawAgent(nested);
       turn.dataset.agent = who.agent;
       turn.append(element("span", "agent-name", "agent-name", who.agent));
     }
