@@ -87,7 +87,6 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.cpu --quick
 	$(BIN)/python -m bench.profile --quick
 	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write
-	$(BIN)/python -m bench.soak --minutes 1 --sample 5 --no-write
 	$(BIN)/python -m bench.cpu_ab --rounds 1 --seconds 1 --alone 2
 
 clean:

@@ -82,8 +82,8 @@ def test_a_section_replaces_its_own_block_and_leaves_the_rest(tmp_path: Path) ->
 
 
 def test_the_command_is_written_without_the_urls_it_was_given() -> None:
-    argv = ["--postgres", "postgresql+asyncpg://user:secret@host/db", "--minutes", "2"]
-    assert command_line("bench.soak", argv) == "python -m bench.soak --postgres URL --minutes 2"
+    argv = ["--postgres", "postgresql+asyncpg://user:secret@host/db", "--users", "2"]
+    assert command_line("bench.web", argv) == "python -m bench.web --postgres URL --users 2"
 
 
 def test_postgresql_comes_from_the_environment_unless_refused_or_explicit(
