@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 APP ?=
 
-.PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step bench-profile \
+.PHONY: install install-dev run test check lint typecheck bench bench-tools bench-cpu bench-step \
 	bench-targets bench-smoke screenshots clean
 
 $(BIN)/python:
@@ -56,11 +56,9 @@ bench: $(BIN)/.installed-dev
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store
 
-# What the server benchmarks need besides the dev tools: py-spy (the `bench` extra has it too) for
-# bench.profile, and pydantic-ai-harness for bench.step's third column. The harness pins an older
-# pydantic-ai than ours, so it is installed WITHOUT its dependencies, for the benchmark only.
+# What bench.step needs besides the dev tools for its third column: pydantic-ai-harness. It pins an
+# older pydantic-ai than ours, so it is installed WITHOUT its dependencies, for the benchmark only.
 bench-tools: $(BIN)/.installed-dev
-	$(BIN)/python -m pip install --quiet 'py-spy>=0.4'
 	$(BIN)/python -m pip install --quiet --no-deps pydantic-ai-harness
 
 # Issue 14's targets, each in one command.
@@ -70,10 +68,7 @@ bench-cpu: $(BIN)/.installed-dev
 bench-step: bench-tools
 	$(BIN)/python -m bench.step
 
-bench-profile: bench-tools
-	$(BIN)/python -m bench.profile
-
-bench-targets: bench-cpu bench-step bench-profile
+bench-targets: bench-cpu bench-step
 
 # Every benchmark once, briefly, writing nothing: that each runs end to end (about 8 minutes; PostgreSQL needed).
 bench-smoke: bench-tools
@@ -84,8 +79,9 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.web --workers --quick
 	$(BIN)/python -m bench.files --quick --no-write
 	$(BIN)/python -m bench.review --quick --no-write
+	$(BIN)/python -m bench.storage --quick --no-write
+	$(BIN)/python -m bench.delegation --quick --no-write
 	$(BIN)/python -m bench.cpu --quick
-	$(BIN)/python -m bench.profile --quick
 	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write
 	$(BIN)/python -m bench.cpu_ab --rounds 1 --seconds 1 --alone 2
 

@@ -73,7 +73,6 @@ def test_a_benchmark_imports_the_harness_and_its_own_parts_never_another_command
         "bench.step",
         "bench.web",
         "bench.cpu",
-        "bench.profile",
     }
     wrong: list[str] = []
     for module in MODULES:
