@@ -40,7 +40,6 @@ from bench.harness.reports import PACKAGES, Clock, command_line, environment
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.step_report import Case, Report, render
-from bench.step_timers import Timers, Variant
 from store import NewRun
 
 PROMPT = "Where is ORD-5678?"
@@ -65,10 +64,9 @@ Turn = Callable[[], Awaitable[None]]
 class Settings:
     warmup: int = 3
     repeats: int = 30
-    breakdown_turns: int = 12
 
 
-FULL, QUICK = Settings(), Settings(warmup=1, repeats=3, breakdown_turns=2)
+FULL, QUICK = Settings(), Settings(warmup=1, repeats=3)
 
 
 @dataclass
@@ -173,31 +171,6 @@ async def measure(bench: Bench, settings: Settings, title: str) -> list[Case]:
     ]
 
 
-async def breakdown(bench: Bench, turns: int) -> Timers:
-    """Where ours spends its time on a new thread's turn, against the same turn with no persistence.
-
-    Rounds of three turns in a rotating order: ours with its store calls timed, ours with the event
-    log's background appends skipped, and the bare turn; then, apart so the profiler's cost skews no
-    wall time, ours and the bare turn alternately under cProfile.
-    """
-    timers = Timers.around(bench.runtime.db)
-    variants: tuple[Variant, ...] = ("ours", "unlogged", "bare")
-    for number in range(turns):
-        for variant in variants[number % 3 :] + variants[: number % 3]:
-            turn = await (bench.bare(False) if variant == "bare" else bench.ours(False))
-            gc.collect()
-            await timers.sample(variant, turn)
-    for _ in range(turns):
-        for variant in ("ours", "bare"):
-            turn = await (bench.bare(False) if variant == "bare" else bench.ours(False))
-            profiler = timers.profiler(variant)
-            profiler.enable()
-            await turn()
-            profiler.disable()
-        timers.profiled_turns += 1
-    return timers
-
-
 async def run_dialect(
     database: Dialect, arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path
 ) -> None:
@@ -216,9 +189,6 @@ async def run_dialect(
             if missing:
                 notes.append(missing)
         report.cases[database] = await measure(bench, settings, database)
-        if database == "SQLite":
-            print(f"{database}: where the time goes, {settings.breakdown_turns} rounds", flush=True)
-            report.breakdown = await breakdown(bench, settings.breakdown_turns)
     print(f"{database}: {time.perf_counter() - started:.0f}s", flush=True)
 
 

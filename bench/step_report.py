@@ -1,14 +1,11 @@
-"""`bench.step`'s results: the cases measured, the target's verdict, and where ours' extra time goes."""
+"""`bench.step`'s results: the cases measured and the target's verdict."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from bench.harness.reports import section, table
-from bench.harness.stats import median, ratio
-from bench.step_timers import CATEGORIES, Sample, Timers, cpu_by_group
 
 __all__ = ("LIMIT", "Case", "Report", "render")
 
@@ -37,7 +34,6 @@ class Report:
     warmup: int
     repeats: int
     cases: dict[str, list[Case]] = field(default_factory=dict[str, list[Case]])
-    breakdown: Timers | None = None
 
     @property
     def target(self) -> Case | None:
@@ -98,67 +94,5 @@ def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
             f"pydantic-ai-harness's `StepPersistence` on the same turn: {target.harness / target.bare:.2f}x the bare "
             f"turn; ours is {'ahead of' if target.ours < target.harness else 'behind'} it ({_ms(target.ours)} ms "
             f"against {_ms(target.harness)} ms)."
-        )
-    return [*lines, *_breakdown(report.breakdown, target)] if report.breakdown else lines
-
-
-def _median_ms(samples: Sequence[Sample], kind: Literal["wall", "loop_cpu", "process_cpu"]) -> float:
-    return median(getattr(sample, kind) for sample in samples) * 1000
-
-
-def _breakdown(timers: Timers, target: Case) -> list[str]:
-    ours, unlogged, bare = (timers.samples.get(variant, []) for variant in ("ours", "unlogged", "bare"))
-    if not ours or not bare:
-        return []
-    turn_ms = _median_ms(ours, "wall")
-    calls = {label: timers.per_turn(label) for label, _ in CATEGORIES}
-    names = {
-        "checkpoint": "checkpoints (conversation and run bookkeeping, one transaction each)",
-        "load": "conversation load",
-        "start": "run start (with its block of event ids)",
-    }
-    path = ", ".join(
-        f"{calls[label][0]:.0f} {name} {calls[label][1] * 1000:.1f} ms" for label, name in names.items()
-    )
-    lines = [
-        "",
-        f"Where ours' extra {(target.ours - target.bare) * 1000:.1f} ms goes (SQLite, new thread; {len(ours)} further "
-        "rounds of ours with its store calls timed, ours without event-log writes and the bare turn, in rotation, then "
-        f"{timers.profiled_turns} of ours and the bare turn under cProfile):",
-        "",
-        f"- Store calls the step waits for, per turn of {turn_ms:.1f} ms: {path}.",
-    ]
-    if timers.missing:
-        lines.append(
-            f"- Not timed, the store having no such call now: {', '.join(f'`{m}`' for m in timers.missing)}."
-        )
-    if unlogged:
-        appends, seconds = calls["append"]
-        lines.append(
-            f"- Event log: {appends:.1f} background stores ({seconds * 1000:.1f} ms) of events no checkpoint took "
-            f"first; turns that skip them take {_median_ms(unlogged, 'wall'):.1f} ms, so they cost "
-            f"{turn_ms - _median_ms(unlogged, 'wall'):.1f} ms of the turn."
-        )
-    loop, process = (
-        (_median_ms(ours, "loop_cpu"), _median_ms(bare, "loop_cpu")),
-        (_median_ms(ours, "process_cpu"), _median_ms(bare, "process_cpu")),
-    )
-    lines.append(
-        f"- CPU per turn (medians; load-independent): the loop thread {loop[0]:.1f} ms for ours against {loop[1]:.1f} ms "
-        f"with no persistence ({ratio(*loop):.2f}x); with the driver's thread, {process[0]:.1f} ms against "
-        f"{process[1]:.1f} ms ({ratio(*process):.2f}x)."
-    )
-    if "ours" in timers.profiles and "bare" in timers.profiles:
-        turns = max(timers.profiled_turns, 1)
-        mine, theirs = cpu_by_group(timers.profiles["ours"]), cpu_by_group(timers.profiles["bare"])
-        extra = sorted(
-            ((g, (mine.get(g, 0.0) - theirs.get(g, 0.0)) / turns) for g in {*mine, *theirs}),
-            key=lambda item: -item[1],
-        )
-        lines.append(
-            f"- The extra loop-thread CPU by package (cProfile, its overhead included: "
-            f"{sum(s for _, s in extra) * 1000:.1f} ms a turn): "
-            + ", ".join(f"{group} {seconds * 1000:+.1f} ms" for group, seconds in extra)
-            + "."
         )
     return lines
