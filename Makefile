@@ -76,7 +76,6 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.store --quick
 	$(BIN)/python -m bench.step --quick
 	$(BIN)/python -m bench.web --quick
-	$(BIN)/python -m bench.web --workers --quick
 	$(BIN)/python -m bench.files --quick --no-write
 	$(BIN)/python -m bench.review --quick --no-write
 	$(BIN)/python -m bench.storage --quick --no-write

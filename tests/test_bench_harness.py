@@ -226,16 +226,15 @@ def test_what_went_wrong_in_a_phase_is_listed_by_kind_status_and_log_line() -> N
     result.error("stalled stream", "again")
     measured = Measured(result, server_cpu=1.0, client_cpu=0.5)
     log = ["WARNING: slow", "WARNING: slow", *(f"ERROR {n}" for n in range(10))]
-    phase = Phase("PostgreSQL", 2, measured, statuses={"503": 3, "409": 1}, trouble=log)
-    assert phase.label == "PostgreSQL x2, 20 users"
-    assert Phase("SQLite", 1, measured).label == "SQLite, 20 users"
-    clean = Phase("baseline", 1, Measured(LoadResult(users=20, turns_per_user=1), 0.0, 0.0))
+    phase = Phase("PostgreSQL", measured, statuses={"503": 3, "409": 1}, trouble=log)
+    assert phase.label == "PostgreSQL, 20 users"
+    clean = Phase("SQLite", Measured(LoadResult(users=20, turns_per_user=1), 0.0, 0.0))
     lines = errors([phase, clean], ["SQLite, 50 users: did not start"], "Errors:")
     assert lines[:4] == [
         "",
         "Errors:",
         "",
-        "- PostgreSQL x2, 20 users: stalled stream x2 (e.g. 'no event for 120s during a turn'); 409 x1; 503 x3",
+        "- PostgreSQL, 20 users: stalled stream x2 (e.g. 'no event for 120s during a turn'); 409 x1; 503 x3",
     ]
     # Each log line once, eight at most; a phase with nothing wrong is not listed.
     assert lines[4:12] == [

@@ -31,7 +31,6 @@ __all__ = (
     "UNLIMITED",
     "ServerProcess",
     "adapter_argv",
-    "bare_sse_argv",
     "baseline_main",
     "folder",
     "ours_argv",
@@ -72,11 +71,6 @@ def ours_argv(database_url: str, module: str = "cli", *, app: str | None = None)
     runs the CLI)."""
     serve = [sys.executable, "-m", module, "serve", "--port", "{port}", "--db", database_url]
     return [*serve, "--app", app] if app else [*serve, "--model", "demo"]
-
-
-def bare_sse_argv() -> list[str]:
-    """The store-nothing SSE app with our routes (`bench.harness.bare_sse`)."""
-    return [sys.executable, "-m", "bench.harness.bare_sse", "--port", "{port}"]
 
 
 def adapter_argv(database_url: str, *, app: str = "shop") -> list[str]:
