@@ -78,7 +78,7 @@ def contenders(ours: Ours, dialect: Dialect) -> list[Contender]:
         Contender("floor", floor),
         Contender("fair", fair),
         Contender("async", lambda url: AiosqliteFloor.open(url, pragmas=ours.pragmas)),
-        Contender("memory", memory, on_disk=False),
+        Contender("memory", memory),
         Contender("openai", open_openai_agents),
         Contender("langgraph", open_langgraph),
     ]

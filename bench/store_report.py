@@ -16,7 +16,6 @@ __all__ = ("Check", "Section", "checks", "render")
 FAIR_FLOOR_LIMIT = 1.5
 FLAT_SAVE_LIMIT = 1.3
 OPENAI_LIMIT = 5.0
-STORAGE_LIMIT = 1.3
 Rule = Literal["at most", "at least", "above"]
 
 
@@ -85,10 +84,6 @@ def checks(section: Section) -> list[Check]:
         for key, limit, rule in rivals
         if key in results.names
     ]
-    if title == "SQLite":
-        stored = results.storage.get("ours", math.nan)
-        ratio = stored / results.raw_json_bytes if results.raw_json_bytes else math.nan
-        found.append(Check(f"{title}: bytes on disk / raw JSON bytes", ratio, STORAGE_LIMIT, "at most"))
     return found
 
 
@@ -133,20 +128,6 @@ def _section(section: Section, settings: Settings) -> list[str]:
         for key, name in results.names.items()
         if not math.isnan(rate := results.turns_per_second(key))
     ]
-    order = list(results.names)
-    stored = [
-        [
-            results.names[key],
-            f"{size:,}",
-            times(size / results.raw_json_bytes if results.raw_json_bytes else math.nan),
-        ]
-        for key, size in sorted(results.storage.items(), key=lambda item: order.index(item[0]))
-    ]
-    what = (
-        "file + WAL after a checkpoint"
-        if section.title == "SQLite"
-        else "pg_total_relation_size of its tables"
-    )
     return [
         *lines,
         f"One turn (load the whole history, append, save), median ms of {settings.repeats} rounds:",
@@ -161,10 +142,6 @@ def _section(section: Section, settings: Settings) -> list[str]:
         f"{settings.concurrent_runs} run(s):",
         "",
         *table("system | turns/s | ours / system", rates),
-        "",
-        f"Storage after that workload ({what}); the raw JSON of its messages is {results.raw_json_bytes:,} bytes:",
-        "",
-        *table("system | bytes | / raw JSON", stored),
         "",
         *(f"- {results.names.get(key, key)}: {reason}" for key, reason in results.unavailable.items()),
         *([""] if results.unavailable else []),

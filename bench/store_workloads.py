@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -17,13 +16,12 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import sqlalchemy as sa
 from pydantic_ai.messages import ModelMessage
 
-from bench.harness.databases import Dialect, connected, scratch_database
+from bench.harness.databases import Dialect, scratch_database
 from bench.harness.stats import NAN, median, paired_ratio
-from bench.store_messages import history, message_json, realistic_turn
-from bench.store_systems import System, Timing, sqlite_path
+from bench.store_messages import history, realistic_turn
+from bench.store_systems import System, Timing
 
 __all__ = ("Contender", "Part", "Places", "Results", "Settings", "run_concurrent", "run_per_size")
 
@@ -52,7 +50,6 @@ class Contender:
     """A short, stable name: `ours`, `warm`, `floor`, `fair`, `async`, `memory`, `openai`, `langgraph`."""
     open: Callable[[str], Awaitable[System]]
     """Opens the system on a fresh database's URL."""
-    on_disk: bool = True
 
 
 @dataclass
@@ -72,29 +69,6 @@ class Places:
             scratch_database(self.dialect, self.folder, name, self.postgres)
         )
 
-    async def storage_bytes(self, url: str) -> int:
-        """What the data at `url` takes on disk, once the system using it is closed."""
-        if (path := sqlite_path(url)) is not None:
-            return _sqlite_bytes(path)
-        query = (  # tables with their indexes and TOAST, in every schema the system may have used
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = "
-            "c.relnamespace WHERE c.relkind IN ('r', 'p', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-            "AND n.nspname NOT LIKE 'pg_toast%'"
-        )
-        async with connected(url) as connection:
-            return int(await connection.scalar(sa.text(query)) or 0)
-
-
-def _sqlite_bytes(path: str) -> int:
-    # Fold the write-ahead log back into the file first, so no page is counted twice or missed.
-    connection = sqlite3.connect(path)
-    try:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        connection.close()
-    wal = Path(f"{path}-wal")
-    return Path(path).stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-
 
 def _part(timing: Timing, part: Part) -> float:
     return timing.total if part == "total" else timing.load if part == "load" else timing.save
@@ -112,10 +86,6 @@ class Results:
     """Per system, per history size, per round: one turn's timing."""
     throughput: dict[str, dict[int, float]] = field(default_factory=dict[str, dict[int, float]])
     """Per system, per repetition: turns per second of the concurrent workload."""
-    storage: dict[str, int] = field(default_factory=dict[str, int])
-    """Per system: bytes its data took after the concurrent workload."""
-    raw_json_bytes: int = 0
-    """The compact JSON of every message that workload stored, added up."""
 
     def sizes(self) -> list[int]:
         return sorted({size for by_size in self.timings.values() for size in by_size})
@@ -212,13 +182,12 @@ async def run_per_size(
 async def run_concurrent(
     contenders: Sequence[Contender], places: Places, settings: Settings, results: Results
 ) -> None:
-    """`conversations` tasks at once, each doing `turns` turns; then what the data takes on disk."""
+    """`conversations` tasks at once, each doing `turns` turns."""
     turns = {
         (conversation, turn): _turn(conversation * CONVERSATION_STRIDE + turn)
         for conversation in range(settings.conversations)
         for turn in range(settings.turns)
     }
-    results.raw_json_bytes = sum(len(message_json(m)) for batch in turns.values() for m in batch)
     for run in range(settings.concurrent_runs):
         for contender in _rotated(contenders, run):
             if contender.key in results.unavailable:
@@ -250,5 +219,3 @@ async def run_concurrent(
             rate = settings.conversations * settings.turns / elapsed
             results.throughput.setdefault(contender.key, {})[run] = rate
             print(f"  run {run + 1}, {results.names[contender.key]}: {rate:,.0f} turns/s", flush=True)
-            if contender.on_disk and run == settings.concurrent_runs - 1:
-                results.storage[contender.key] = await places.storage_bytes(url)
