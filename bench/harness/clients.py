@@ -217,43 +217,6 @@ async def _read(stream: httpx.Response, queue: asyncio.Queue[Event | BaseExcepti
         queue.put_nowait(error)
 
 
-async def _native(
-    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
-) -> None:
-    if load.turns_per_thread is not None:
-        return await _native_threads(client, user_id, load, gate, result, index)
-    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
-    ready = False
-    try:
-        made = await client.post("/api/threads", json={"title": f"bench {user_id}"}, headers=headers)
-        if made.status_code != 201:
-            return result.error(f"POST /api/threads {made.status_code}", made.text)
-        thread_id = str(made.json()["thread_id"])
-        async with client.stream("GET", f"/api/threads/{thread_id}/events", headers=headers) as stream:
-            if stream.status_code != 200:
-                await stream.aread()
-                return result.error(f"GET events {stream.status_code}", stream.text)
-            queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
-            reader = asyncio.create_task(_read(stream, queue))
-            try:
-                ready = True
-                gate.arrive(ready=True)
-                await gate.go.wait()
-                last_id, done = 0, 0
-                while gate.running() and (load.turns is None or done < load.turns):
-                    found = await _native_turn(client, load, thread_id, headers, queue, last_id, result)
-                    if found is None:
-                        return
-                    last_id, done = found, done + 1
-            finally:
-                reader.cancel()
-    except httpx.HTTPError as error:
-        result.error(f"transport {type(error).__name__}", repr(error))
-    finally:
-        if not ready:  # failed before the start: the others must not wait for it
-            gate.arrive(ready=False)
-
-
 def new_thread(index: int, turn: int, per_thread: int) -> bool:
     """Whether user `index` starts a new thread before its turn `turn` (counted from 0 in the round).
 
@@ -263,13 +226,18 @@ def new_thread(index: int, turn: int, per_thread: int) -> bool:
     return (index + turn) % per_thread == 0
 
 
-async def _native_threads(
+async def _native(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
-    """`_native`, on a new thread (created, its stream opened, within the round) every
-    `load.turns_per_thread` turns (`new_thread`)."""
+    """A user of the native API: a thread and its stream opened before the start, its turns posted and
+    followed; with `load.turns_per_thread`, a new thread (created, its stream opened, within the round)
+    every so many turns (`new_thread`)."""
     headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
-    per_thread = load.turns_per_thread or 1
+    per_thread = load.turns_per_thread
+
+    def fresh(turn: int) -> bool:
+        return per_thread is not None and new_thread(index, turn, per_thread)
+
     ready = False
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -290,15 +258,15 @@ async def _native_threads(
                 stack.callback(reader.cancel)
                 return queue, thread_id
 
-            opened = None if new_thread(index, 0, per_thread) else await open_thread()
-            if opened is None and not new_thread(index, 0, per_thread):
+            opened = None if fresh(0) else await open_thread()
+            if opened is None and not fresh(0):
                 return
             ready = True
             gate.arrive(ready=True)
             await gate.go.wait()
             last_id, done = 0, 0
             while gate.running() and (load.turns is None or done < load.turns):
-                if new_thread(index, done, per_thread):
+                if fresh(done):
                     if (opened := await open_thread()) is None:
                         return
                     last_id = 0
@@ -311,7 +279,7 @@ async def _native_threads(
     except httpx.HTTPError as error:
         result.error(f"transport {type(error).__name__}", repr(error))
     finally:
-        if not ready:
+        if not ready:  # failed before the start: the others must not wait for it
             gate.arrive(ready=False)
 
 
