@@ -25,13 +25,18 @@ def effects(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, effects: Path) -> Iterator[LiveServer]:
     directory = tmp_path_factory.mktemp("desk")
-    started = LiveServer(
-        sqlite_url(directory),
-        directory,
-        {"AGENT_CHAIN_EFFECTS": str(effects)},
-        app="tests.agent_chains:desk_app",
-        model=None,
+    yield from _running(
+        LiveServer(
+            sqlite_url(directory),
+            directory,
+            {"AGENT_CHAIN_EFFECTS": str(effects)},
+            app="tests.agent_chains:desk_app",
+            model=None,
+        )
     )
+
+
+def _running(started: LiveServer) -> Iterator[LiveServer]:
     started.start()
     try:
         yield started
@@ -145,18 +150,8 @@ def venue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
     project = tmp_path_factory.mktemp("venue")
     for module in ("venue.py", "venue_model.py"):
         shutil.copy(EXAMPLE / module, project / module)
-    started = LiveServer(
-        sqlite_url(project),
-        project,
-        {"VENUE_DEPOSITS": str(project / "deposits.jsonl")},
-        app="venue:app",
-        model=None,
-    )
-    started.start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    deposits = {"VENUE_DEPOSITS": str(project / "deposits.jsonl")}
+    yield from _running(LiveServer(sqlite_url(project), project, deposits, app="venue:app", model=None))
 
 
 HOLD = "Hold the Garden Room on 2027-06-12"
