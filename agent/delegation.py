@@ -13,7 +13,7 @@ design note is "Several agents" in `docs/agent.md`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,8 +33,6 @@ from stream import Sink
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import answers_last_response, calls_only
-from .eventlog import EventLogSink
-from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
 from .merge import unsaved
 from .pauses import PAUSE_AT_DEFERRED_CALLS
@@ -67,10 +65,8 @@ class Delegations:
     """The name of the agent the run drives."""
     retries: ModelRetries
     failures: ToolFailures
-    guardrails: Sequence[Guardrail]
-    """The output guardrails: a delegated agent's text passes them like the top agent's."""
-    guard_context: GuardrailContext
-    log: EventLogSink
+    guard: OutputGuard
+    """The run's output guard: a delegated agent's text passes the same guardrails (`OutputGuard.delegated`)."""
     first_attempt: bool = False
     """The run answers a new message on its first attempt: no call of it ran before, nor kept an output."""
     read_only: Collection[str] = frozenset()
@@ -146,14 +142,7 @@ class _SubRun:
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
         self.responses = 0
-        self.guard = OutputGuard(
-            delegations.guardrails,
-            delegations.guard_context,
-            delegations.out,
-            delegations.log,
-            agent=path[-1],
-            parent_tool_call_id=parent,
-        )
+        self.guard = delegations.guard.delegated(path[-1], parent)
         self.events = RunEvents(delegations.out, self.guard, self._part_id)
 
     def messages(self) -> list[ModelMessage]:
@@ -171,9 +160,16 @@ class _SubRun:
         self.guard.scrub(messages[self.base :])
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
-        await self.delegations.db.conversations.save(
-            conversation, scope=delegated_scope(self.delegations.thread_id)
-        )
+        scope = delegated_scope(self.delegations.thread_id)
+        if self.guard.blanking:
+            # Shown text withdrawn: its deltas are stored first, then blanked with the replacement
+            # (those still held back with a tool result are blanked by the run's next checkpoint).
+            await self.delegations.out.flush()
+            await self.delegations.db.conversations.save_with(
+                conversation, also=self.guard.blank, scope=scope
+            )
+        else:
+            await self.delegations.db.conversations.save(conversation, scope=scope)
         await self.delegations.out.flush()
 
     async def drive(

@@ -21,7 +21,9 @@ Deliberate choices (the design note is "Guardrails" in `docs/agent.md`):
 - **Shown text withdrawn at the end is blanked in the log** (`blank`, in the transaction of the
   checkpoint that stores the replacement): only a tripping `check` that no scanner foresaw (a
   pattern that matches only once the whole part is normalized together) can withdraw text that
-  was shown; its `text_delta` events keep their ids and type, their delta becomes `""`.
+  was shown; its `text_delta` events keep their ids and type, their delta becomes `""`. A delegated
+  agent's guard (`delegated`) shares its run's list of parts to blank: its own checkpoint blanks
+  what is stored by then, and the run's next checkpoint what was still held back with a result.
 """
 
 from __future__ import annotations
@@ -83,8 +85,22 @@ class OutputGuard:
         self._passed: set[str] = set()
         self._withdrawn: dict[str, str] = {}
         """Each withdrawn text, with its replacement."""
-        self._blanked: list[tuple[str, list[int]]] = []
-        """The delta ids of each part withdrawn after some of it was shown, to blank in the log."""
+        self._blanked: list[tuple[TextDelta, list[int]]] = []
+        """The delta ids of each part withdrawn after some of it was shown, to blank in the log,
+        with the blank delta that replaces them (shared with the guards of delegated agents)."""
+
+    def delegated(self, agent: str, parent_tool_call_id: str) -> OutputGuard:
+        """The guard of a delegated agent's sub-run: the same guardrails, its own tags, this run's blanking."""
+        guard = OutputGuard(
+            self._guardrails,
+            self._context,
+            self._out,
+            self._log,
+            agent=agent,
+            parent_tool_call_id=parent_tool_call_id,
+        )
+        guard._blanked = self._blanked
+        return guard
 
     async def text_delta(self, part_id: str, delta: str) -> None:
         """A piece of a text part: emit what no guardrail can trip on any more, or withdraw the part."""
@@ -157,8 +173,7 @@ class OutputGuard:
 
         Every checkpoint does it again: it is idempotent, and such a withdrawal is rare.
         """
-        for part_id, event_ids in self._blanked:
-            empty = TextDelta(**self.tags, part_id=part_id, delta="")
+        for empty, event_ids in self._blanked:
             await overwrite_events(connection, self._context.thread_id, event_ids, event_data(empty))
 
     async def _emit_delta(self, part_id: str, delta: str) -> None:
@@ -180,7 +195,7 @@ class OutputGuard:
         )
         shown = self._delta_ids.pop(part_id, [])
         if shown and not shown_safe:
-            self._blanked.append((part_id, shown))
+            self._blanked.append((TextDelta(**self.tags, part_id=part_id, delta=""), shown))
         await self._out.emit(GuardrailTripped(**self.tags, guardrail=guardrail.name, stage="output"))
         await self._out.emit(TextWithdrawn(**self.tags, part_id=part_id, replacement=guardrail.reply))
 

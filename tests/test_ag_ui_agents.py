@@ -8,6 +8,7 @@ from __future__ import annotations
 from ag_ui.core import SubagentStartedEvent
 from inline_snapshot import snapshot
 
+from stream import RunFinished
 from web.ag_ui.encoder import AGUIStream
 
 from .test_ag_ui_events import frames
@@ -178,5 +179,75 @@ def test_a_resumed_run_told_the_turn_announces_the_chain_outermost_first() -> No
                 "parentSubagentRunId": "b1",
                 "parentToolCallId": "k1",
             },
+        ]
+    )
+
+
+def test_a_run_that_fails_or_is_cancelled_closes_its_open_subagents_innermost_first() -> None:
+    opened = PAUSED[:4]  # the run started, booking delegated to payments, which called `charge`
+    ends = {
+        "failed": RunFinished(run_id="r1", agent="billing", status="failed", error="The model broke."),
+        "cancelled": RunFinished(run_id="r1", agent="billing", status="cancelled"),
+    }
+    closing = {
+        status: [f for f in frames([*opened, end]) if str(f["type"]).startswith(("SUBAGENT_", "RUN_"))][-3:]
+        for status, end in ends.items()
+    }
+    cut = [f for f in frames(opened) if str(f["type"]).startswith(("SUBAGENT_", "RUN_"))][-3:]
+
+    assert closing == snapshot(
+        {
+            "failed": [
+                {
+                    "type": "SUBAGENT_ERROR",
+                    "subagentRunId": "k1",
+                    "message": "The model broke.",
+                    "code": "run_failed",
+                },
+                {
+                    "type": "SUBAGENT_ERROR",
+                    "subagentRunId": "b1",
+                    "message": "The model broke.",
+                    "code": "run_failed",
+                },
+                {"type": "RUN_ERROR", "message": "The model broke.", "code": "run_failed"},
+            ],
+            "cancelled": [
+                {
+                    "type": "SUBAGENT_ERROR",
+                    "subagentRunId": "k1",
+                    "message": "The run was cancelled.",
+                    "code": "cancelled",
+                },
+                {
+                    "type": "SUBAGENT_ERROR",
+                    "subagentRunId": "b1",
+                    "message": "The run was cancelled.",
+                    "code": "cancelled",
+                },
+                {
+                    "type": "RUN_FINISHED",
+                    "threadId": "chat-1",
+                    "runId": "client-run-1",
+                    "outcome": {"type": "cancelled"},
+                },
+            ],
+        }
+    )
+    assert cut == snapshot(
+        [
+            {
+                "type": "SUBAGENT_ERROR",
+                "subagentRunId": "k1",
+                "message": "The stream ended before the run finished.",
+                "code": "ended",
+            },
+            {
+                "type": "SUBAGENT_ERROR",
+                "subagentRunId": "b1",
+                "message": "The stream ended before the run finished.",
+                "code": "ended",
+            },
+            {"type": "RUN_ERROR", "message": "The stream ended before the run finished.", "code": "ended"},
         ]
     )

@@ -12,8 +12,9 @@ from inline_snapshot import snapshot
 from pydantic_ai import Agent, RunContext
 
 from agent import ChatApp, RunScope, Runtime, open_runtime, run_step, sub_conversation_id
+from agent.guardrails import GuardrailContext, Guardrails, TextScanner
 from store import NewRun
-from stream import StreamEvent, event_from_data, transcript
+from stream import StoredEvent, StreamEvent, TextDelta, TextWithdrawn, event_from_data, transcript
 
 from .conformance import Reply, Scripted
 
@@ -144,3 +145,59 @@ async def test_a_delegated_agents_read_only_calls_are_stored_with_their_results(
         "ModelResponse",
     ]
     assert "seat 3A" in repr(inner.messages[2])
+
+
+class WholeTextOnly:
+    """An output guardrail whose scanner lets everything stream and whose `check` trips on the whole
+    part: the trip no scanner foresaw, which withdraws text already shown."""
+
+    name = "whole_text"
+    reply = "[withdrawn]"
+
+    def check(self, text: str, context: GuardrailContext) -> bool:
+        return "secret plan" in text
+
+    def scanner(self) -> TextScanner:
+        return _ShowsAll()
+
+
+class _ShowsAll:
+    def feed(self, text: str) -> int | None:
+        return len(text)
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        pytest.param(["Our secret plan is ready"], id="first-response"),
+        # After a tool's result, the deltas wait for the run's checkpoint (`agent.eventlog`).
+        pytest.param([[("look", {})], "Our secret plan is ready"], id="after-a-tool"),
+    ],
+)
+async def test_a_delegated_agents_text_withdrawn_whole_is_blanked_in_the_log(
+    inner: list[Reply], database_url: str
+) -> None:
+    app = desk(inner, guardrails=Guardrails(output=[WholeTextOnly()]))
+    published: list[StoredEvent] = []
+    async with open_runtime(app, database_url, publish=lambda _, events: published.extend(events)) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        stored = {
+            e.event_id: event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread_id)
+        }
+        conversation = await runtime.db.conversations.load(sub_conversation_id(thread_id, "travel_0_0"))
+
+    part = f"travel_0_0.{len(inner)}.0"
+    live = [p for p in published if isinstance(p.event, TextDelta) and p.event.part_id == part]
+    # The live client was shown some of it before the whole part tripped `check`, then the withdrawal.
+    assert "".join(p.event.delta for p in live if isinstance(p.event, TextDelta)).startswith("Our secret")
+    # The log holds the same events, blanked, and the withdrawal: a replay ends as the live view did.
+    assert [stored[p.event_id] for p in live] == [
+        TextDelta(run_id=run_id, agent="booking", parent_tool_call_id="travel_0_0", part_id=part, delta="")
+        for _ in live
+    ]
+    withdrawn = [e for e in stored.values() if isinstance(e, TextWithdrawn)]
+    assert [(e.part_id, e.replacement, e.agent) for e in withdrawn] == [(part, "[withdrawn]", "booking")]
+    assert all("secret" not in repr(e) for e in stored.values())
+    assert conversation is not None
+    assert "secret" not in repr(conversation.messages)

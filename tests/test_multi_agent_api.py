@@ -4,18 +4,22 @@ conversation readable; hand-offs and the thread's `agent`. On SQLite and Postgre
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent import ChatApp, decide, open_runtime, run_step
-from store import NewRun
-from stream import AgentChanged, TextDone, event_from_data
+from agent import ChatApp, RunScope, decide, open_runtime, run_step
+from store import Database, NewRun
+from stream import AgentChanged, TextDelta, TextDone, event_from_data
 from web import Settings, create_app, issue_token
 
 from .agent_chains import Chain
@@ -227,3 +231,81 @@ async def test_a_turn_that_transfers_and_pauses_resumes_with_the_agent_that_paus
         ("router", "noted; billing next"),
         ("billing", "billing here"),
     ]
+
+
+def cut_off_desk() -> ChatApp[Any]:
+    """Travel delegates to booking, whose model says something and then waits until the run is cancelled."""
+    travel = Agent(
+        Scripted([[("ask_booking", {"task": "book"})], "never"], prefix="travel").model(),
+        name="travel",
+        deps_type=RunScope,
+    )
+
+    async def booking_says(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        yield "Looking for rooms"
+        await anyio.Event().wait()  # until the run is cancelled
+        yield "never"
+
+    booking = Agent(FunctionModel(stream_function=booking_says), name="booking", deps_type=RunScope)
+
+    async def ask_booking(ctx: RunContext[RunScope], task: str) -> str:
+        return await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+
+    travel.tool(ask_booking)
+    return ChatApp(agent=travel, deps=lambda scope: scope)
+
+
+def ag_ui_frames(response: httpx.Response) -> list[Json]:
+    assert response.status_code == 200, response.text
+    return [
+        json.loads(line.removeprefix("data: "))
+        for line in response.text.split("\n")
+        if line.startswith("data: ")
+    ]
+
+
+async def test_ag_ui_closes_the_subagents_of_a_cancelled_run(database_url: str, tmp_path: Path) -> None:
+    body = {
+        "threadId": "desk-1",
+        "runId": "r1",
+        "messages": [{"id": "u1", "role": "user", "content": "Book"}],
+    }
+    answer: list[httpx.Response] = []
+    async with served(cut_off_desk(), database_url, tmp_path) as api:
+
+        async def run() -> None:
+            answer.append(await api.post("/api/ag-ui", json=body, headers=HEADERS))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run)
+            (thread,) = await eventually(lambda: _threads(api))
+            thread_id = str(thread["thread_id"])
+            await eventually(lambda: _booking_spoke(database_url, thread_id))
+            cancelled = await api.post(f"/api/threads/{thread_id}/cancel", headers=HEADERS)
+            assert cancelled.status_code == 200, cancelled.text
+
+    frames = ag_ui_frames(answer[0])
+    subagents = [f for f in frames if str(f["type"]).startswith("SUBAGENT_")]
+    assert [(f["type"], f["subagentRunId"], f.get("code")) for f in subagents] == [
+        ("SUBAGENT_STARTED", "travel_0_0", None),
+        ("SUBAGENT_ERROR", "travel_0_0", "cancelled"),
+    ]
+    assert frames[-2:] == [
+        subagents[-1],  # closed right before the run's end
+        {"type": "RUN_FINISHED", "threadId": "desk-1", "runId": "r1", "outcome": {"type": "cancelled"}},
+    ]
+
+
+async def _threads(api: httpx.AsyncClient) -> list[Json] | None:
+    threads: list[Json] = (await api.get("/api/threads", headers=HEADERS)).json()["threads"]
+    return threads or None
+
+
+async def _booking_spoke(database_url: str, thread_id: str) -> bool | None:
+    """Whether booking's first words are in the thread's log (what the stream tells the client)."""
+    db = await Database.connect(database_url)
+    try:
+        log = [event_from_data(e.type, e.data) for e in await db.events.read(thread_id)]
+    finally:
+        await db.aclose()
+    return any(isinstance(e, TextDelta) and e.agent == "booking" for e in log) or None

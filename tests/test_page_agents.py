@@ -1,17 +1,20 @@
 """Several agents in the browser (`tests.agent_chains:desk_app`): each reply names its agent, a hand-off
 is a divider, a delegated agent's steps nest under the call that delegated (collapsed, expandable),
-live and after a reload, and a nested approval's card shows the chain and decides it."""
+live and after a reload, and a nested approval's card shows the chain and decides it. The venue example
+(`examples/venue`) as served, for its screenshot."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
-from .browser import check_accessibility, new_chat_and_send, screenshot, send, sign_in
+from .browser import check_accessibility, new_chat_and_send, opened_context, screenshot, send, sign_in
 from .live_server import LiveServer, sqlite_url
+from .venue import EXAMPLE
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +25,18 @@ def effects(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, effects: Path) -> Iterator[LiveServer]:
     directory = tmp_path_factory.mktemp("desk")
-    started = LiveServer(
-        sqlite_url(directory),
-        directory,
-        {"AGENT_CHAIN_EFFECTS": str(effects)},
-        app="tests.agent_chains:desk_app",
-        model=None,
+    yield from _running(
+        LiveServer(
+            sqlite_url(directory),
+            directory,
+            {"AGENT_CHAIN_EFFECTS": str(effects)},
+            app="tests.agent_chains:desk_app",
+            model=None,
+        )
     )
+
+
+def _running(started: LiveServer) -> Iterator[LiveServer]:
     started.start()
     try:
         yield started
@@ -134,3 +142,41 @@ def test_who_spoke_nested_steps_and_a_nested_approval(
     expect(handoff).to_have_attribute("data-delegation-loaded", "none")
     expect(handoff.get_by_test_id("delegation")).to_have_count(0)
     check_accessibility(page, "a reloaded thread of several agents")
+
+
+@pytest.fixture(scope="module")
+def venue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The venue example (`examples/venue`) served from a folder holding its modules, as a user's project."""
+    project = tmp_path_factory.mktemp("venue")
+    for module in ("venue.py", "venue_model.py"):
+        shutil.copy(EXAMPLE / module, project / module)
+    deposits = {"VENUE_DEPOSITS": str(project / "deposits.jsonl")}
+    yield from _running(LiveServer(sqlite_url(project), project, deposits, app="venue:app", model=None))
+
+
+HOLD = "Hold the Garden Room on 2027-06-12"
+
+
+def test_the_venue_desk_hands_off_delegates_and_waits_for_the_deposit(
+    venue_server: LiveServer, browser: Browser, tmp_path: Path
+) -> None:
+    with opened_context(browser, venue_server) as context:
+        page = context.new_page()
+        sign_in(page, venue_server)
+        new_chat_and_send(page, HOLD)  # the desk hands the thread to the rooms agent
+        expect(page.get_by_test_id("run-status")).to_have_attribute("data-status", "completed")
+        expect(page.get_by_test_id("agent-changed")).to_have_text("Rooms took over")
+        send(page, HOLD)
+        card = page.get_by_test_id("approval-card")
+        expect(card.get_by_test_id("approval-agent")).to_have_text("payments")
+        expect(card.get_by_test_id("approval-chain")).to_have_text("rooms \u203a payments")
+        expect(card.get_by_test_id("tool-name")).to_have_text("charge_deposit")
+        # The rooms agent's `hold_room` waits on the payments agent it delegated the deposit to.
+        outer = page.locator('[data-testid="tool-step"][data-status="waiting"]').first
+        expect(outer.get_by_test_id("delegated-to").first).to_have_text("\u2192 payments")
+        outer.locator("summary").first.click()
+        charge = outer.locator('[data-testid="tool-step"][data-agent="payments"]')
+        expect(charge).to_be_visible()
+        expect(charge).to_have_attribute("data-status", "waiting")
+        check_accessibility(page, "the venue desk waiting for a deposit's approval")
+        screenshot(page, "venue-desk", tmp_path)

@@ -114,6 +114,12 @@ def test_an_edited_approval_shows_both_arguments(server: LiveServer, browser: Br
         sign_in(customer, server, "dave")
         new_chat_and_send(customer, "Please refund ORD-5678")
         expect(customer.get_by_test_id("awaiting-reviewer")).to_be_visible()
+        # Not the customer's to decide: the composer says who it waits for, not "approve or reject".
+        hint = customer.get_by_test_id("composer-hint")
+        expect(hint).to_have_text(
+            "Waiting for a reviewer (support) to decide the request above; the reply goes on once they have."
+        )
+        expect(customer.get_by_test_id("send")).to_be_disabled()
         review = staff.new_page()
         _open_review(review, server, "mia", ("support", "managers"))
         item = _item(review, "Please refund ORD-5678")
@@ -126,6 +132,7 @@ def test_an_edited_approval_shows_both_arguments(server: LiveServer, browser: Br
             ["amount: 99.98 → 60", 'reason: "Please refund ORD-5678" → "one broken"']
         )
         expect(customer.get_by_test_id("assistant-text").last).to_contain_text("$60.00")
+        expect(hint).to_be_hidden()
         review.get_by_test_id("tab-decided").click()
         first = review.get_by_test_id("decided-items").get_by_test_id("review-item").first
         expect(first.get_by_test_id("approval-edit")).to_have_count(2)

@@ -4,8 +4,8 @@ alike; and the events of a turn, which the protocol endpoints read when a decisi
 from __future__ import annotations
 
 from agent import Opened, last_prompt, stored_events
-from store import NotFound, Thread
-from stream import StreamEvent
+from store import Database, NotFound, Thread
+from stream import RunStarted, StoredEvent, StreamEvent
 
 from .errors import ApiError
 from .services import Services
@@ -14,7 +14,9 @@ __all__ = ("queue_regenerate", "turn_events")
 
 _TURN_STARTS = frozenset({"message", "regenerate"})
 """The kinds of run that begin a turn (as `web.ai_sdk.history.TURN_KINDS`); the others continue it."""
-_PAGE = 1000
+_FIRST_WINDOW = 256
+_LARGEST_WINDOW = 4096
+"""Event ids read back at once: a few at first (a turn is often short), more as a long one goes on."""
 
 
 async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str | None = None) -> Opened:
@@ -40,17 +42,32 @@ async def queue_regenerate(s: Services, thread: Thread, *, idempotency_key: str 
     return queued
 
 
-async def turn_events(s: Services, thread_id: str, *, before: str) -> list[StreamEvent]:
-    """The events of the turn the run `before` continues, up to it (the runs of the turn before it)."""
-    runs = await s.db.runs.of_thread(thread_id)
-    index = next((i for i, r in enumerate(runs) if r.run_id == before), len(runs))
-    starts = [i for i, r in enumerate(runs[:index]) if r.kind in _TURN_STARTS]
-    turn = {r.run_id for r in runs[starts[-1] if starts else 0 : index]}
-    events: list[StreamEvent] = []
-    after = 0
+async def turn_events(db: Database, thread: Thread, *, before: str) -> list[StreamEvent]:
+    """The events of the turn the run `before` continues, up to it (the runs of the turn before it).
+
+    A paused turn is the thread's last: its events are read from the end of the log back to the run
+    that began it (a `run_started` of a `message` or `regenerate` run, and that run's earlier
+    events), a window at a time, so the cost is the turn's, not the thread's.
+    """
+    thread_id = thread.thread_id
+    # Newest first: what came since `thread` was read, then windows of ids going back.
+    newest = await db.events.read(thread_id, after=thread.last_event_id)
+    turn: list[StoredEvent] = []
+    first_run: str | None = None
+    batch, upper, window = newest[::-1], thread.last_event_id, _FIRST_WINDOW
     while True:
-        page = await s.db.events.read(thread_id, after=after, limit=_PAGE)
-        events += [stored.event for stored in stored_events(page) if stored.event.run_id in turn]
-        if len(page) < _PAGE:
-            return events
-        after = page[-1].event_id
+        for stored in stored_events(batch):
+            run_id = stored.event.run_id
+            if run_id == before:
+                continue
+            if first_run is not None and run_id != first_run:
+                return [e.event for e in reversed(turn)]
+            turn.append(stored)
+            if isinstance(stored.event, RunStarted) and stored.event.kind in _TURN_STARTS:
+                first_run = run_id
+        if upper <= 0:
+            return [e.event for e in reversed(turn)]
+        lower = max(0, upper - window)
+        page = await db.events.read(thread_id, after=lower, limit=upper - lower)
+        batch = [e for e in reversed(page) if e.event_id <= upper]  # ids left unused leave room past it
+        upper, window = lower, min(window * 4, _LARGEST_WINDOW)

@@ -20,6 +20,7 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
+    SubagentErrorEvent,
     SubagentFinishedEvent,
     SubagentFinishedSuccessOutcome,
     SubagentFinishedSuspendedOutcome,
@@ -241,28 +242,34 @@ class AGUIStream:
                 return []
 
     def end(self) -> list[BaseEvent]:
-        """Close open messages, then `RUN_FINISHED` with the outcome, or `RUN_ERROR`."""
+        """Close open messages and the invocations under way (innermost first), then `RUN_FINISHED`
+        with the outcome, or `RUN_ERROR`."""
         events = self._close_texts()
         finished = self._finished
         if finished is None:
-            return [*events, RunErrorEvent(message="The stream ended before the run finished.", code="ended")]
+            message = "The stream ended before the run finished."
+            return [*events, *self._ended(message, "ended"), RunErrorEvent(message=message, code="ended")]
         match finished.status:
             case "awaiting_approval":
                 return [*events, *self._suspended(), self.interrupted(self._pending)]
             case "failed":
+                message = finished.error or "The run failed."
                 return [
                     *events,
-                    RunErrorEvent(message=finished.error or "The run failed.", code="run_failed"),
+                    *self._ended(message, "run_failed"),
+                    RunErrorEvent(message=message, code="run_failed"),
                 ]
             case "cancelled":
                 outcome = RunFinishedCancelledOutcome()
                 return [
                     *events,
+                    *self._ended("The run was cancelled.", "cancelled"),
                     RunFinishedEvent(thread_id=self._thread_id, run_id=self._run_id, outcome=outcome),
                 ]
             case "completed" | "blocked":
                 return [
                     *events,
+                    *self._ended("The run ended before this agent finished.", "run_ended"),
                     RunFinishedEvent(
                         thread_id=self._thread_id,
                         run_id=self._run_id,
@@ -270,6 +277,19 @@ class AGUIStream:
                         outcome=RunFinishedSuccessOutcome(),
                     ),
                 ]
+
+    def _ended(self, message: str, code: str) -> list[BaseEvent]:
+        """The invocations still under way when the run ended other than by a pause, innermost first.
+
+        `SUBAGENT_ERROR` closes an invocation as `SUBAGENT_FINISHED` does: the protocol's finished
+        outcomes are success and suspended only, and a cut-off agent is neither.
+        """
+        events: list[BaseEvent] = [
+            SubagentErrorEvent(subagent_run_id=call, message=message, code=code)
+            for call in reversed(self._subagents)
+        ]
+        self._subagents = []
+        return events
 
     def _suspended(self) -> list[BaseEvent]:
         """The invocations still under way at a pause, innermost first: suspended, with their own interrupts."""

@@ -93,7 +93,7 @@ async def run_agent(request: Request) -> Response:
             a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals
         ):
             # The chain of invocations the resumed agents run in (`parentSubagentRunId`).
-            encoder.continuing(await turn_events(s, thread.thread_id, before=resume_run_id))
+            encoder.continuing(await turn_events(s.db, thread, before=resume_run_id))
         return _stream(s, thread.thread_id, user_id, resume_run_id, encoder)
     active = await s.db.runs.active(thread.thread_id)
     if active is None:

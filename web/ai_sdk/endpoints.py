@@ -168,7 +168,7 @@ async def post_chat(request: Request) -> Response:
     )
     if any(a.resume_run_id == resume_run_id and a.path is not None and len(a.path) > 1 for a in approvals):
         # The chain of calls the resumed agents run in, so their steps nest in this response too.
-        encoder.continuing(await turn_events(s, thread.thread_id, before=resume_run_id))
+        encoder.continuing(await turn_events(s.db, thread, before=resume_run_id))
     return _stream(s, thread.thread_id, user_id, resume_run_id, resume_run_id, encoder)
 
 

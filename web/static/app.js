@@ -465,7 +465,12 @@ function blockedReason() {
   if (state.status === "running" || state.status === "queued") {
     return "The assistant is replying. Wait for it to finish, or press Stop.";
   }
-  if (approvals.pendingCount() > 0) return "A decision is pending: approve or reject the request above before sending a new message.";
+  if (approvals.pendingCount() > 0) {
+    // A call for a reviewer with a role is not this user's to decide: say who it waits for.
+    const reviewers = approvals.waitingForReviewers();
+    if (reviewers) return `Waiting for a reviewer (${reviewers}) to decide the request above; the reply goes on once they have.`;
+    return "A decision is pending: approve or reject the request above before sending a new message.";
+  }
   return null;
 }
 

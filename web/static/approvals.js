@@ -39,6 +39,17 @@ export class Approvals {
     return count;
   }
 
+  /** The reviewers every pending card waits for, when none is this user's to decide (else null). */
+  waitingForReviewers() {
+    const reviewers = new Set();
+    for (const card of this.cards.values()) {
+      if (card.dataset.decision) continue;
+      if (!card.dataset.reviewers) return null;
+      reviewers.add(card.dataset.reviewers);
+    }
+    return reviewers.size ? [...reviewers].join(", ") : null;
+  }
+
   firstPending() {
     for (const card of this.cards.values()) if (!card.dataset.decision) return card;
     return null;
