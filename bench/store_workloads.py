@@ -21,9 +21,11 @@ from pydantic_ai.messages import ModelMessage
 from bench.harness.databases import Dialect, scratch_database
 from bench.harness.stats import NAN, median, paired_ratio
 from bench.store_messages import history, realistic_turn
-from bench.store_systems import System, Timing
+from bench.store_systems import Backend, Timing
 
-__all__ = ("Contender", "Part", "Places", "Results", "Settings", "run_concurrent", "run_per_size")
+__all__ = ("Contender", "Part", "Places", "Results", "Settings", "System", "run_concurrent", "run_per_size")
+
+System = Backend
 
 T = TypeVar("T")
 Part = Literal["load", "save", "total"]
@@ -70,10 +72,6 @@ class Places:
         )
 
 
-def _part(timing: Timing, part: Part) -> float:
-    return timing.total if part == "total" else timing.load if part == "load" else timing.save
-
-
 @dataclass
 class Results:
     names: dict[str, str] = field(default_factory=dict[str, str])
@@ -91,7 +89,7 @@ class Results:
         return sorted({size for by_size in self.timings.values() for size in by_size})
 
     def _parts(self, key: str, size: int, part: Part) -> dict[int, float]:
-        return {round_: _part(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
+        return {round_: getattr(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
 
     def median(self, key: str, size: int, part: Part) -> float:
         return median(self._parts(key, size, part).values())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.store import our_contenders
+from bench.store import contenders as store_contenders
 from bench.store_messages import history, realistic_turn
 from bench.store_report import Section, checks
 from bench.store_systems import Ours, PydanticStoreBackend, Timing
@@ -21,7 +21,7 @@ async def test_ours_is_judged_without_a_history_cache_and_shown_with_every_histo
 ) -> None:
     # With the default 64 MB, the cache held every history of a quick run and none of a full one:
     # the two modes measured different work. Both states are now the benchmark's choice.
-    contenders = {contender.key: contender for contender in our_contenders(Ours())}
+    contenders = {contender.key: contender for contender in store_contenders(Ours(), "SQLite")}
     cold = await contenders["ours"].open(f"sqlite+aiosqlite:///{tmp_path / 'cold.db'}")
     warm = await contenders["warm"].open(f"sqlite+aiosqlite:///{tmp_path / 'warm.db'}")
     stores: list[SqlConversationStore] = []
