@@ -14,12 +14,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
 from pydantic_ai.messages import ModelMessage
 
 from bench.harness.databases import Dialect, scratch_database
-from bench.harness.stats import NAN, median, paired_ratio
+from bench.harness.stats import NAN, median, paired_ratio, rotated
 from bench.store_messages import history, realistic_turn
 from bench.store_systems import Backend, Timing
 
@@ -27,7 +27,6 @@ __all__ = ("Contender", "Part", "Places", "Results", "Settings", "System", "run_
 
 System = Backend
 
-T = TypeVar("T")
 Part = Literal["load", "save", "total"]
 MEASURED_TURN_BASE = 100_000
 """Turn numbers of the measured turns, away from those that built the histories."""
@@ -111,11 +110,6 @@ def _turn(number: int) -> tuple[ModelMessage, ...]:
     return tuple(realistic_turn(number))
 
 
-def _rotated(items: Sequence[T], by: int) -> list[T]:
-    by %= max(len(items), 1)
-    return [*items[by:], *items[:by]]
-
-
 def _skip(results: Results, key: str, reason: str) -> None:
     results.unavailable[key] = reason
     print(f"  {results.names.get(key, key)}: {reason}", flush=True)
@@ -159,8 +153,8 @@ async def run_per_size(
         gc.freeze()
         started = time.perf_counter()
         for round_ in range(rounds):
-            for step, size in enumerate(_rotated(settings.sizes, round_)):
-                for key, system in _rotated(list(systems.items()), round_ + step):
+            for step, size in enumerate(rotated(settings.sizes, round_)):
+                for key, system in rotated(list(systems.items()), round_ + step):
                     if key in results.unavailable:
                         continue
                     try:
@@ -187,7 +181,7 @@ async def run_concurrent(
         for turn in range(settings.turns)
     }
     for run in range(settings.concurrent_runs):
-        for contender in _rotated(contenders, run):
+        for contender in rotated(contenders, run):
             if contender.key in results.unavailable:
                 continue
             url = await places.new(f"{contender.key}-concurrent{run}")
