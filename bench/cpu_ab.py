@@ -28,7 +28,7 @@ from bench.harness.servers import (
     serving,
     snapshot,
 )
-from bench.harness.stats import median
+from bench.harness.stats import median, rotated
 
 
 def export(ref: str, target: Path) -> Path:
@@ -69,7 +69,7 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
             turns_per_thread=5 if arguments.app == "plain" else None,
         )
         for number in range(arguments.rounds):
-            for name in names if number % 2 == 0 else names[::-1]:
+            for name in rotated(names, number):
                 measured = await measure([servers[name]], timed, settle=1.2)
                 if measured.result.errors:
                     print(
@@ -82,7 +82,7 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
                     flush=True,
                 )
         for number in range(arguments.alone):
-            for name in names if number % 2 == 0 else names[::-1]:
+            for name in rotated(names, number):
                 alone = await measure([servers[name]], Load(users=1, turns=1, protocol=arguments.protocol))
                 first[name].extend(alone.result.first_delta)
     print(

@@ -13,7 +13,7 @@ import gc
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +36,9 @@ from agent.demo import shop_app
 from bench.harness.bare import Harness, run_bare
 from bench.harness.databases import Dialect, available, scratch_database
 from bench.harness.options import parser, publish
-from bench.harness.reports import PACKAGES, Clock, command_line, environment
+from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
-from bench.harness.stats import median
-from bench.step_report import Case, Report, render
+from bench.harness.stats import median, rotated
 from store import NewRun
 
 PROMPT = "Where is ORD-5678?"
@@ -58,6 +57,95 @@ EARLIER_TURNS = (
 CASES = (("1st turn of a new thread", False), (f"{len(EARLIER_TURNS) + 1}th turn of a thread", True))
 Turn = Callable[[], Awaitable[None]]
 """One prepared turn: calling it runs the turn and nothing else, so that is what is timed."""
+
+
+LIMIT = 1.25
+"""Ours may take at most this many times as long as the same turn with no persistence (issue 14's target 2)."""
+TARGET = ("SQLite", "1st turn of a new thread")
+"""The row the verdict is on: a 3-node turn on SQLite. Every row is shown against the same limit."""
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    ours: float
+    bare: float
+    rounds: int
+    harness: float | None = None
+    """pydantic-ai-harness's `StepPersistence` on the same turn, when it was measured."""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.bare
+
+
+@dataclass
+class Report:
+    warmup: int
+    repeats: int
+    cases: dict[str, list[Case]] = field(default_factory=dict[str, list[Case]])
+
+    @property
+    def target(self) -> Case | None:
+        title, label = TARGET
+        return next((case for case in self.cases.get(title, []) if case.label == label), None)
+
+    @property
+    def passed(self) -> bool:
+        return self.target is not None and self.target.ratio <= LIMIT
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
+    rows = [
+        [
+            title,
+            case.label,
+            _ms(case.ours),
+            _ms(case.bare),
+            _ms(case.harness),
+            f"{case.ratio:.2f}x",
+            "—" if case.harness is None else f"{case.harness / case.bare:.2f}x",
+            f"at most {LIMIT:g}x",
+            "PASS" if case.ratio <= LIMIT else "FAIL",
+            "—" if case.harness is None else "yes" if case.ours < case.harness else "no",
+        ]
+        for title, cases in report.cases.items()
+        for case in cases
+    ]
+    lines = [
+        *section(environment_lines),
+        "Median ms of one turn:",
+        "",
+        *table(
+            "database | turn | ours | no persistence | pydantic-ai-harness | ours / none | harness / none | target "
+            "| verdict | ours ahead of the harness",
+            rows,
+        ),
+        "",
+    ]
+    if all(row[4] == "—" for row in rows):
+        lines += ["pydantic-ai-harness was not measured: `pip install --no-deps pydantic-ai-harness`.", ""]
+    target = report.target
+    if target is None:
+        return [*lines, "**Verdict: not measured.**"]
+    if target.ratio <= LIMIT:
+        lines.append(f"**Verdict: PASS**: {target.ratio:.2f}x on SQLite, at most {LIMIT:g}x wanted.")
+    else:
+        lines.append(
+            f"**Verdict: FAIL**: {target.ratio:.2f}x on SQLite, {target.ratio / LIMIT:.2f} times the {LIMIT:g}x "
+            f"target; ours takes {(target.ours - LIMIT * target.bare) * 1000:.1f} ms too long."
+        )
+    if target.harness is not None:
+        lines.append(
+            f"pydantic-ai-harness's `StepPersistence` on the same turn: {target.harness / target.bare:.2f}x the bare "
+            f"turn; ours is {'ahead of' if target.ours < target.harness else 'behind'} it ({_ms(target.ours)} ms "
+            f"against {_ms(target.harness)} ms)."
+        )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -145,12 +233,11 @@ async def measure(bench: Bench, settings: Settings, title: str) -> list[Case]:
     sides: dict[str, Callable[[bool], Awaitable[Turn]]] = {"ours": bench.ours, "bare": bench.bare}
     if bench.harness is not None:
         sides["harness"] = lambda long: bench.bare(long, harness=True)
-    names = list(sides)
     samples: dict[tuple[str, str], list[float]] = {}
     rounds = settings.warmup + settings.repeats
     for number in range(rounds):
         for label, long in CASES:
-            for side in names[number % len(names) :] + names[: number % len(names)]:
+            for side in rotated(list(sides), number):
                 turn = await sides[side](long)
                 gc.collect()
                 started = time.perf_counter()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import math
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -22,66 +22,52 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bench.harness.databases import Dialect, available
 from bench.harness.options import parser, publish
-from bench.harness.reports import PACKAGES, Clock, command_line, environment, table
+from bench.harness.reports import PACKAGES, Clock, command_line, environment
 from bench.harness.servers import folder
 from bench.harness.stats import median
 from bench.store_messages import history
-from bench.store_report import Section, checks, render
+from bench.store_report import GROWTH_SIZES, Section, checks, render
 from bench.store_rivals import open_langgraph, open_openai_agents
-from bench.store_systems import AiosqliteFloor, AsyncpgFloor, Ours, PydanticStoreBackend, SqliteFloor, System
-from bench.store_workloads import Contender, Places, Results, Settings, run_concurrent, run_per_size
+from bench.store_systems import Ours, PydanticStoreBackend, aiosqlite_floor, asyncpg_floor, sqlite_floor
+from bench.store_workloads import Contender, Places, Results, Settings, System, run_concurrent, run_per_size
 
 FULL = Settings()
 QUICK = Settings(warmup=1, repeats=3, turns=4, concurrent_runs=1)
-GROWTH_SIZES = (10, 1_000)
-GROWTH_LIMIT = 1.2
-ASYNC_FLOOR_LIMIT = 1.5
 WARM_CACHE_BYTES = 1 << 30
 """The history cache of `warm`: room for every history of a full run (~75 MB charged at 22 rounds)."""
 RIVALS = ("openai-agents", "langgraph-checkpoint-sqlite", "langchain-core")
 
 
-def our_contenders(ours: Ours) -> list[Contender]:
-    """Ours twice: `ours` with no history cache, judged (the floors' work); `warm` with every history
-    cached, reported (`docs/benchmarks.md`, the store's method)."""
-
-    async def cold(url: str) -> System:
-        return await ours.open(url, history_cache_bytes=0, label=", no history cache")
-
-    async def warm(url: str) -> System:
-        return await ours.open(url, history_cache_bytes=WARM_CACHE_BYTES, label=", history cached")
-
-    return [Contender("ours", cold), Contender("warm", warm)]
-
-
 def contenders(ours: Ours, dialect: Dialect) -> list[Contender]:
-    """Every system measured on `dialect`; ours first, as the SQLite floors copy its journal settings."""
-    if dialect == "PostgreSQL":
-        return [
-            *our_contenders(ours),
-            Contender("floor", lambda url: AsyncpgFloor.open(url, encode=False)),
-            Contender("fair", lambda url: AsyncpgFloor.open(url, encode=True)),
-            Contender("openai", open_openai_agents),
-        ]
-
-    async def floor(url: str) -> System:
-        return SqliteFloor(url, encode=False, pragmas=ours.pragmas)
-
-    async def fair(url: str) -> System:
-        return SqliteFloor(url, encode=True, pragmas=ours.pragmas)
+    """Every system measured on `dialect`, in this order: ours first, as the SQLite floors copy its journal
+    settings. Ours twice: `ours` with no history cache, judged (the floors' work); `warm` with every
+    history cached, reported (`docs/benchmarks.md`, the store's method)."""
 
     async def memory(url: str) -> System:
         return PydanticStoreBackend.in_memory()
 
-    return [
-        *our_contenders(ours),
-        Contender("floor", floor),
-        Contender("fair", fair),
-        Contender("async", lambda url: AiosqliteFloor.open(url, pragmas=ours.pragmas)),
-        Contender("memory", memory),
-        Contender("openai", open_openai_agents),
-        Contender("langgraph", open_langgraph),
+    sqlite = dialect == "SQLite"
+
+    def floor(encode: bool) -> Callable[[str], Awaitable[System]]:
+        if sqlite:
+            return lambda url: sqlite_floor(url, encode=encode, pragmas=ours.pragmas)
+        return lambda url: asyncpg_floor(url, encode=encode)
+
+    every: list[tuple[str, Callable[[str], Awaitable[System]], bool]] = [
+        ("ours", lambda url: ours.open(url, history_cache_bytes=0, label=", no history cache"), True),
+        (
+            "warm",
+            lambda url: ours.open(url, history_cache_bytes=WARM_CACHE_BYTES, label=", history cached"),
+            True,
+        ),
+        ("floor", floor(encode=False), True),
+        ("fair", floor(encode=True), True),
+        ("async", lambda url: aiosqlite_floor(url, pragmas=ours.pragmas), sqlite),
+        ("memory", memory, sqlite),
+        ("openai", open_openai_agents, True),
+        ("langgraph", open_langgraph, sqlite),
     ]
+    return [Contender(key, open_) for key, open_, measured in every if measured]
 
 
 def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -132,101 +118,31 @@ async def history_growth(ours: Ours, url: str, rounds: int) -> dict[str, dict[in
     }
 
 
-def growth_lines(title: str, medians: dict[str, dict[int, float]]) -> tuple[list[str], float]:
-    """The growth table of one database, and its flatness ratio (paired differences: see the store's method)."""
-    small, large = GROWTH_SIZES
-    base, added = medians["baseline"], medians["added"]
-    rows = [
-        [
-            f"{size:,}",
-            f"{base[size]:.2f}",
-            f"{medians['ours'][size]:.2f}",
-            f"{added[size]:.2f}",
-            f"{medians['store'][size]:.2f}",
-        ]
-        for size in GROWTH_SIZES
-    ]
-    header = "messages | no persistence (baseline) | ours: load + run + save | ours - baseline (paired) | of which our load + save"
-    lines = [
-        f"{title}: one in-process turn (pydantic-ai `Agent` on a `FunctionModel`), median ms:",
-        "",
-        *table(header, rows),
-        "",
-    ]
-    return lines, (base[small] + added[large]) / (base[small] + added[small])
-
-
-def async_floor_checks(title: str, results: Results) -> list[list[str]]:
-    """Target 5: load+save within 1.5x of the async floor (aiosqlite on SQLite, asyncpg on PostgreSQL),
-    judged on `ours` (no history cache: the floor's work); `warm` (history cached) shown beside it."""
-    floor = "async" if title == "SQLite" else "fair"
-    rows: list[list[str]] = []
-    for size in (10, 100):
-        if math.isnan(ratio := results.ratio("ours", floor, size, "total")):
-            continue
-        verdict = "PASS" if ratio <= ASYNC_FLOOR_LIMIT else "FAIL"
-        label = f"{title}: load+save at {size:,} messages, ours (no history cache) / async floor"
-        rows.append([label, f"{ratio:.2f}x", f"at most {ASYNC_FLOOR_LIMIT:g}x", f"**{verdict}**"])
-        if not math.isnan(warm := results.ratio("warm", floor, size, "total")):
-            rows.append(
-                [
-                    f"{title}: the same, history cached (not judged: the floor caches nothing)",
-                    f"{warm:.2f}x",
-                    "",
-                    "",
-                ]
-            )
-    return rows
-
-
 async def run(
     arguments: argparse.Namespace, notes: list[str], logs: Path
-) -> tuple[list[Section], list[str], str | None]:
+) -> tuple[list[Section], str | None]:
     settings = QUICK if arguments.quick else FULL
     ours = Ours()
     databases, version = await available(arguments.postgres, notes)
     sections: list[Section] = []
-    growth: list[str] = []
-    verdicts: list[list[str]] = []
     for dialect in databases:
         async with AsyncExitStack() as stack:
             places = Places(dialect, logs, arguments.postgres, stack)
             rounds = 10 if arguments.quick else 40
             print(f"{dialect}: history growth, {rounds} turns at {GROWTH_SIZES} messages", flush=True)
-            table_lines, flatness = growth_lines(
-                dialect, await history_growth(ours, await places.new("growth"), rounds)
-            )
-            growth += table_lines
-            label = f"{dialect}: (ours at 1,000 - baseline growth 10 to 1,000) / ours at 10"
-            verdicts.append(
-                [
-                    label,
-                    f"{flatness:.2f}x",
-                    f"at most {GROWTH_LIMIT:g}x",
-                    f"**{'PASS' if flatness <= GROWTH_LIMIT else 'FAIL'}**",
-                ]
-            )
+            growth = await history_growth(ours, await places.new("growth"), rounds)
             results = Results()
-            print(
-                f"{dialect}: one turn at {', '.join(f'{s:,}' for s in settings.sizes)} messages", flush=True
-            )
+            sizes = ", ".join(f"{size:,}" for size in settings.sizes)
+            print(f"{dialect}: one turn at {sizes} messages", flush=True)
             await run_per_size(contenders(ours, dialect), places, settings, results)
             print(
                 f"{dialect}: {settings.conversations} conversations x {settings.turns} turns, all at once",
                 flush=True,
             )
             await run_concurrent(contenders(ours, dialect), places, settings, results)
-            sections.append(Section(dialect, results, dict(ours.pragmas) if dialect == "SQLite" else None))
-    for section in sections:
-        verdicts += async_floor_checks(section.title, section.results)
-    extra = [
-        "",
-        "### History growth and the async floor",
-        "",
-        *growth,
-        *table("target | ratio | limit | verdict", verdicts),
-    ]
-    return sections, extra, version
+            pragmas = dict(ours.pragmas) if dialect == "SQLite" else None
+            sections.append(Section(dialect, results, pragmas, growth))
+    return sections, version
 
 
 def main() -> int:
@@ -235,7 +151,7 @@ def main() -> int:
     settings = QUICK if arguments.quick else FULL
     clock, notes = Clock(), list[str]()
     with folder("store", keep=arguments.keep_logs) as logs:
-        sections, extra, version = asyncio.run(run(arguments, notes, logs))
+        sections, version = asyncio.run(run(arguments, notes, logs))
     rounds = (
         f"Settings: {settings.warmup} warm-up + {settings.repeats} measured turns per size and system, "
         f"{settings.concurrent_runs} concurrent run(s)"
@@ -244,7 +160,7 @@ def main() -> int:
     lines = environment(
         command, postgres=version, packages=(*PACKAGES, *RIVALS), notes=[rounds, *notes, clock.line()]
     )
-    text = "\n".join([*render(sections, settings, lines), *extra])
+    text = "\n".join(render(sections, settings, lines))
     publish(arguments, {"store": text}, full=not arguments.quick)
     failed = [check for section in sections for check in checks(section) if check.verdict == "FAIL"]
     return 1 if failed and arguments.strict else 0

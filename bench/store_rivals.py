@@ -76,7 +76,7 @@ def openai_items(messages: Sequence[ModelMessage]) -> list[Item]:
     return items
 
 
-class OpenAIAgentsBackend(Backend[list[Item], None]):
+class OpenAIAgentsBackend(Backend):
     """The OpenAI Agents SDK's `SQLAlchemySession`: `get_items()` then `add_items()` per turn."""
 
     def __init__(self, engine: Any, session_class: Any) -> None:
@@ -159,7 +159,7 @@ def langchain_messages(messages: Sequence[ModelMessage]) -> list[Any]:
     return converted
 
 
-class LangGraphBackend(Backend[list[Any], tuple[dict[str, Any], list[Any], int]]):
+class LangGraphBackend(Backend):
     """LangGraph's `AsyncSqliteSaver`: `aget_tuple` then `aput` of a checkpoint holding the whole list."""
 
     def __init__(self, saver: Any, connection: Any) -> None:

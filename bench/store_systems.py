@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import aiosqlite
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
@@ -27,22 +26,24 @@ from bench.store_messages import message_json
 from store import SqlConversationStore
 
 __all__ = (
-    "AiosqliteFloor",
-    "AsyncpgFloor",
     "Backend",
+    "Floor",
     "Ours",
     "PydanticStoreBackend",
-    "SqliteFloor",
     "Timing",
+    "aiosqlite_floor",
+    "asyncpg_floor",
+    "sqlite_floor",
     "sqlite_path",
 )
 
-Batch = TypeVar("Batch")
-Loaded = TypeVar("Loaded")
+Rows = list[tuple[str, int, bytes]]
 _CREATE = (
     "CREATE TABLE messages (conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, message {blob} NOT NULL, "
     "PRIMARY KEY (conversation_id, seq))"
 )
+_SELECT = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
+_INSERT = "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)"
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
@@ -64,15 +65,15 @@ class Timing:
         return self.load + self.save
 
 
-class Backend(ABC, Generic[Batch, Loaded]):
-    """A system that keeps each prepared batch in its own form until a turn uses it.
+class Backend:
+    """A system that keeps each prepared batch in its own form (`convert`) until a turn uses it.
 
     A turn is `load` (the whole history, and whatever the save needs of it) then `save`, each timed.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._batches: dict[str, Batch] = {}
+        self._batches: dict[str, Any] = {}
 
     def prepare(self, key: str, messages: Sequence[ModelMessage]) -> None:
         if key not in self._batches:
@@ -86,23 +87,20 @@ class Backend(ABC, Generic[Batch, Loaded]):
         await self.save(conversation_id, loaded, self._batches[key])
         return Timing(load=middle - started, save=time.perf_counter() - middle)
 
-    @abstractmethod
-    def convert(self, messages: Sequence[ModelMessage]) -> Batch: ...
+    def convert(self, messages: Sequence[ModelMessage]) -> Any:
+        return list(messages)
 
-    @abstractmethod
-    async def load(self, conversation_id: str) -> Loaded: ...
+    async def load(self, conversation_id: str) -> Any:
+        raise NotImplementedError
 
-    @abstractmethod
-    async def save(self, conversation_id: str, loaded: Loaded, batch: Batch) -> None: ...
+    async def save(self, conversation_id: str, loaded: Any, batch: Any) -> None:
+        raise NotImplementedError
 
     async def aclose(self) -> None:
         return None
 
 
-System = Backend[Any, Any]
-
-
-class PydanticStoreBackend(Backend[list[ModelMessage], Conversation]):
+class PydanticStoreBackend(Backend):
     """Any pydantic-ai `ConversationStore`: ours, or the in-memory one."""
 
     def __init__(self, name: str, store: ConversationStore) -> None:
@@ -112,9 +110,6 @@ class PydanticStoreBackend(Backend[list[ModelMessage], Conversation]):
     @classmethod
     def in_memory(cls) -> PydanticStoreBackend:
         return cls("pydantic-ai InMemoryConversationStore", InMemoryConversationStore())
-
-    def convert(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-        return list(messages)
 
     async def load(self, conversation_id: str) -> Conversation:
         return await self.store.load(conversation_id) or Conversation(conversation_id=conversation_id)
@@ -149,116 +144,102 @@ class Ours:
         return PydanticStoreBackend(f"ours: SqlConversationStore{label}", store)
 
 
-FloorBatch = list[bytes] | list[ModelMessage]
-_SELECT = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
-_INSERT = "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)"
+class Floor(Backend):
+    """The rows a store needs at the least, with a bare driver: `fetch` a conversation's rows, `insert`
+    a turn's in one transaction. `encode` also decodes every loaded row with `ModelMessagesTypeAdapter`
+    and encodes the new ones (the fair floor); else raw JSON."""
 
+    def __init__(
+        self,
+        driver: str,
+        fetch: Callable[[str], Awaitable[list[bytes]]],
+        insert: Callable[[Rows], Awaitable[None]],
+        close: Callable[[], Awaitable[object]],
+        *,
+        encode: bool,
+        floor: str = "fair floor",
+    ) -> None:
+        super().__init__(f"{driver} + TypeAdapter ({floor})" if encode else f"{driver}, raw JSON (floor)")
+        self.fetch, self.insert, self.close, self.encode = fetch, insert, close, encode
 
-def _rows(conversation_id: str, stored: int, batch: FloorBatch) -> list[tuple[str, int, bytes]]:
-    """The batch's rows after the `stored` ones, each message encoded unless it came as JSON."""
-    encoded = [item if isinstance(item, bytes) else message_json(item) for item in batch]
-    return [(conversation_id, stored + offset, data) for offset, data in enumerate(encoded)]
-
-
-class Floor(Backend[FloorBatch, int]):
-    """The rows a store needs at the least, with a bare driver: `encode` also decodes every loaded
-    row with `ModelMessagesTypeAdapter` and encodes the new ones (the fair floor); else raw JSON."""
-
-    def __init__(self, name: str, *, encode: bool, floor: str = "fair floor") -> None:
-        super().__init__(f"{name} + TypeAdapter ({floor})" if encode else f"{name}, raw JSON (floor)")
-        self.encode = encode
-
-    def convert(self, messages: Sequence[ModelMessage]) -> FloorBatch:
+    def convert(self, messages: Sequence[ModelMessage]) -> list[bytes] | list[ModelMessage]:
         return list(messages) if self.encode else [message_json(message) for message in messages]
 
-    def decoded(self, rows: Sequence[bytes]) -> int:
+    async def load(self, conversation_id: str) -> int:
         """How many rows are stored, after decoding them when the floor encodes."""
+        rows = await self.fetch(conversation_id)
         if self.encode:
             ModelMessagesTypeAdapter.validate_json(b"[" + b",".join(rows) + b"]")
         return len(rows)
 
+    async def save(self, conversation_id: str, loaded: int, batch: list[bytes] | list[ModelMessage]) -> None:
+        encoded = [item if isinstance(item, bytes) else message_json(item) for item in batch]
+        await self.insert([(conversation_id, loaded + offset, data) for offset, data in enumerate(encoded)])
 
-class SqliteFloor(Floor):
+    async def aclose(self) -> None:
+        await self.close()
+
+
+async def sqlite_floor(url: str, *, encode: bool, pragmas: dict[str, str]) -> Floor:
     """Stdlib `sqlite3`, synchronous, one transaction per turn, with our store's journal settings."""
+    # Autocommit mode, so the `BEGIN`/`COMMIT` below are the only transaction boundaries.
+    connection = sqlite3.connect(sqlite_path(url) or "", isolation_level=None)
+    for statement in [
+        *(f"PRAGMA {name} = {value}" for name, value in pragmas.items()),
+        _CREATE.format(blob="BLOB"),
+    ]:
+        connection.execute(statement)
 
-    def __init__(self, url: str, *, encode: bool, pragmas: dict[str, str]) -> None:
-        super().__init__("sqlite3", encode=encode)
-        # Autocommit mode, so the `BEGIN`/`COMMIT` below are the only transaction boundaries.
-        self.connection = sqlite3.connect(sqlite_path(url) or "", isolation_level=None)
-        for name, value in pragmas.items():
-            self.connection.execute(f"PRAGMA {name} = {value}")
-        self.connection.execute(_CREATE.format(blob="BLOB"))
+    async def fetch(conversation_id: str) -> list[bytes]:
+        return [row[0] for row in connection.execute(_SELECT, (conversation_id,))]
 
-    async def load(self, conversation_id: str) -> int:
-        return self.decoded([row[0] for row in self.connection.execute(_SELECT, (conversation_id,))])
+    async def insert(rows: Rows) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.executemany(_INSERT, rows)
+        connection.execute("COMMIT")
 
-    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
-        rows = _rows(conversation_id, loaded, batch)
-        self.connection.execute("BEGIN IMMEDIATE")
-        self.connection.executemany(_INSERT, rows)
-        self.connection.execute("COMMIT")
+    async def close() -> None:
+        connection.close()
 
-    async def aclose(self) -> None:
-        self.connection.close()
+    return Floor("sqlite3", fetch, insert, close, encode=encode)
 
 
-class AiosqliteFloor(Floor):
+async def aiosqlite_floor(url: str, *, pragmas: dict[str, str]) -> Floor:
     """The fair floor through `aiosqlite`: one connection, its transactions one at a time, as LangGraph's saver."""
+    connection = await aiosqlite.connect(sqlite_path(url) or "", isolation_level=None)
+    for statement in [
+        *(f"PRAGMA {name} = {value}" for name, value in pragmas.items()),
+        _CREATE.format(blob="BLOB"),
+    ]:
+        await connection.execute(statement)
+    lock = asyncio.Lock()  # statements of concurrent turns may interleave, transactions may not
 
-    def __init__(self, connection: aiosqlite.Connection) -> None:
-        super().__init__("aiosqlite", encode=True, floor="async floor")
-        self.connection = connection
-        self._lock = asyncio.Lock()  # statements of concurrent turns may interleave, transactions may not
+    async def fetch(conversation_id: str) -> list[bytes]:
+        async with connection.execute(_SELECT, (conversation_id,)) as cursor:
+            return [row[0] for row in await cursor.fetchall()]
 
-    @classmethod
-    async def open(cls, url: str, *, pragmas: dict[str, str]) -> AiosqliteFloor:
-        connection = await aiosqlite.connect(sqlite_path(url) or "", isolation_level=None)
-        for name, value in pragmas.items():
-            await connection.execute(f"PRAGMA {name} = {value}")
-        await connection.execute(_CREATE.format(blob="BLOB"))
-        return cls(connection)
+    async def insert(rows: Rows) -> None:
+        async with lock:
+            await connection.execute("BEGIN IMMEDIATE")
+            await connection.executemany(_INSERT, rows)
+            await connection.execute("COMMIT")
 
-    async def load(self, conversation_id: str) -> int:
-        async with self.connection.execute(_SELECT, (conversation_id,)) as cursor:
-            rows: list[bytes] = [row[0] for row in await cursor.fetchall()]
-        return self.decoded(rows)
-
-    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
-        rows = _rows(conversation_id, loaded, batch)
-        async with self._lock:
-            await self.connection.execute("BEGIN IMMEDIATE")
-            await self.connection.executemany(_INSERT, rows)
-            await self.connection.execute("COMMIT")
-
-    async def aclose(self) -> None:
-        await self.connection.close()
+    return Floor("aiosqlite", fetch, insert, connection.close, encode=True, floor="async floor")
 
 
-class AsyncpgFloor(Floor):
+async def asyncpg_floor(url: str, *, encode: bool) -> Floor:
     """Bare asyncpg with a pool, one transaction per turn."""
+    pool: Any = await asyncpg.create_pool(asyncpg_dsn(url), min_size=1, max_size=10)  # pyright: ignore[reportUnknownMemberType]
+    await pool.execute(_CREATE.format(blob="BYTEA"))
 
-    def __init__(self, pool: Any, *, encode: bool) -> None:
-        super().__init__("asyncpg", encode=encode)
-        self.pool = pool
+    async def fetch(conversation_id: str) -> list[bytes]:
+        async with pool.acquire() as connection:
+            return [
+                record[0] for record in await connection.fetch(_SELECT.replace("?", "$1"), conversation_id)
+            ]
 
-    @classmethod
-    async def open(cls, url: str, *, encode: bool) -> AsyncpgFloor:
-        pool: Any = await asyncpg.create_pool(asyncpg_dsn(url), min_size=1, max_size=10)  # pyright: ignore[reportUnknownMemberType]
-        await pool.execute(_CREATE.format(blob="BYTEA"))
-        return cls(pool, encode=encode)
+    async def insert(rows: Rows) -> None:
+        async with pool.acquire() as connection, connection.transaction():
+            await connection.executemany(_INSERT.replace("?, ?, ?", "$1, $2, $3"), rows)
 
-    async def load(self, conversation_id: str) -> int:
-        async with self.pool.acquire() as connection:
-            query = "SELECT message FROM messages WHERE conversation_id = $1 ORDER BY seq"
-            rows: list[bytes] = [record[0] for record in await connection.fetch(query, conversation_id)]
-        return self.decoded(rows)
-
-    async def save(self, conversation_id: str, loaded: int, batch: FloorBatch) -> None:
-        rows = _rows(conversation_id, loaded, batch)
-        async with self.pool.acquire() as connection, connection.transaction():
-            await connection.executemany(
-                "INSERT INTO messages (conversation_id, seq, message) VALUES ($1, $2, $3)", rows
-            )
-
-    async def aclose(self) -> None:
-        await self.pool.close()
+    return Floor("asyncpg", fetch, insert, pool.close, encode=encode)

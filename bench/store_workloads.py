@@ -14,18 +14,19 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
 from pydantic_ai.messages import ModelMessage
 
 from bench.harness.databases import Dialect, scratch_database
-from bench.harness.stats import NAN, median, paired_ratio
+from bench.harness.stats import NAN, median, paired_ratio, rotated
 from bench.store_messages import history, realistic_turn
-from bench.store_systems import System, Timing
+from bench.store_systems import Backend, Timing
 
-__all__ = ("Contender", "Part", "Places", "Results", "Settings", "run_concurrent", "run_per_size")
+__all__ = ("Contender", "Part", "Places", "Results", "Settings", "System", "run_concurrent", "run_per_size")
 
-T = TypeVar("T")
+System = Backend
+
 Part = Literal["load", "save", "total"]
 MEASURED_TURN_BASE = 100_000
 """Turn numbers of the measured turns, away from those that built the histories."""
@@ -70,10 +71,6 @@ class Places:
         )
 
 
-def _part(timing: Timing, part: Part) -> float:
-    return timing.total if part == "total" else timing.load if part == "load" else timing.save
-
-
 @dataclass
 class Results:
     names: dict[str, str] = field(default_factory=dict[str, str])
@@ -91,7 +88,7 @@ class Results:
         return sorted({size for by_size in self.timings.values() for size in by_size})
 
     def _parts(self, key: str, size: int, part: Part) -> dict[int, float]:
-        return {round_: _part(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
+        return {round_: getattr(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
 
     def median(self, key: str, size: int, part: Part) -> float:
         return median(self._parts(key, size, part).values())
@@ -111,11 +108,6 @@ class Results:
 @cache
 def _turn(number: int) -> tuple[ModelMessage, ...]:
     return tuple(realistic_turn(number))
-
-
-def _rotated(items: Sequence[T], by: int) -> list[T]:
-    by %= max(len(items), 1)
-    return [*items[by:], *items[:by]]
 
 
 def _skip(results: Results, key: str, reason: str) -> None:
@@ -161,8 +153,8 @@ async def run_per_size(
         gc.freeze()
         started = time.perf_counter()
         for round_ in range(rounds):
-            for step, size in enumerate(_rotated(settings.sizes, round_)):
-                for key, system in _rotated(list(systems.items()), round_ + step):
+            for step, size in enumerate(rotated(settings.sizes, round_)):
+                for key, system in rotated(list(systems.items()), round_ + step):
                     if key in results.unavailable:
                         continue
                     try:
@@ -189,7 +181,7 @@ async def run_concurrent(
         for turn in range(settings.turns)
     }
     for run in range(settings.concurrent_runs):
-        for contender in _rotated(contenders, run):
+        for contender in rotated(contenders, run):
             if contender.key in results.unavailable:
                 continue
             url = await places.new(f"{contender.key}-concurrent{run}")

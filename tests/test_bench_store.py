@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.store import our_contenders
+from bench.store import contenders as store_contenders
 from bench.store_messages import history, realistic_turn
-from bench.store_report import Section, checks
+from bench.store_report import Section, checks, render
+from bench.store_rivals import OpenAIAgentsBackend, Unavailable, open_langgraph, openai_items
 from bench.store_systems import Ours, PydanticStoreBackend, Timing
-from bench.store_workloads import Results, Settings
+from bench.store_workloads import Places, Results, Settings, run_per_size
 from store import SqlConversationStore
 
 
@@ -21,7 +27,7 @@ async def test_ours_is_judged_without_a_history_cache_and_shown_with_every_histo
 ) -> None:
     # With the default 64 MB, the cache held every history of a quick run and none of a full one:
     # the two modes measured different work. Both states are now the benchmark's choice.
-    contenders = {contender.key: contender for contender in our_contenders(Ours())}
+    contenders = {contender.key: contender for contender in store_contenders(Ours(), "SQLite")}
     cold = await contenders["ours"].open(f"sqlite+aiosqlite:///{tmp_path / 'cold.db'}")
     warm = await contenders["warm"].open(f"sqlite+aiosqlite:///{tmp_path / 'warm.db'}")
     stores: list[SqlConversationStore] = []
@@ -64,3 +70,71 @@ def test_targets_are_judged_on_ratios_paired_by_round() -> None:
         "PostgreSQL: save at 1,000 / save at 10 messages (flat)": (1.0, "PASS"),
         "PostgreSQL: turns/s at concurrency 50, ours / openai-agents": (5.0, "PASS"),
     }
+
+
+def test_a_turn_becomes_the_openai_items_the_agents_sdk_stores_without_the_sdk_installed() -> None:
+    items = openai_items(realistic_turn(2))  # a tool turn: prompt, call, return, reply
+    assert [item.get("type", item.get("role")) for item in items] == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    call, output = items[1], items[2]
+    assert call["call_id"] == output["call_id"]
+    assert call["name"] == "lookup_order"
+    assert json.loads(call["arguments"])["order_id"].startswith("ORD-")
+    assert items[3]["content"][0]["type"] == "output_text"
+
+
+class _Session:
+    """The Agents SDK's session as `OpenAIAgentsBackend` uses it (`get_items`, `add_items`), in memory."""
+
+    items: ClassVar[dict[str, list[dict[str, object]]]] = {}
+
+    def __init__(self, session_id: str, *, engine: object, create_tables: bool) -> None:
+        self.session_id = session_id
+
+    async def get_items(self) -> list[dict[str, object]]:
+        return list(self.items.get(self.session_id, []))
+
+    async def add_items(self, items: list[dict[str, object]]) -> None:
+        self.items.setdefault(self.session_id, []).extend(items)
+
+
+@pytest.mark.anyio
+async def test_the_openai_agents_rival_loads_then_appends_each_turn_in_one_session(tmp_path: Path) -> None:
+    backend = OpenAIAgentsBackend(create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}"), _Session)
+    backend.prepare("tool turn", realistic_turn(2))
+    for _ in range(2):
+        timing = await backend.turn("conversation", "tool turn")
+        assert timing.load >= 0
+        assert timing.save >= 0
+    assert _Session.items["conversation"] == openai_items(realistic_turn(2)) * 2
+    await backend.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_rival_that_cannot_run_here_is_left_out_with_its_reason_and_the_others_measured(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(Unavailable, match="SQLite only"):
+        await open_langgraph("postgresql+asyncpg://bench@localhost/none")
+    missing = importlib.util.find_spec("agents") is None
+    results = Results()
+    contenders = [c for c in store_contenders(Ours(), "SQLite") if c.key in ("fair", "openai", "langgraph")]
+    places = Places("SQLite", tmp_path, None, AsyncExitStack())
+    async with places.stack:
+        await run_per_size(contenders, places, Settings(sizes=(10,), warmup=0, repeats=1), results)
+    assert results.sizes() == [10]
+    assert "fair" in results.timings
+    if missing:
+        assert "openai-agents[sqlalchemy] is not installed" in results.unavailable["openai"]
+        assert "openai" not in results.timings
+    else:
+        assert "openai" in results.timings
+        assert "openai" not in results.unavailable
+    if importlib.util.find_spec("langgraph") is None:
+        assert "langgraph-checkpoint-sqlite is not installed" in results.unavailable["langgraph"]
+    text = "\n".join(render([Section("SQLite", results)], Settings(), ["- environment"]))
+    assert all(f"- {key}: not measured: " in text for key in results.unavailable)

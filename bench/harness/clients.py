@@ -162,11 +162,10 @@ async def run_load(
     timeout = httpx.Timeout(connect=60.0, read=load.stall_timeout, write=60.0, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     tls = ssl.create_default_context()  # never used (plain HTTP), built once rather than per client
-    user = _native if load.protocol == "native" else _ai_sdk
     async with contextlib.AsyncExitStack() as stack:
         tasks = [
             asyncio.create_task(
-                user(
+                _user(
                     await stack.enter_async_context(
                         httpx.AsyncClient(
                             base_url=urls[n % len(urls)], timeout=timeout, limits=limits, verify=tls
@@ -226,13 +225,13 @@ def new_thread(index: int, turn: int, per_thread: int) -> bool:
     return (index + turn) % per_thread == 0
 
 
-async def _native(
+async def _user(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
-    """A user of the native API: a thread and its stream opened before the start, its turns posted and
-    followed; with `load.turns_per_thread`, a new thread (created, its stream opened, within the round)
-    every so many turns (`new_thread`)."""
-    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+    """A user: ready before the start (`before_start`), then its turns; with `load.turns_per_thread`, a new
+    thread (within the round) every so many turns (`new_thread`), a user starting one at its turn 0 being
+    given none before the start."""
+    user = (_Native if load.protocol == "native" else _AiSdk)(client, user_id, load, result)
     per_thread = load.turns_per_thread
 
     def fresh(turn: int) -> bool:
@@ -240,91 +239,111 @@ async def _native(
 
     ready = False
     try:
-        async with contextlib.AsyncExitStack() as stack:
-
-            async def open_thread() -> tuple[asyncio.Queue[Event | BaseException | None], str] | None:
-                await stack.aclose()
-                made = await client.post("/api/threads", json={"title": f"bench {user_id}"}, headers=headers)
-                if made.status_code != 201:
-                    return result.error(f"POST /api/threads {made.status_code}", made.text)
-                thread_id = str(made.json()["thread_id"])
-                url = f"/api/threads/{thread_id}/events"
-                stream = await stack.enter_async_context(client.stream("GET", url, headers=headers))
-                if stream.status_code != 200:
-                    await stream.aread()
-                    return result.error(f"GET events {stream.status_code}", stream.text)
-                queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
-                reader = asyncio.create_task(_read(stream, queue))
-                stack.callback(reader.cancel)
-                return queue, thread_id
-
-            opened = None if fresh(0) else await open_thread()
-            if opened is None and not fresh(0):
+        async with contextlib.aclosing(user):
+            if not fresh(0) and not await user.before_start():
                 return
             ready = True
             gate.arrive(ready=True)
             await gate.go.wait()
-            last_id, done = 0, 0
+            done = 0
             while gate.running() and (load.turns is None or done < load.turns):
-                if fresh(done):
-                    if (opened := await open_thread()) is None:
-                        return
-                    last_id = 0
-                assert opened is not None
-                queue, thread_id = opened
-                found = await _native_turn(client, load, thread_id, headers, queue, last_id, result)
-                if found is None:
+                if fresh(done) and not await user.new_thread():
                     return
-                last_id, done = found, done + 1
-    except httpx.HTTPError as error:
+                if not await user.turn(result):
+                    return
+                done += 1
+    except (httpx.HTTPError, ValueError) as error:
         result.error(f"transport {type(error).__name__}", repr(error))
     finally:
         if not ready:  # failed before the start: the others must not wait for it
             gate.arrive(ready=False)
 
 
-async def _native_turn(
-    client: httpx.AsyncClient,
-    load: Load,
-    thread_id: str,
-    headers: dict[str, str],
-    queue: asyncio.Queue[Event | BaseException | None],
-    last_id: int,
-    result: LoadResult,
-) -> int | None:
-    """One turn; the id of its last event, or `None` (an error was recorded) to stop the user."""
-    sent = time.perf_counter()
-    try:
-        response = await client.post(
-            f"/api/threads/{thread_id}/messages", json={"content": PROMPT}, headers=headers
+class _User:
+    """One simulated user's connection: a thread to begin with, new threads, turns, each `False` (its
+    error recorded) to stop the user."""
+
+    def __init__(self, client: httpx.AsyncClient, user_id: str, load: Load, result: LoadResult) -> None:
+        self.client, self.load, self.result = client, load, result
+        self.headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
+        self.user_id = user_id
+
+    async def before_start(self) -> bool:
+        return await self.new_thread()
+
+    async def new_thread(self) -> bool:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _Native(_User):
+    """The native API: a thread with its stream open (every turn's events read from it), each turn posted."""
+
+    def __init__(self, client: httpx.AsyncClient, user_id: str, load: Load, result: LoadResult) -> None:
+        super().__init__(client, user_id, load, result)
+        self.stack = contextlib.AsyncExitStack()
+        self.queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+        self.thread_id, self.last_id = "", 0
+
+    async def new_thread(self) -> bool:
+        await self.stack.aclose()
+        made = await self.client.post(
+            "/api/threads", json={"title": f"bench {self.user_id}"}, headers=self.headers
         )
-    except httpx.HTTPError as error:
-        result.error(f"transport {type(error).__name__} on POST messages", repr(error))
-        return None
-    posted = time.perf_counter() - sent
-    if response.status_code != 202:
-        result.error(f"POST messages {response.status_code}", response.text)
-        return None
-    run_id = response.json()["run_id"]
-    events: list[Event] = []
-    while not events or events[-1].type != "run_finished":
+        if made.status_code != 201:
+            self.result.error(f"POST /api/threads {made.status_code}", made.text)
+            return False
+        thread_id = str(made.json()["thread_id"])
+        url = f"/api/threads/{thread_id}/events"
+        stream = await self.stack.enter_async_context(self.client.stream("GET", url, headers=self.headers))
+        if stream.status_code != 200:
+            await stream.aread()
+            self.result.error(f"GET events {stream.status_code}", stream.text)
+            return False
+        self.queue, self.thread_id, self.last_id = asyncio.Queue(), thread_id, 0
+        self.stack.callback(asyncio.create_task(_read(stream, self.queue)).cancel)
+        return True
+
+    async def turn(self, result: LoadResult) -> bool:
+        """One turn, its events checked (`check_turn`)."""
+        load, sent = self.load, time.perf_counter()
         try:
-            item = await asyncio.wait_for(queue.get(), timeout=load.stall_timeout)
-        except TimeoutError:
-            result.error("stalled stream", f"no event for {load.stall_timeout:.0f}s during a turn")
-            return None
-        if not isinstance(item, Event):
-            result.error("dropped stream", repr(item) if item else "the server ended the stream")
-            return None
-        events.append(item)
-    if (problem := check_turn(events, run_id, last_id)) is not None:
-        result.error("missing or wrong event", problem)
-        return None
-    result.first_delta.append(next(e.received for e in events if e.type == "text_delta") - sent)
-    result.post_latency.append(posted)
-    result.turn_latency.append(events[-1].received - sent)
-    result.completed_turns += 1
-    return events[-1].event_id or last_id
+            response = await self.client.post(
+                f"/api/threads/{self.thread_id}/messages", json={"content": PROMPT}, headers=self.headers
+            )
+        except httpx.HTTPError as error:
+            result.error(f"transport {type(error).__name__} on POST messages", repr(error))
+            return False
+        posted = time.perf_counter() - sent
+        if response.status_code != 202:
+            result.error(f"POST messages {response.status_code}", response.text)
+            return False
+        run_id = response.json()["run_id"]
+        events: list[Event] = []
+        while not events or events[-1].type != "run_finished":
+            try:
+                item = await asyncio.wait_for(self.queue.get(), timeout=load.stall_timeout)
+            except TimeoutError:
+                result.error("stalled stream", f"no event for {load.stall_timeout:.0f}s during a turn")
+                return False
+            if not isinstance(item, Event):
+                result.error("dropped stream", repr(item) if item else "the server ended the stream")
+                return False
+            events.append(item)
+        if (problem := check_turn(events, run_id, self.last_id)) is not None:
+            result.error("missing or wrong event", problem)
+            return False
+        result.first_delta.append(next(e.received for e in events if e.type == "text_delta") - sent)
+        result.post_latency.append(posted)
+        result.turn_latency.append(events[-1].received - sent)
+        result.completed_turns += 1
+        self.last_id = events[-1].event_id or self.last_id
+        return True
+
+    async def aclose(self) -> None:
+        await self.stack.aclose()
 
 
 def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None:
@@ -351,73 +370,54 @@ def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None
     return None
 
 
-async def _ai_sdk(
-    client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
-) -> None:
-    headers = {"Authorization": f"Bearer {issue_token(load.secret, user_id)}"}
-    chat_id = str(uuid.uuid4())
-    history: list[dict[str, Any]] = []
-    per_thread = load.turns_per_thread
-    ready = False
-    try:
-        # Staggered (`new_thread`): a user not starting a chat at its turn 0 has one with a turn in it.
+class _AiSdk(_User):
+    """A `useChat` client: one POST a turn, the conversation resent, a turn counting when its text names
+    the order."""
+
+    def __init__(self, client: httpx.AsyncClient, user_id: str, load: Load, result: LoadResult) -> None:
+        super().__init__(client, user_id, load, result)
+        self.chat_id, self.history = str(uuid.uuid4()), list[dict[str, Any]]()
+
+    async def before_start(self) -> bool:
+        """With new chats every so many turns, a chat with a turn in it (its errors prefixed `setup: `)."""
+        if self.load.turns_per_thread is None:
+            return True
         setup = LoadResult(users=1, turns_per_user=1)
-        if (
-            per_thread is not None
-            and not new_thread(index, 0, per_thread)
-            and not await _ai_sdk_turn(client, headers, chat_id, history, setup)
-        ):
-            return result.add_errors(setup, "setup: ")
-        ready = True
-        gate.arrive(ready=True)
-        await gate.go.wait()
-        done = 0
-        while gate.running() and (load.turns is None or done < load.turns):
-            if per_thread is not None and done and new_thread(index, done, per_thread):
-                chat_id, history = str(uuid.uuid4()), []
-            if not await _ai_sdk_turn(client, headers, chat_id, history, result):
-                return
-            done += 1
-    except (httpx.HTTPError, ValueError) as error:
-        result.error(f"transport {type(error).__name__}", repr(error))
-    finally:
-        if not ready:
-            gate.arrive(ready=False)
-
-
-async def _ai_sdk_turn(
-    client: httpx.AsyncClient,
-    headers: dict[str, str],
-    chat_id: str,
-    history: list[dict[str, Any]],
-    result: LoadResult,
-) -> bool:
-    """One turn of a `useChat` client on `chat_id`, appended to `history`; whether it went well."""
-    message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
-    body = {"id": chat_id, "messages": [*history, message], "trigger": "submit-message"}
-    sent = time.perf_counter()
-    chunks: list[dict[str, Any]] = []
-    first = math.nan
-    async with client.stream("POST", "/api/ai-sdk/chat", json=body, headers=headers) as stream:
-        if stream.status_code != 200:
-            await stream.aread()
-            result.error(f"POST chat {stream.status_code}", stream.text)
+        if not await self.turn(setup):
+            self.result.add_errors(setup, "setup: ")
             return False
-        async for event in sse_events(stream.aiter_lines()):
-            if event.data.get("type") == "text-delta" and math.isnan(first):
-                first = event.received - sent
-            chunks.append(event.data)
-    reply = assistant_message(chunks)
-    text = "".join(str(part.get("text", "")) for part in reply["parts"] if part["type"] == "text")
-    if not chunks or chunks[-1].get("type") != "finish" or _EXPECTED not in text:
-        result.error("wrong turn", json.dumps(chunks[-3:]))
-        return False
-    history += [message, reply]
-    if not math.isnan(first):
-        result.first_delta.append(first)
-    result.turn_latency.append(time.perf_counter() - sent)
-    result.completed_turns += 1
-    return True
+        return True
+
+    async def new_thread(self) -> bool:
+        self.chat_id, self.history = str(uuid.uuid4()), []
+        return True
+
+    async def turn(self, result: LoadResult) -> bool:
+        message = {"id": str(uuid.uuid4()), "role": "user", "parts": [{"type": "text", "text": PROMPT}]}
+        body = {"id": self.chat_id, "messages": [*self.history, message], "trigger": "submit-message"}
+        sent = time.perf_counter()
+        chunks: list[dict[str, Any]] = []
+        first = math.nan
+        async with self.client.stream("POST", "/api/ai-sdk/chat", json=body, headers=self.headers) as stream:
+            if stream.status_code != 200:
+                await stream.aread()
+                result.error(f"POST chat {stream.status_code}", stream.text)
+                return False
+            async for event in sse_events(stream.aiter_lines()):
+                if event.data.get("type") == "text-delta" and math.isnan(first):
+                    first = event.received - sent
+                chunks.append(event.data)
+        reply = assistant_message(chunks)
+        text = "".join(str(part.get("text", "")) for part in reply["parts"] if part["type"] == "text")
+        if not chunks or chunks[-1].get("type") != "finish" or _EXPECTED not in text:
+            result.error("wrong turn", json.dumps(chunks[-3:]))
+            return False
+        self.history += [message, reply]
+        if not math.isnan(first):
+            result.first_delta.append(first)
+        result.turn_latency.append(time.perf_counter() - sent)
+        result.completed_turns += 1
+        return True
 
 
 def assistant_message(chunks: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -7,12 +7,13 @@ is written `—`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ("NAN", "median", "ms", "ms_short", "paired_ratio", "percentile", "ratio", "times")
+__all__ = ("NAN", "median", "ms", "ms_short", "paired_ratio", "percentile", "ratio", "rotated", "times")
 
 K = TypeVar("K")
+T = TypeVar("T")
 NAN = float("nan")
 
 
@@ -68,3 +69,9 @@ def ms_short(seconds: float) -> str:
 def times(value: float) -> str:
     """A ratio as `1.23x`, or `—`."""
     return "—" if math.isnan(value) else f"{value:.2f}x"
+
+
+def rotated(items: Sequence[T], by: int) -> list[T]:
+    """`items` starting from the `by`-th (modulo their number): round `n`'s order, for sides that take turns."""
+    by %= max(len(items), 1)
+    return [*items[by:], *items[:by]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.step_report import LIMIT, Case, Report, render
+from bench.step import LIMIT, Case, Report, render
 
 
 def _row(lines: list[str], label: str) -> list[str]:
