@@ -102,9 +102,9 @@ class EventLogOptions:
     """How many ids a run reserves at a time."""
     interval: float = 0.05
     """The least time, in seconds, between the starts of two transactions of the writer (or a checkpoint's)."""
-    busy_interval: float | None = None
-    """`interval` while the process is busy (`quiet` says not); `None`: the same. A longer one
-    groups more of a busy process's events per transaction, where each costs the loop the most."""
+    pace: Callable[[], float] | None = None
+    """The least time between two transactions now, asked at each (`None`: `interval`): a busy
+    process's writers wait longer, each transaction grouping more events."""
     hurry: Callable[[], bool] = _always
     """Whether the first delta of a text part is stored at once, not `interval` after the previous
     transaction; asked when one is emitted."""
@@ -135,7 +135,6 @@ class EventLogSink:
         """
         thread_id, run_id, worker_id = run.thread_id, run.run_id, run.lease_owner
         publish, block, interval = options.publish, options.block, options.interval
-        busy_interval = interval if options.busy_interval is None else options.busy_interval
         hurry, quiet = options.hurry, options.quiet
         self._log = log
         self._thread_id = thread_id
@@ -149,7 +148,7 @@ class EventLogSink:
         self._last_id = last_id
         self._unstored: list[StoredEvent] = []
         self._interval = interval
-        self._busy_interval = busy_interval
+        self._paced = options.pace
         self._writer: asyncio.Task[None] | None = None
         self._writing = False
         """The writer's transaction is in flight (else it waits for its turn, holding nothing)."""
@@ -254,7 +253,7 @@ class EventLogSink:
         """The events `take_pending` handed over are committed: publish them, in order."""
         self._taken = False
         if events:
-            self._next_write = asyncio.get_running_loop().time() + self._pace(self._quiet())
+            self._next_write = asyncio.get_running_loop().time() + self._pace()
             if self._publish is not None:
                 self._publish(self._thread_id, events)
         self._start_writer()
@@ -292,7 +291,7 @@ class EventLogSink:
                 return
             batch, self._unstored = self._unstored[:ready], self._unstored[ready:]
             quiet = self._quiet()
-            self._next_write = loop.time() + self._pace(quiet)
+            self._next_write = loop.time() + self._pace()
             self._writing = True
             try:
                 await self._log.insert(
@@ -315,9 +314,9 @@ class EventLogSink:
             if self._taken:
                 return  # a checkpoint waits for this write, and takes what is queued
 
-    def _pace(self, quiet: bool) -> float:
-        """The least time until the writer's next transaction, as busy as the process is."""
-        return self._interval if quiet else self._busy_interval
+    def _pace(self) -> float:
+        """The least time until the writer's next transaction, as busy as the process is now."""
+        return self._interval if self._paced is None else self._paced()
 
     def _raise_failure(self) -> None:
         failure = self._failure

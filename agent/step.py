@@ -132,9 +132,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         publish=runtime.publish,
         block=EVENT_BLOCK,
         interval=runtime.event_interval,
-        busy_interval=runtime.busy_event_interval
-        if runtime.busy_event_interval is not None
-        else 2 * runtime.event_interval,
+        pace=runtime.event_pace,
         hurry=lambda: runtime.publish is not None and runtime.quiet(),
         quiet=runtime.quiet,
     )
