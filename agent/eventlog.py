@@ -72,7 +72,7 @@ Publisher = Callable[[str, Sequence[StoredEvent]], None]
 
 
 def new_events(events: Sequence[StoredEvent]) -> list[tuple[int, NewEvent]]:
-    return [(stored.event_id, new_event(stored.event)) for stored in events]
+    return [(s.event_id, NewEvent(s.event.run_id, s.event.type, s.encoded())) for s in events]
 
 
 def new_event(event: StreamEvent) -> NewEvent:
@@ -102,6 +102,9 @@ class EventLogOptions:
     """How many ids a run reserves at a time."""
     interval: float = 0.05
     """The least time, in seconds, between the starts of two transactions of the writer (or a checkpoint's)."""
+    pace: Callable[[], float] | None = None
+    """The least time between two transactions now, asked at each (`None`: `interval`): a busy
+    process's writers wait longer, each transaction grouping more events."""
     hurry: Callable[[], bool] = _always
     """Whether the first delta of a text part is stored at once, not `interval` after the previous
     transaction; asked when one is emitted."""
@@ -145,6 +148,7 @@ class EventLogSink:
         self._last_id = last_id
         self._unstored: list[StoredEvent] = []
         self._interval = interval
+        self._paced = options.pace
         self._writer: asyncio.Task[None] | None = None
         self._writing = False
         """The writer's transaction is in flight (else it waits for its turn, holding nothing)."""
@@ -170,7 +174,7 @@ class EventLogSink:
         if self._next_id > self._end_id:
             self._next_id = await self._log.reserve(self._thread_id, self._block)
             self._end_id = self._next_id + self._block - 1
-        stored = StoredEvent(self._next_id, event)
+        stored = StoredEvent(self._next_id, event, event_data(event))  # for the log and the stream alike
         self._last_id = self._next_id
         self._next_id += 1
         self._unstored.append(stored)
@@ -249,7 +253,7 @@ class EventLogSink:
         """The events `take_pending` handed over are committed: publish them, in order."""
         self._taken = False
         if events:
-            self._next_write = asyncio.get_running_loop().time() + self._interval
+            self._next_write = asyncio.get_running_loop().time() + self._pace()
             if self._publish is not None:
                 self._publish(self._thread_id, events)
         self._start_writer()
@@ -286,7 +290,8 @@ class EventLogSink:
             if not ready or self._taken:
                 return
             batch, self._unstored = self._unstored[:ready], self._unstored[ready:]
-            self._next_write = loop.time() + self._interval
+            quiet = self._quiet()
+            self._next_write = loop.time() + self._pace()
             self._writing = True
             try:
                 await self._log.insert(
@@ -294,7 +299,7 @@ class EventLogSink:
                     new_events(batch),
                     run_id=self._run_id,
                     worker_id=self._worker_id,
-                    quiet=self._quiet(),
+                    quiet=quiet,
                 )
             except Exception as error:
                 # Kept for the next emit or flush to raise: a background task has no one to tell.
@@ -308,6 +313,10 @@ class EventLogSink:
                 self._publish(self._thread_id, batch)
             if self._taken:
                 return  # a checkpoint waits for this write, and takes what is queued
+
+    def _pace(self) -> float:
+        """The least time until the writer's next transaction, as busy as the process is now."""
+        return self._interval if self._paced is None else self._paced()
 
     def _raise_failure(self) -> None:
         failure = self._failure

@@ -56,6 +56,9 @@ class RuntimeOptions:
     event_interval: float = 0.05
     """The least time, in seconds, between the starts of two transactions of a run's event writer
     (group commit, `EventLogSink`)."""
+    busy_event_interval: float = 0.25
+    """The most `event_interval` grows to while the process drives more than `QUIET_RUNS` runs (it
+    grows with their number): a busy process's writers commit about as often in all as a quiet one's."""
 
 
 QUIET_RUNS = 2
@@ -84,6 +87,8 @@ class Runtime:
     """Where files' bytes are kept (`store.blobs.open_blobs`); the database by default."""
     event_interval: float = 0.05
     """See `RuntimeOptions.event_interval`."""
+    busy_event_interval: float = 0.25
+    """See `RuntimeOptions.busy_event_interval`."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown: each run stops at its next checkpoint and goes back to the queue."""
     running: int = field(default=0, init=False)
@@ -96,6 +101,14 @@ class Runtime:
         self.instrumentation = (
             instrumentation(include_content=self.trace_content) if self.trace_agent else None
         )
+
+    def event_pace(self) -> float:
+        """The least time between two transactions of a run's event writer now: `event_interval`
+        while quiet, else that times the runs driven per `QUIET_RUNS`, up to `busy_event_interval`."""
+        interval = self.event_interval
+        if self.running <= QUIET_RUNS:
+            return interval
+        return max(interval, min(interval * self.running / QUIET_RUNS, self.busy_event_interval))
 
     def quiet(self) -> bool:
         """Whether this runtime drives few runs now: at most `QUIET_RUNS`."""
@@ -123,6 +136,7 @@ class Runtime:
             trace_agent=options.trace_agent,
             publish=publish,
             event_interval=options.event_interval,
+            busy_event_interval=options.busy_event_interval,
         )
 
     def agent_tracing(self) -> list[AbstractCapability[Any]]:

@@ -132,6 +132,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         publish=runtime.publish,
         block=EVENT_BLOCK,
         interval=runtime.event_interval,
+        pace=runtime.event_pace,
         hurry=lambda: runtime.publish is not None and runtime.quiet(),
         quiet=runtime.quiet,
     )

@@ -9,7 +9,7 @@ out. `event_from_data` reads it back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
@@ -314,6 +314,12 @@ class StoredEvent:
 
     event_id: int
     event: StreamEvent
+    data: bytes | None = field(default=None, compare=False, repr=False)
+    """`event_data(event)`, when whoever made it had it already: encoded once for the log and the stream."""
+
+    def encoded(self) -> bytes:
+        """The event's `event_data`."""
+        return event_data(self.event) if self.data is None else self.data
 
 
 def event_data(event: StreamEvent) -> bytes:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .events import StoredEvent, event_data
+from .events import StoredEvent
 
 __all__ = ["encode_event", "encode_events", "encode_frame", "ping_frame"]
 
@@ -81,9 +81,7 @@ def encode_frame(
 
 def encode_event(stored: StoredEvent) -> bytes:
     """Encode a stored event as a frame: its id, its type as the event name, its JSON as data."""
-    return encode_frame(
-        event_id=stored.event_id, event=stored.event.type, data=event_data(stored.event).decode()
-    )
+    return encode_frame(event_id=stored.event_id, event=stored.event.type, data=stored.encoded().decode())
 
 
 def encode_events(events: Iterable[StoredEvent]) -> bytes:

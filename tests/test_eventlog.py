@@ -113,12 +113,14 @@ def _sink(
     last_id: int = 0,
     hurry: Callable[[], bool] | None = None,
     quiet: Callable[[], bool] | None = None,
+    pace: Callable[[], float] | None = None,
 ) -> EventLogSink:
     """A sink of `run` (its worker's) through `log`, from the 128 ids it reserved at `first_id`
     unless `reserved` says otherwise; the rest as `EventLogSink` takes it."""
     paced = EventLogOptions(publish=published, interval=interval)
     paced = replace(paced, hurry=hurry) if hurry is not None else paced
     paced = replace(paced, quiet=quiet) if quiet is not None else paced
+    paced = replace(paced, pace=pace) if pace is not None else paced
     return EventLogSink(log, run, reserved=reserved or (first_id, 128), last_id=last_id, options=paced)
 
 
@@ -156,6 +158,32 @@ async def test_events_are_published_only_once_stored_and_in_batches(
     assert ids == list(range(first_id, first_id + 200))
     logged = await db.events.read(run.thread_id)
     assert [e.event_id for e in logged] == ids
+
+
+async def test_the_writer_waits_the_pace_it_is_given_at_each_transaction(
+    workers: tuple[Database, Database],
+) -> None:
+    db, _ = workers
+    run, first_id = await _running(db)
+    log, published = _logged(db)
+    asked: list[float] = []
+
+    def pace() -> float:
+        asked.append(3600.0)  # a busy process's: an hour, whatever the interval (none)
+        return asked[-1]
+
+    sink = _sink(log, published, run, first_id, interval=0, pace=pace)
+    await sink.emit(_delta(run, 0))  # the writer idle: its transaction starts at once
+    await _published(published, 1)
+    for n in range(1, 20):
+        await sink.emit(_delta(run, n))
+        await asyncio.sleep(0)
+    assert log.started == 1  # the rest wait for the pace, not the interval
+    assert len(asked) == 1  # asked as the transaction started, for the next one
+    await sink.flush()
+    await sink.aclose()
+    assert log.transactions == 2
+    assert [stored.event_id for stored in published.events] == list(range(first_id, first_id + 20))
 
 
 async def test_a_checkpoint_takes_the_queued_events_after_the_write_in_flight(

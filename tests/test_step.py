@@ -201,3 +201,25 @@ async def test_a_replys_first_word_is_published_at_once_while_the_process_is_qui
             ],
         ]
     )
+
+
+async def test_a_busy_process_paces_its_event_writers_by_the_runs_it_drives(
+    core_factory: CoreFactory,
+) -> None:
+    # Quiet: the interval. Busy: the interval times the runs per QUIET_RUNS, so that the process's
+    # writers together commit about as often as a quiet one's, up to `busy_event_interval`; never
+    # less than the interval.
+    app = await core_factory(
+        Script(["hello"]), options=RuntimeOptions(event_interval=0.05, busy_event_interval=0.25)
+    )
+    runtime = app.runtime
+    paces: dict[int, float] = {}
+    for running in (0, QUIET_RUNS, 2 * QUIET_RUNS, 4 * QUIET_RUNS, 100):
+        runtime.running = running
+        paces[running] = round(runtime.event_pace(), 6)
+    runtime.running = 0
+    assert paces == {0: 0.05, QUIET_RUNS: 0.05, 2 * QUIET_RUNS: 0.1, 4 * QUIET_RUNS: 0.2, 100: 0.25}
+    slow = await core_factory(Script(["hello"]), options=RuntimeOptions(event_interval=3600))
+    slow.runtime.running = 100
+    assert slow.runtime.event_pace() == 3600  # the cap never shortens the interval itself
+    slow.runtime.running = 0

@@ -134,7 +134,9 @@ async def _events(
             subscribed = None  # once dropped or idle, it reads the log like any follower
             while True:
                 try:
-                    batch = await asyncio.wait_for(subscription.next_batch(), timeout=poll_seconds)
+                    # A timeout, not `wait_for`: no task made for each batch.
+                    async with asyncio.timeout(poll_seconds):
+                        batch = await subscription.next_batch()
                 except SubscriberDropped:
                     break  # read the log, then follow again
                 except TimeoutError:
