@@ -201,7 +201,12 @@ async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(
     with pytest.raises(NotFound):
         await app.send(thread, "Which plan am I on?", sink=DeletingSink(app, thread))
 
-    assert await every_row(app.db.engine) == before
+    after = await every_row(app.db.engine)
+    # The agent's instructions are the app's, stored once for every thread: a purge releases them
+    # once no message names them (`test_a_purge_releases_the_instructions_no_message_names`).
+    instructions = after.pop("conversation_instructions")
+    assert after == {name: rows for name, rows in before.items() if name != "conversation_instructions"}
+    assert [row[1] for row in instructions] == [b'"You are a test assistant."']
 
 
 # -- purge ----------------------------------------------------------------------------------------
