@@ -237,6 +237,7 @@ async def test_purge_erases_only_the_threads_idle_long_enough(core_factory: Core
         timedelta(days=90), batch=2, on_batch=lambda ts: batches.append([t.thread_id for t in ts])
     )
     assert (purged.removed, purged.skipped_active, purged.dry_run) == (3, 1, False)
+    assert purged.instructions_released == 0  # the recent thread still names the agent's instructions
     assert batches == dry
     assert [len(b) for b in batches] == [2, 1]
     assert sorted(i for b in batches for i in b) == sorted(t.thread_id for t in old)
