@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from pydantic_ai.conversation_store import ConversationRecord
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.usage import RunUsage
 
+from . import instructions as stored_instructions
 from .errors import CorruptData
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = (
     "decode_usage",
     "encode_branches",
     "encode_deferred",
+    "encode_entry",
     "encode_message",
     "encode_usage",
     "record_from_row",
@@ -45,24 +47,47 @@ _deferred_adapter = pydantic.TypeAdapter(DeferredToolRequests)
 _branches_adapter = pydantic.TypeAdapter(list[str])
 
 
+_NO_INSTRUCTIONS: Mapping[str, bytes] = {}
+
+
 def encode_message(message: ModelMessage) -> bytes:
     return _message_adapter.dump_json(message)
 
 
-def decode_messages(rows: Sequence[tuple[str, bytes]], *, where: str) -> list[ModelMessage]:
+def encode_entry(message: ModelMessage) -> tuple[bytes, str | None, bytes | None]:
+    """The bytes to store for `message`, and the digest and text of its instructions, stored apart.
+
+    A request with instructions is stored without them, its bytes naming them by digest
+    (`store.instructions`); any other message is stored whole, with no digest.
+    """
+    if not isinstance(message, ModelRequest) or message.instructions is None:
+        return _message_adapter.dump_json(message), None, None
+    text = stored_instructions.encoded(message.instructions)
+    digest = stored_instructions.digest_of(text)
+    body = _message_adapter.dump_json(message, exclude={"instructions"})
+    return body[:-1] + stored_instructions.tail(digest), digest, text
+
+
+def decode_messages(
+    rows: Sequence[tuple[str, bytes]], *, where: str, instructions: Mapping[str, bytes] = _NO_INSTRUCTIONS
+) -> list[ModelMessage]:
     """Decode `(entry_id, message_bytes)` rows, in order; `where` says where they come from, for errors.
 
+    A message naming its instructions by digest gets their text from `instructions`.
+
     Raises:
-        CorruptData: A row does not hold a valid message; the error names its entry.
+        CorruptData: A row does not hold a valid message, or names instructions not in
+            `instructions`; the error names its entry.
     """
     if not rows:
         return []
+    raws = [_inflated(entry_id, raw, instructions, where) for entry_id, raw in rows]
     try:
-        return ModelMessagesTypeAdapter.validate_json(b"[" + b",".join(row[1] for row in rows) + b"]")
+        return ModelMessagesTypeAdapter.validate_json(b"[" + b",".join(raws) + b"]")
     except (pydantic.ValidationError, TypeError, ValueError):
         pass
     messages: list[ModelMessage] = []
-    for entry_id, raw in rows:
+    for (entry_id, _), raw in zip(rows, raws, strict=True):
         try:
             messages.append(_message_adapter.validate_json(raw))
         except (pydantic.ValidationError, TypeError, ValueError) as error:
@@ -71,6 +96,20 @@ def decode_messages(rows: Sequence[tuple[str, bytes]], *, where: str) -> list[Mo
             ) from error
     # Each row decodes alone but the array did not: only invalid UTF-8 spanning rows could do that.
     return messages
+
+
+def _inflated(entry_id: str, raw: bytes, instructions: Mapping[str, bytes], where: str) -> bytes:
+    """`raw` with the instructions it names back in place.
+
+    Raises:
+        CorruptData: It names instructions not in `instructions`.
+    """
+    digest = stored_instructions.named(raw)
+    if digest is None:
+        return raw
+    if digest not in instructions:
+        raise CorruptData(f"entry {entry_id!r} {where} names instructions {digest!r} that are not stored")
+    return stored_instructions.inflate(raw, instructions)
 
 
 def encode_usage(usage: RunUsage) -> bytes:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .blobs import Blobs
 from .engine import insert_new, reader, translate_errors
 from .errors import NotFound, StoreError
+from .recent_bytes import RecentBytes
 from .schema import FileBlobRow, FileGarbageRow, FileRow, ThreadRow, metadata, now_utc
 
 __all__ = ("CLAIM_GRACE", "Files", "NewFile", "QuotaExceeded", "StoredFile")
@@ -85,6 +86,8 @@ class Files:
         self._engine = engine
         self._reader = reader(engine)
         self.blobs = blobs
+        # The turn after an upload reads its bytes for the model request: hand them over, not read back.
+        self._recent = RecentBytes()
 
     async def save(self, new: NewFile, *, quota: int | None = None) -> StoredFile:
         """Store a new file of the thread; bytes the user stored before are not stored again.
@@ -109,6 +112,7 @@ class Files:
                 await self._mark_ready(new, key)
             stored = await self._insert(new, key)
             if stored is not None:
+                self._recent.keep(stored.blob_key, new.source, new.size)
                 logger.info("stored file %s of thread %s (%d bytes)", stored.file_id, new.thread_id, new.size)
                 return stored
         raise StoreError(f"storing a file in thread {new.thread_id!r} lost {_ATTEMPTS} races with deletes")
@@ -148,9 +152,14 @@ class Files:
     async def read_bytes(self, stored: StoredFile) -> bytes:
         """The file's bytes, whole (for a model request; answer downloads with `stream`).
 
+        The first read of a small file this `Files` saved takes its bytes from memory (`RecentBytes`).
+
         Raises:
             NotFound: The bytes are gone: the file was deleted since `stored` was read.
         """
+        kept = self._recent.take(stored.blob_key, stored.size)
+        if kept is not None:
+            return kept
         pieces = [piece async for piece in self.stream(stored)]
         data = b"".join(pieces)
         if len(data) != stored.size:
@@ -339,6 +348,7 @@ class Files:
         """Delete the bytes of doomed blobs, then the notes that they were doomed."""
         if not keys:
             return
+        self._recent.forget(keys)
         await self.blobs.delete(keys)
         with translate_errors("releasing file bytes"):
             async with self._engine.begin() as connection:

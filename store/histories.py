@@ -28,7 +28,8 @@ from .dialects import postgresql as pg
 from .dialects import sqlite as lite
 from .errors import NotFound
 from .history_cache import CachedHistory
-from .history_trips import HeadRead, RecordSave
+from .history_trips import HeadRead, NewEntry, RecordSave
+from .instructions import named
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
 
 __all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
@@ -88,6 +89,7 @@ _INSERT_ENTRIES = _entries.insert().values(
     parent_id=sa.bindparam("parent_id"),
     kind=sa.bindparam("kind"),
     message=sa.bindparam("message"),
+    instructions_id=sa.bindparam("instructions_id"),
 )
 _SET = {name: sa.bindparam(f"v_{name}", type_=_records.c[name].type) for name in _VALUES}
 _UPDATE_RECORD = (
@@ -220,9 +222,16 @@ async def read_chain(
 
 
 def decode_chain(
-    rows: Sequence[tuple[Any, ...]], head_id: str, *, limit: int | None, stop: str = NO_STOP
+    rows: Sequence[tuple[Any, ...]],
+    head_id: str,
+    *,
+    limit: int | None,
+    instructions: Mapping[str, bytes],
+    stop: str = NO_STOP,
 ) -> CachedHistory:
     """The entries of `rows` (from `read_chain`), checked to end at `stop` or the first entry unless cut by `limit`.
+
+    `instructions` holds the texts of the instructions the rows name, by digest.
 
     Raises:
         NotFound: The history is incomplete: a concurrent delete or rewrite released some of it.
@@ -233,14 +242,16 @@ def decode_chain(
         # Released by a concurrent delete or rewrite; the ABC retries when the record changed.
         raise NotFound(f"the history ending at entry {head_id!r} is incomplete")
     messages = codec.decode_messages(
-        [(row[0], row[2]) for row in rows], where=f"in the history ending at entry {head_id!r}"
+        [(row[0], row[2]) for row in rows],
+        where=f"in the history ending at entry {head_id!r}",
+        instructions=instructions,
     )
     return CachedHistory(
         tuple(
             ConversationEntry(id=row[0], parent_id=row[1], message=message)
             for row, message in zip(rows, messages, strict=True)
         ),
-        tuple(len(row[2]) for row in rows),
+        tuple(len(row[2]) + len(instructions.get(named(row[2]) or "", b"")) for row in rows),
     )
 
 
@@ -251,7 +262,7 @@ async def write(
     target: AsyncEngine | AsyncConnection,
     values: Mapping[str, Any] | None,
     *,
-    entries: Sequence[tuple[str, str | None, str, bytes]] = (),
+    entries: Sequence[NewEntry] = (),
     expected_revision: str | None = None,
     forked_from: str | None = None,
     checkpoint: Checkpoint | None = None,

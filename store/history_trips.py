@@ -13,8 +13,9 @@ from .compiled import Compiled
 
 __all__ = ("HeadRead", "NewEntry", "RecordSave")
 
-NewEntry = tuple[str, str | None, str, bytes]
-"""A new entry's row: its id, its parent's, its message's kind and its stored bytes."""
+NewEntry = tuple[str, str | None, str, bytes, str | None]
+"""A new entry's row: its id, its parent's, its message's kind, its stored bytes and the digest of
+the instructions they name (`store.instructions`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,8 @@ from .erasure import erase_conversation
 from .errors import CorruptData, NotFound
 from .histories import NO_STOP, RECORD_COLUMNS
 from .history_cache import CachedHistory, HistoryCache
+from .history_trips import NewEntry
+from .instructions import Instructions
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 
 T = TypeVar("T")
@@ -102,6 +104,8 @@ class Shared:
     """The newest record loaded or saved of each recent conversation (see `SqlConversationStore`)."""
     absent: OrderedDict[str, None] = field(default_factory=OrderedDict[str, None])
     """Conversations a load just found missing."""
+    instructions: Instructions = field(default_factory=Instructions)
+    """The instructions texts known, stored once apart from the messages naming them."""
 
     def __post_init__(self) -> None:
         # Reads need no transaction: skipping BEGIN/ROLLBACK saves round trips on PostgreSQL.
@@ -152,6 +156,9 @@ class Primitives(ConversationStore):
         if record is not None:
             shared.remember(record)
             if prefetch is not None and record.head_id is not None:
+                if rows:
+                    with translate_errors(f"reading the instructions of conversation {conversation_id!r}"):
+                        await shared.instructions.fetch(shared.reader, (row[2] for row in rows))
                 prefetch.head_id = record.head_id
                 prefetch.history = self._history_read(record, rows, cached, prefetch.limit)
         elif prefetch is not None:
@@ -174,7 +181,13 @@ class Primitives(ConversationStore):
             return None
         stop = cached.head_id if cached is not None and limit is None else None
         try:
-            read = histories.decode_chain(rows, record.head_id, limit=limit, stop=stop or NO_STOP)
+            read = histories.decode_chain(
+                rows,
+                record.head_id,
+                limit=limit,
+                instructions=self.shared.instructions.texts,
+                stop=stop or NO_STOP,
+            )
         except NotFound:
             return None  # released meanwhile: `read_history` reads again, and the ABC retries
         if limit is not None:
@@ -222,10 +235,13 @@ class Primitives(ConversationStore):
         conversation_id = record.conversation_id
         values = codec.record_values(record)
         # Only the new messages are encoded: the stored ones are never read back for a save.
-        encoded = [
-            (entry.id, entry.parent_id, entry.kind, codec.encode_message(entry.message))
-            for entry in new_entries
-        ]
+        encoded: list[NewEntry] = []
+        texts: dict[str, bytes] = {}
+        for entry in new_entries:
+            message, digest, text = codec.encode_entry(entry.message)
+            encoded.append((entry.id, entry.parent_id, entry.kind, message, digest))
+            if digest is not None and text is not None:
+                texts[digest] = text
 
         async def write(target: AsyncEngine | AsyncConnection) -> None:
             written = await histories.write(
@@ -240,9 +256,12 @@ class Primitives(ConversationStore):
                 raise ConversationConflict(conversation_id)
 
         def saved() -> CachedHistory | None:
-            return self._history_saved(record, new_entries, encoded)
+            return self._history_saved(record, new_entries, encoded, texts)
 
         with translate_errors(f"saving conversation {conversation_id!r}"):
+            if texts:
+                # Before the save's own transaction: its shape stays the same with or without them.
+                await shared.instructions.claim(shared.engine, texts)
             try:
                 if call.also is not None:
                     async with shared.engine.begin() as connection:
@@ -268,7 +287,8 @@ class Primitives(ConversationStore):
         self,
         record: ConversationRecord,
         new_entries: Sequence[ConversationEntry],
-        encoded: list[tuple[str, str | None, str, bytes]],
+        encoded: list[NewEntry],
+        texts: dict[str, bytes],
     ) -> CachedHistory | None:
         """The history a save stores, to cache once it commits: the cached one it extends (or
         branches from) and the new entries, decoded from their bytes; `None` when not cached."""
@@ -287,7 +307,9 @@ class Primitives(ConversationStore):
         if encoded:
             # The cache holds what a load from the database would give: the stored bytes, validated.
             try:
-                messages = codec.decode_messages([(row[0], row[3]) for row in encoded], where="(just saved)")
+                messages = codec.decode_messages(
+                    [(row[0], row[3]) for row in encoded], where="(just saved)", instructions=texts
+                )
             except CorruptData:
                 return None
             base = base.extended(
@@ -295,7 +317,7 @@ class Primitives(ConversationStore):
                     ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
                     for entry, message in zip(new_entries, messages, strict=True)
                 ),
-                tuple(len(row[3]) for row in encoded),
+                tuple(len(row[3]) + (0 if row[4] is None else len(texts[row[4]])) for row in encoded),
             )
         return base
 
@@ -324,9 +346,13 @@ class Primitives(ConversationStore):
                         )
                     )
                 ).one_or_none()
+            if row is not None:
+                await self.shared.instructions.fetch(self.shared.reader, [row.message])
         if row is None:
             raise NotFound(f"no conversation entry {entry_id!r}")
-        (message,) = codec.decode_messages([(row.entry_id, row.message)], where="(read alone)")
+        (message,) = codec.decode_messages(
+            [(row.entry_id, row.message)], where="(read alone)", instructions=self.shared.instructions.texts
+        )
         return ConversationEntry(id=row.entry_id, parent_id=row.parent_id, message=message)
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
@@ -345,7 +371,8 @@ class Primitives(ConversationStore):
             return _handed_out(hit, limit)
         with translate_errors(f"reading the history ending at entry {head_id!r}"):
             rows = await histories.read_chain(self.shared.reader, head_id, limit=limit)
-        read = histories.decode_chain(rows, head_id, limit=limit)
+            await self.shared.instructions.fetch(self.shared.reader, (row[2] for row in rows))
+        read = histories.decode_chain(rows, head_id, limit=limit, instructions=self.shared.instructions.texts)
         if limit is None:
             cache.put(None, read)
         return _handed_out(read, limit)

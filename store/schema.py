@@ -33,6 +33,7 @@ __all__ = (
     "FileChunkRow",
     "FileGarbageRow",
     "FileRow",
+    "InstructionsRow",
     "RecordRow",
     "RunKind",
     "RunRow",
@@ -129,6 +130,31 @@ class ConversationEntryRow(Base):
     to stop a delete from releasing entries a concurrent fork points at."""
     kind: Mapped[str] = mapped_column(sa.String(16), default="message")
     message: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    instructions_id: Mapped[str | None] = mapped_column(sa.String(32))
+    """The digest of the request's instructions, stored once in `conversation_instructions`; the
+    message's bytes name it too (`store.instructions`). The index lets a purge find the unused ones."""
+
+    __table_args__ = (
+        sa.Index(
+            "ix_conversation_entries_instructions",
+            "instructions_id",
+            sqlite_where=sa.text("instructions_id IS NOT NULL"),
+            postgresql_where=sa.text("instructions_id IS NOT NULL"),
+        ),
+    )
+
+
+class InstructionsRow(Base):
+    """A request's instructions, stored once for every message that had them (`store.instructions`)."""
+
+    __tablename__ = "conversation_instructions"
+
+    instructions_id: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    """A digest of `text`: the first 16 bytes of its SHA-256, in hex."""
+    text: Mapped[bytes] = mapped_column(sa.LargeBinary())
+    """The instructions as a JSON string, as they stood in the message."""
+    used_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    """When a writer last claimed them: a purge keeps them a day past it, however unused."""
 
 
 class ConversationRecordRow(Base):

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .compiled import Compiled, fetch, per_dialect
 from .engine import reader, translate_errors
 from .errors import Conflict, NotFound
+from .instructions import release_unused
 from .retention import Stale, count_active_stale, erase_stale, erase_thread, find_stale
 from .schema import ThreadRow, ThreadStatus, metadata, now_utc
 
@@ -55,6 +56,8 @@ class Purge:
     cutoff: datetime
     """Threads with no activity since this time were purged."""
     dry_run: bool
+    instructions_released: int = 0
+    """How many stored instructions texts went because no message names them any more (none when dry)."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,11 @@ class Threads:
             after = (threads[-1].updated_at, threads[-1].thread_id)
             if on_batch is not None:
                 on_batch(threads)  # outside the error translation: its failures are its own
+        released = 0
         with translate_errors(what):
+            if not dry_run:
+                async with self._engine.begin() as connection:
+                    released = await release_unused(connection)
             async with self._reader.connect() as connection:
                 skipped = await count_active_stale(connection, cutoff)
         logger.info(
@@ -220,7 +227,13 @@ class Threads:
             cutoff.isoformat(),
             skipped,
         )
-        return Purge(removed=removed, skipped_active=skipped, cutoff=cutoff, dry_run=dry_run)
+        return Purge(
+            removed=removed,
+            skipped_active=skipped,
+            cutoff=cutoff,
+            dry_run=dry_run,
+            instructions_released=released,
+        )
 
 
 TITLE_LENGTH = 60

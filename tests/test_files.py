@@ -17,8 +17,10 @@ import sqlalchemy as sa
 
 from store import Database, NewFile, NotFound, QuotaExceeded, StoredFile
 from store.blobs_database import CHUNK_BYTES
+from store.recent_bytes import FILE_LIMIT
 from store.schema import FileBlobRow, FileChunkRow, FileGarbageRow, FileRow, ThreadRow, metadata
 
+from .statements import sent_statements
 from .test_cli import run_cli
 
 pytestmark = pytest.mark.anyio
@@ -285,3 +287,33 @@ async def test_a_delete_racing_an_upload_of_the_same_bytes_loses_nothing(db: Dat
         )
         == data
     )
+
+
+async def test_the_first_read_after_a_save_takes_the_bytes_in_hand_and_a_restart_reads_them(
+    database_url: str,
+) -> None:
+    db = await Database.connect(database_url)
+    restarted = await Database.connect(database_url)  # another server process, as after a restart
+    try:
+        thread = await db.threads.create(user_id="ann")
+        data = bytes(range(256)) * (3 * CHUNK_BYTES // 256 + 7)
+        big = b"b" * (FILE_LIMIT + 1)
+        stored = await db.files.save(new_file(thread.thread_id, data))
+        stored_big = await db.files.save(new_file(thread.thread_id, big, name="big.txt"))
+
+        with sent_statements(db.engine) as sent:
+            assert await db.files.read_bytes(stored) == data
+        assert [s for s in sent if "file_chunks" in s] == []
+        for store, file, expected in ((db, stored, data), (db, stored_big, big), (restarted, stored, data)):
+            with sent_statements(store.engine) as sent:
+                assert await store.files.read_bytes(file) == expected
+            assert [s for s in sent if "file_chunks" in s] != []
+
+        # A deleted file's bytes are not handed out from memory either.
+        gone = await db.files.save(new_file(thread.thread_id, b"gone", name="gone.txt"))
+        await db.files.delete(gone.file_id, thread_id=thread.thread_id, user_id="ann")
+        with pytest.raises(NotFound, match="are gone"):
+            await db.files.read_bytes(gone)
+    finally:
+        await restarted.aclose()
+        await db.aclose()

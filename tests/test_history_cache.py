@@ -8,7 +8,7 @@ nothing here is timed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -45,9 +45,11 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> Decodes:
     counted = Decodes()
     decode = codec.decode_messages
 
-    def counting(rows: Sequence[tuple[str, bytes]], *, where: str) -> list[ModelMessage]:
+    def counting(
+        rows: Sequence[tuple[str, bytes]], *, where: str, instructions: Mapping[str, bytes] = {}
+    ) -> list[ModelMessage]:
         counted.rows += len(rows)
-        return decode(rows, where=where)
+        return decode(rows, where=where, instructions=instructions)
 
     monkeypatch.setattr(codec, "decode_messages", counting)
     return counted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -10,14 +11,15 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from pydantic_ai.conversation import Conversation
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+from pydantic_ai.conversation_store import ConversationRecord
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import SchemaTooNew, SqlConversationStore, current_revision, head_revision, upgrade
+from store import SchemaTooNew, SqlConversationStore, codec, current_revision, head_revision, upgrade
 from store.engine import create_engine, dispose, normalize_url
 from store.migrate import alembic_config
-from store.schema import metadata
+from store.schema import metadata, now_utc
 
 pytestmark = pytest.mark.anyio
 
@@ -56,10 +58,10 @@ async def test_upgrade_from_each_earlier_revision_keeps_the_data(
         if previous is not None:
             await upgrade(engine, target=previous)
         assert await current_revision(engine) == previous
-        original = [ModelRequest(parts=[UserPromptPart("hello")])]
+        original = [ModelRequest(parts=[UserPromptPart("hello")], instructions="Be brief.")]
         if previous is not None:
             # A database at an older revision that already holds a conversation keeps it.
-            await SqlConversationStore(engine).save(Conversation(conversation_id="kept", messages=original))
+            await _plant(engine, "kept", original)
         assert await upgrade(engine) == previous
         assert await current_revision(engine) == head_revision()
         store = SqlConversationStore(engine)
@@ -71,6 +73,32 @@ async def test_upgrade_from_each_earlier_revision_keeps_the_data(
             )
     finally:
         await dispose(engine)
+
+
+async def _plant(engine: AsyncEngine, conversation_id: str, messages: list[ModelMessage]) -> None:
+    """Store a conversation as every revision before 0011 did: each message whole, instructions
+    inline, in the columns `0001_conversations` created (the store's code writes today's)."""
+    entries = metadata.tables["conversation_entries"]
+    records = metadata.tables["conversation_records"]
+    parent_id: str | None = None
+    async with engine.begin() as connection:
+        for message in messages:
+            entry_id = str(uuid.uuid4())
+            await connection.execute(
+                sa.insert(entries).values(
+                    entry_id=entry_id,
+                    parent_id=parent_id,
+                    kind="message",
+                    message=codec.encode_message(message),
+                )
+            )
+            parent_id = entry_id
+        record = ConversationRecord(
+            conversation_id=conversation_id, head_id=parent_id, revision="1", updated_at=now_utc()
+        )
+        await connection.execute(
+            sa.insert(records).values(codec.record_values(record) | {"family_id": conversation_id})
+        )
 
 
 async def test_connect_is_idempotent_and_safe_in_parallel(database_url: str) -> None:

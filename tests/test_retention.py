@@ -201,7 +201,12 @@ async def test_a_thread_deleted_while_its_run_goes_on_leaves_nothing_behind(
     with pytest.raises(NotFound):
         await app.send(thread, "Which plan am I on?", sink=DeletingSink(app, thread))
 
-    assert await every_row(app.db.engine) == before
+    after = await every_row(app.db.engine)
+    # The agent's instructions are the app's, stored once for every thread: a purge releases them
+    # once no message names them (`test_a_purge_releases_the_instructions_no_message_names`).
+    instructions = after.pop("conversation_instructions")
+    assert after == {name: rows for name, rows in before.items() if name != "conversation_instructions"}
+    assert [row[1] for row in instructions] == [b'"You are a test assistant."']
 
 
 # -- purge ----------------------------------------------------------------------------------------
@@ -232,6 +237,7 @@ async def test_purge_erases_only_the_threads_idle_long_enough(core_factory: Core
         timedelta(days=90), batch=2, on_batch=lambda ts: batches.append([t.thread_id for t in ts])
     )
     assert (purged.removed, purged.skipped_active, purged.dry_run) == (3, 1, False)
+    assert purged.instructions_released == 0  # the recent thread still names the agent's instructions
     assert batches == dry
     assert [len(b) for b in batches] == [2, 1]
     assert sorted(i for b in batches for i in b) == sorted(t.thread_id for t in old)

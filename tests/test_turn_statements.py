@@ -19,6 +19,10 @@ call's, the result's and the end's. So the writer's transactions are pinned by t
 not their number (usually none: the checkpoints take every event), and the statements storing
 events inside a checkpoint or the queueing are left out of it (on PostgreSQL the checkpoint's one
 statement always holds them, with no events to store or some).
+
+A server's first save of its agent's instructions claims them in a transaction of its own, before
+the checkpoint's (`store.instructions`), and not again for an hour: a server's first turn has that
+one more transaction, a later turn (the AI SDK chat's second) none.
 """
 
 from __future__ import annotations
@@ -278,12 +282,13 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
-                "statements (but events)": 10,
-                "write transactions (but the writer's)": 3,
+                "statements (but events)": 11,
+                "write transactions (but the writer's)": 4,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["UPDATE threads", "INSERT runs"],
+                    ["INSERT conversation_instructions"],
                     [
                         "INSERT conversation_entries",
                         "INSERT conversation_records",
@@ -302,12 +307,13 @@ async def test_a_turn_costs_these_statements(one_turn: Turn, database_url: str) 
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 3,
-                "write transactions (but the writer's)": 3,
+                "statements (but events)": 4,
+                "write transactions (but the writer's)": 4,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
+                    ["INSERT conversation_instructions"],
                     [
                         "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
@@ -329,7 +335,7 @@ async def test_declaring_the_tool_read_only_changes_no_statement(
     async with _one_turn(database_url, tmp_path / "declared", read_only=("lookup",)) as play:
         declared = _but_flushes(await play(), database_url)
     assert declared == undeclared
-    assert declared["write transactions (but the writer's)"] == 3
+    assert declared["write transactions (but the writer's)"] == 4  # with the instructions' claim
 
 
 async def test_an_ai_sdk_turn_reads_nothing(ai_sdk_turn: ChatTurn, database_url: str) -> None:
@@ -346,7 +352,7 @@ async def test_a_new_chats_first_turn_reads_nothing_either(ai_sdk_turn: ChatTurn
     # Its queueing makes the chat's thread in the same trip (`NewRun.create_unless`).
     counted = (await ai_sdk_turn(first=True)).summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["write transactions (but the writer's)"] == 4  # with the instructions' claim
     assert counted["rollbacks outside a transaction"] == 0
 
 
@@ -367,4 +373,4 @@ async def test_an_ag_ui_chats_first_turn_reads_nothing(database_url: str, tmp_pa
     assert '"type":"RUN_FINISHED"' in streamed
     counted = tally.summary()
     assert counted["reads"] == []
-    assert counted["write transactions (but the writer's)"] == 3
+    assert counted["write transactions (but the writer's)"] == 4  # with the instructions' claim

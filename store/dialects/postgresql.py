@@ -156,15 +156,16 @@ def save_statement(
             sa.bindparam("parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
             sa.bindparam("kinds", type_=postgresql.ARRAY(sa.String)),
             sa.bindparam("messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
+            sa.bindparam("instructions_ids", type_=postgresql.ARRAY(sa.String)),
         )
-        .table_valued("entry_id", "parent_id", "kind", "message")
+        .table_valued("entry_id", "parent_id", "kind", "message", "instructions_id")
         .render_derived(name="new_entries")
     )
     inserted = _entries.insert().from_select(
-        ["entry_id", "parent_id", "kind", "message"],
-        sa.select(rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message).where(
-            sa.exists(sa.select(written.c.conversation_id))
-        ),
+        ["entry_id", "parent_id", "kind", "message", "instructions_id"],
+        sa.select(
+            rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message, rows.c.instructions_id
+        ).where(sa.exists(sa.select(written.c.conversation_id))),
     )
     if with_checkpoint:
         return checkpointed(written, inserted.cte("inserted"))
@@ -193,6 +194,7 @@ async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | N
         "parent_ids": [entry[1] for entry in entries],
         "kinds": [entry[2] for entry in entries],
         "messages": [entry[3] for entry in entries],
+        "instructions_ids": [entry[4] for entry in entries],
     }
     if checkpoint is not None:
         bound |= checkpoint_values(checkpoint)

@@ -212,8 +212,16 @@ async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | N
     """A save on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
     insert = save.insert_entries
     entry_rows = [
-        insert.parameters({"entry_id": entry_id, "parent_id": parent_id, "kind": kind, "message": message})
-        for entry_id, parent_id, kind, message in save.entries
+        insert.parameters(
+            {
+                "entry_id": entry_id,
+                "parent_id": parent_id,
+                "kind": kind,
+                "message": message,
+                "instructions_id": instructions_id,
+            }
+        )
+        for entry_id, parent_id, kind, message, instructions_id in save.entries
     ]
     then = None if save.checkpoint is None else checkpoint_work(save.checkpoint, save.dialect)
     record = save.record

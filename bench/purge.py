@@ -1,0 +1,137 @@
+"""`purge --dry-run` on PostgreSQL at two sizes: the same stale threads among many more idle-but-recent ones.
+
+`python -m bench.purge [--quick] --postgres URL [--sizes 100000,1000000]` writes the section
+`purge` of `docs/benchmarks.md`.
+
+A scratch database gets the schema, then `--sizes` threads in bulk (`generate_series`), each with
+a finished run; `STALE` of them idle for a year, the others for less than the purge's 90 days.
+The dry run (`Threads.purge(dry_run=True)`, what `durable-chat purge --dry-run` runs) is timed at
+each size (median of `ROUNDS`), and its statements' plans shown (`EXPLAIN`). The
+threads carry no conversation: the dry run reads only `threads` and `runs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from bench.harness.databases import connected, postgres_database
+from bench.harness.options import parser, writes
+from bench.harness.reports import Clock, command_line, environment, table, write_section
+from store import Database, now_utc
+from store.retention import count_active_stale, find_stale
+
+STALE = 1_000
+ROUNDS = 5
+OLDER_THAN = timedelta(days=90)
+
+_FILL = """
+INSERT INTO threads (thread_id, user_id, title, status, created_at, updated_at, last_event_id,
+                     checkpoint_event_id)
+SELECT 't' || lpad(n::text, 9, '0'), 'u' || (n % 100000), 'a thread', 'idle',
+       now() - make_interval(days => CASE WHEN n <= CAST(:stale AS integer) THEN 365 ELSE n % 80 END),
+       now() - make_interval(days => CASE WHEN n <= CAST(:stale AS integer) THEN 365 ELSE n % 80 END),
+       4, 4
+FROM generate_series(CAST(:start AS integer), CAST(:stop AS integer)) AS n;
+"""
+_RUNS = """
+INSERT INTO runs (run_id, thread_id, kind, status, attempt, checkpoints, created_at)
+SELECT 'r' || lpad(n::text, 9, '0'), 't' || lpad(n::text, 9, '0'), 'message', 'completed', 1, 3,
+       now() - make_interval(days => CASE WHEN n <= CAST(:stale AS integer) THEN 365 ELSE n % 80 END)
+FROM generate_series(CAST(:start AS integer), CAST(:stop AS integer)) AS n;
+"""
+
+
+async def _grow(url: str, start: int, stop: int) -> None:
+    async with connected(url) as connection:
+        for statement in (_FILL, _RUNS):
+            await connection.execute(sa.text(statement), {"stale": STALE, "start": start, "stop": stop})
+        await connection.execute(sa.text("VACUUM ANALYZE threads"))
+        await connection.execute(sa.text("VACUUM ANALYZE runs"))
+
+
+async def _measure(url: str) -> tuple[float, int, str]:
+    """The dry run's median seconds, how many threads it found, and its first batch's plan."""
+    db = await Database.connect(url)
+    try:
+        times: list[float] = []
+        found = 0
+        for _ in range(ROUNDS):
+            started = time.perf_counter()
+            result = await db.threads.purge(OLDER_THAN, dry_run=True)
+            times.append(time.perf_counter() - started)
+            found = result.removed
+        return statistics.median(times), found, await _plan(db)
+    finally:
+        await db.aclose()
+
+
+async def _plan(db: Database) -> str:
+    """`EXPLAIN` of the statements a dry run sends (its first batch's, then the count of the threads
+    it skips), as it sent them."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(*args: Any) -> None:
+        sent.append((args[2], args[3]))
+
+    async with db.engine.connect() as connection:
+        sync = connection.sync_connection
+        assert sync is not None
+        event.listen(sync, "before_cursor_execute", keep)
+        try:
+            cutoff = now_utc() - OLDER_THAN
+            await find_stale(connection, cutoff, after=None, limit=200)
+            await count_active_stale(connection, cutoff)
+        finally:
+            event.remove(sync, "before_cursor_execute", keep)
+        plans: list[str] = []
+        for statement, parameters in sent:
+            rows = await connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
+            plans.append("\n".join(row[0] for row in rows))
+        return "\n\n".join(plans)
+
+
+async def main(argv: list[str]) -> None:
+    options = parser("bench.purge", __doc__, postgres="required")
+    options.add_argument(
+        "--sizes", default="100000,1000000", help="thread counts, ascending, comma-separated"
+    )
+    arguments = options.parse_args(argv)
+    sizes = [10_000, 100_000] if arguments.quick else [int(size) for size in arguments.sizes.split(",")]
+    clock = Clock()
+    rows: list[list[str]] = []
+    plans: list[str] = []
+    async with postgres_database(arguments.postgres) as url:
+        await (await Database.connect(url)).aclose()  # the schema
+        done = 0
+        for size in sizes:
+            await _grow(url, done + 1, size)
+            done = size
+            seconds, found, plan = await _measure(url)
+            rows.append([f"{size:,}", f"{found:,}", f"{seconds * 1000:.1f} ms"])
+            plans = [f"At {size:,} threads:", "", "```", plan, "```"]
+    lines = [
+        *environment(
+            command_line("bench.purge", argv),
+            notes=[f"{STALE:,} threads idle for a year among the rest, idle under 90 days", clock.line()],
+        ),
+        "",
+        *table(["threads", "found stale", "`purge --dry-run`, median"], rows, "rrr"),
+        "",
+        *plans,
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if writes(arguments, full=not arguments.quick):
+        write_section(arguments.output, "purge", text)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
