@@ -165,10 +165,17 @@ class FileResolver:
     def __init__(self, files: ThreadFiles) -> None:
         self._files = files
         self._resolved: dict[str, UserContent] = {}
+        # Messages found to hold no reference, by identity (held, so no id is reused): a run's later
+        # requests resend the same history, which is then not scanned again.
+        self._plain: dict[int, ModelMessage] = {}
 
     async def resolve(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """`messages` with every reference resolved; the same list when none holds one."""
-        if not any(_refers(message) for message in messages):
+        plain = self._plain
+        for message in messages:
+            if id(message) not in plain and self._refers(message):
+                break
+        else:
             return messages
         resolved: list[ModelMessage] = []
         for message in messages:
@@ -180,6 +187,12 @@ class FileResolver:
                 message = replace(message, parts=parts)
             resolved.append(message)
         return resolved
+
+    def _refers(self, message: ModelMessage) -> bool:
+        if _refers(message):
+            return True
+        self._plain[id(message)] = message
+        return False
 
     async def _part(self, part: UserPromptPart) -> UserPromptPart:
         if isinstance(part.content, str):

@@ -380,3 +380,38 @@ async def test_a_follower_sees_the_attachments_the_thread_answers_afterwards(
     assert live["content"] == "Compare these"
     assert live["attachments"] == [{k: a[k] for k in keys} for a in attachments]  # pyright: ignore[reportIndexIssue, reportUnknownVariableType]
     assert [a["name"] for a in live["attachments"]] == ["chart.png", "orders.csv"]  # pyright: ignore[reportIndexIssue, reportUnknownVariableType, reportGeneralTypeIssues]
+
+
+async def test_every_request_of_a_run_gets_the_files_after_plain_turns(open_api: OpenApi) -> None:
+    # The resolver skips the messages it found plain earlier in the run; the one holding references
+    # is resolved on each request, the tool step's included.
+    seen = Seen()
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        seen.requests.append(_prompted(messages))
+        last = messages[-1]
+        prompts = (
+            [p.content for p in last.parts if isinstance(p, UserPromptPart)]
+            if isinstance(last, ModelRequest)
+            else []
+        )
+        if any("look" in str(content) for content in prompts):
+            yield {0: DeltaToolCall(name="noop", json_args="{}", tool_call_id=f"call-{len(messages)}")}
+            return
+        yield "ok"
+
+    agent = Agent(FunctionModel(stream_function=answer), deps_type=RunScope)
+
+    @agent.tool_plain
+    def noop() -> str:  # pyright: ignore[reportUnusedFunction]
+        return "done"
+
+    api = await open_api(scoped(agent))
+    thread_id = await new_thread(api)
+    await send(api, thread_id, "Hello")
+    await until_idle(api, thread_id, 1)
+    csv_id = await upload(api, thread_id, "orders.csv", CSV, "text/csv")
+    await send(api, thread_id, "Please look at this", [csv_id])
+    await until_idle(api, thread_id, 3)
+    attached = ["Please look at this", "[file: orders.csv]\n" + CSV.decode()]
+    assert seen.requests == [[], attached, attached]

@@ -1,0 +1,389 @@
+"""Flat in history (issue 29, target 2): a turn of the plain app on a ~1,000-message thread against
+one on a fresh thread, ours (`run_step`) and the same agent with nothing stored side by side.
+
+The measurement's method is prose in `docs/benchmarks.md` (section `history`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import gc
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+from agent import (
+    ChatApp,
+    RunRecords,
+    RunScope,
+    Runtime,
+    RuntimeOptions,
+    ToolLedger,
+    open_runtime,
+    queue_run,
+    run_step,
+)
+from bench.harness.bare import run_bare
+from bench.harness.databases import Dialect, available, scratch_database
+from bench.harness.options import parser, publish
+from bench.harness.pinning import SERVER_CORE, pin_this_process
+from bench.harness.plain_app import build_agent
+from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
+from bench.harness.servers import folder
+from bench.harness.stats import median, ms, times
+
+PROMPT = "Where is ORD-5678?"
+LIMIT = 1.2
+"""(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
+SPREAD = 0.2
+"""Every round's ratio within this of the median: a measurement stable enough to gate on."""
+SIDES = ("ours fresh", "ours long", "bare fresh", "bare long")
+Turn = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Settings:
+    messages: int = 1000
+    """The long thread's size before the first measured turn (4 messages a turn of the plain app)."""
+    copies: int = 5
+    """More long threads, copies of the first, taking the quadruples in turn."""
+    warmup: int = 3
+    """Quadruples (one turn of every side) before the first round, not measured."""
+    rounds: int = 5
+    per_round: int = 20
+    """Quadruples per round: a round's figure is each side's median over them."""
+
+
+FULL, QUICK = Settings(), Settings(messages=200, copies=1, warmup=1, rounds=2, per_round=3)
+
+
+@dataclass
+class Sample:
+    cpu: float
+    wall: float
+
+
+Quadruple = dict[str, Sample]
+"""One turn of every side, run back to back (within half a second: at one speed of the core)."""
+
+
+def quadruple_ratio(quadruple: Quadruple) -> float:
+    """(ours long - (bare long - bare fresh)) / ours fresh on CPU time, within one quadruple: its four
+    turns ran at the same speed of the core, which the ratio then cancels."""
+    cpu = {side: sample.cpu for side, sample in quadruple.items()}
+    growth = cpu["bare long"] - cpu["bare fresh"]
+    return (cpu["ours long"] - growth) / cpu["ours fresh"]
+
+
+@dataclass
+class Round:
+    quadruples: list[Quadruple] = field(default_factory=list[Quadruple])
+
+    def cpu(self, side: str) -> float:
+        return median(quadruple[side].cpu for quadruple in self.quadruples)
+
+    def wall(self, side: str) -> float:
+        return median(quadruple[side].wall for quadruple in self.quadruples)
+
+    @property
+    def ratio(self) -> float:
+        """The median of its quadruples' ratios."""
+        return median(quadruple_ratio(quadruple) for quadruple in self.quadruples)
+
+
+@dataclass
+class Result:
+    database: str
+    rounds: list[Round]
+    sizes: tuple[int, int]
+    """The long thread's messages at the first and the last measured turn."""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [round_.ratio for round_ in self.rounds]
+
+    @property
+    def ratio(self) -> float:
+        """The median of every measured quadruple's ratio."""
+        return median(quadruple_ratio(q) for round_ in self.rounds for q in round_.quadruples)
+
+    @property
+    def spread(self) -> float:
+        return max(abs(ratio - self.ratio) for ratio in self.ratios)
+
+    def side(self, name: str, wall: bool = False) -> float:
+        return median(round_.wall(name) if wall else round_.cpu(name) for round_ in self.rounds)
+
+
+class Bench:
+    """The plain app on one database: long threads used in turn, and a new thread for each fresh turn."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.long_threads: list[str] = []
+        self.turns = 0
+
+    @property
+    def long_thread(self) -> str:
+        """The long thread of the current quadruple."""
+        return self.long_threads[self.turns % len(self.long_threads)]
+
+    async def grow(self, messages: int, copies: int) -> int:
+        """A long thread played turn by turn through the step until it holds `messages`, and `copies`
+        more threads holding a copy of its conversation: each takes one quadruple in turn, so that
+        none grows by more than a few messages during the run."""
+        db = self.runtime.db
+        first = (await db.threads.create(user_id="bench", title="long")).thread_id
+        self.long_threads = [first]
+        size = 0
+        while size < messages:
+            await (await self.ours(first))()
+            size = await self.size()
+            print(f"\r  growing the long thread: {size} messages", end="", flush=True)
+        print(flush=True)
+        loaded = await db.conversations.load(first)
+        assert loaded is not None
+        for _ in range(copies):
+            thread_id = (await db.threads.create(user_id="bench", title="long")).thread_id
+            copied = Conversation(conversation_id=thread_id, messages=copy.deepcopy(loaded.messages))
+            await db.conversations.save(copied)
+            self.long_threads.append(thread_id)
+        return size
+
+    async def size(self, thread_id: str | None = None) -> int:
+        loaded = await self.runtime.db.conversations.load(thread_id or self.long_thread)
+        return 0 if loaded is None else len(loaded.messages)
+
+    async def sizes(self) -> tuple[int, int]:
+        found = [await self.size(thread_id) for thread_id in self.long_threads]
+        return min(found), max(found)
+
+    async def ours(self, thread_id: str | None) -> Turn:
+        """One turn of `thread_id` (a new thread if `None`), queued and claimed as a POST does."""
+        if thread_id is None:
+            thread_id = (await self.runtime.db.threads.create(user_id="bench", title="fresh")).thread_id
+        opened = await queue_run(self.runtime, thread_id, "message", content=PROMPT, claim=True)
+        assert opened.claimed is not None
+
+        async def turn() -> None:
+            status = await run_step(self.runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
+            if status != "completed":
+                raise RuntimeError(f"ours ended {status!r}")
+
+        return turn
+
+    async def bare(self, long: bool) -> Turn:
+        """The same turn with nothing stored, on a copy of the long thread's messages as they are now."""
+        messages = []
+        if long:
+            loaded = await self.runtime.db.conversations.load(self.long_thread)
+            assert loaded is not None
+            # Decoded from the stored JSON, as ours' history cache holds them (and as a server that
+            # stores nothing gets them from its client): pydantic-ai's run differs on messages built
+            # otherwise (a deep copy's, or ones made in code).
+            messages = ModelMessagesTypeAdapter.validate_json(
+                ModelMessagesTypeAdapter.dump_json(loaded.messages)
+            )
+        db = self.runtime.db
+        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+        scope = RunScope(
+            thread_id=thread_id,
+            run_id=run_id,
+            user_id="bench",
+            attempt=1,
+            records=RunRecords(),
+            ledger=ToolLedger(db.ledger, thread_id, run_id),
+            engine=db.engine,
+        )
+        conversation = Conversation(messages=messages)
+
+        async def turn() -> None:
+            output = await run_bare(self.runtime, scope, PROMPT, conversation)
+            if "ORD-5678" not in output:
+                raise RuntimeError(f"the turn with nothing stored answered {output!r}")
+
+        return turn
+
+    async def prepare(self, side: str) -> Turn:
+        match side:
+            case "ours fresh":
+                return await self.ours(None)
+            case "ours long":
+                return await self.ours(self.long_thread)
+            case "bare fresh":
+                return await self.bare(False)
+            case _:
+                return await self.bare(True)
+
+
+async def timed(turn: Turn, collect: bool) -> Sample:
+    """One turn's CPU time (every thread of this process: aiosqlite's too) and wall time.
+
+    With `collect`, the heap is collected before and the collector is off during the turn, so a
+    collection due from earlier work lands in no turn.
+    """
+    if collect:
+        gc.collect()
+        gc.disable()
+    try:
+        cpu, wall = time.process_time(), time.perf_counter()
+        await turn()
+        return Sample(time.process_time() - cpu, time.perf_counter() - wall)
+    finally:
+        if collect:
+            gc.enable()
+
+
+def _settle(collect: bool) -> None:
+    """Collect, then move every surviving object (the long threads' cached histories among them) out
+    of the collector's reach: the collection before each turn then costs the same at any history."""
+    if collect:
+        gc.collect()
+        gc.freeze()
+
+
+async def measure(bench: Bench, settings: Settings, collect: bool, title: str) -> list[Round]:
+    """Quadruples of turns, one of every side in an order that rotates; rounds of `per_round` of them."""
+    rounds: list[Round] = []
+    _settle(collect)
+    total = settings.warmup + settings.rounds * settings.per_round
+    for number in range(total):
+        order = SIDES[number % 4 :] + SIDES[: number % 4]
+        samples: dict[str, Sample] = {}
+        for side in order:
+            turn = await bench.prepare(side)
+            samples[side] = await timed(turn, collect)
+        bench.turns += 1
+        measured = number - settings.warmup
+        if measured >= 0:
+            if measured % settings.per_round == 0:
+                rounds.append(Round())
+                _settle(collect)
+            rounds[-1].quadruples.append(samples)
+        print(f"\r  {title}: quadruple {number + 1}/{total}", end="", flush=True)
+    print(flush=True)
+    return rounds
+
+
+async def run_dialect(
+    database: Dialect, arguments: argparse.Namespace, settings: Settings, logs: Path
+) -> Result:
+    async with AsyncExitStack() as stack:
+        url = await stack.enter_async_context(scratch_database(database, logs, "history", arguments.postgres))
+        options = RuntimeOptions(messages_per_minute=None)
+        app = ChatApp(agent=build_agent())
+        bench = Bench(await stack.enter_async_context(open_runtime(app, url, options=options)))
+        print(f"{database}:", flush=True)
+        await bench.grow(settings.messages, settings.copies)
+        first = await bench.sizes()
+        rounds = await measure(bench, settings, not arguments.keep_gc, database)
+        last = await bench.sizes()
+    result = Result(database, rounds, (first[0], last[1]))
+    print(
+        f"  rounds {', '.join(f'{ratio:.2f}' for ratio in result.ratios)}: median {result.ratio:.2f}, "
+        f"spread ±{result.spread:.2f}",
+        flush=True,
+    )
+    return result
+
+
+def render(results: list[Result], lines: list[str]) -> list[str]:
+    out = section(lines)
+    out += ["CPU time of one turn (this process, every thread), median of the rounds' medians, ms:", ""]
+    out += table(
+        ["database", "long thread (messages)", *SIDES, "peer's growth", "ratio", "rounds", "spread"],
+        [
+            [
+                result.database,
+                f"{result.sizes[0]:,} to {result.sizes[1]:,}",
+                *(ms(result.side(side), 2) for side in SIDES),
+                ms(result.side("bare long") - result.side("bare fresh"), 2),
+                times(result.ratio),
+                ", ".join(f"{ratio:.2f}" for ratio in result.ratios),
+                f"±{result.spread:.2f}",
+            ]
+            for result in results
+        ],
+    )
+    out += ["", "Wall time of the same turns, median ms:", ""]
+    out += table(
+        ["database", *SIDES],
+        [[result.database, *(ms(result.side(side, wall=True), 2) for side in SIDES)] for result in results],
+    )
+    out += ["", *table(["target", "ratio", "spread", "limit", "verdict"], _verdicts(results))]
+    return out
+
+
+def _verdicts(results: list[Result]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for result in results:
+        passed = result.ratio <= LIMIT and result.spread <= SPREAD
+        rows.append(
+            [
+                f"{result.database}: (ours long - peer's growth) / ours fresh",
+                times(result.ratio),
+                f"±{result.spread:.2f}",
+                f"at most {LIMIT}x, rounds within ±{SPREAD}",
+                "**PASS**" if passed else "**FAIL**",
+            ]
+        )
+    return rows
+
+
+async def run(
+    arguments: argparse.Namespace, settings: Settings, notes: list[str], logs: Path
+) -> tuple[list[Result], str | None]:
+    databases, version = await available(arguments.postgres, notes)
+    return [await run_dialect(database, arguments, settings, logs) for database in databases], version
+
+
+def main() -> int:
+    command = parser("bench.history", __doc__, strict=True)
+    command.add_argument("--rounds", type=int, help="measured rounds (default 5)")
+    command.add_argument("--messages", type=int, help="the long thread's size (default 1000)")
+    command.add_argument(
+        "--keep-gc", action="store_true", help="leave the garbage collector on during the timed turns"
+    )
+    arguments = command.parse_args()
+    settings = QUICK if arguments.quick else FULL
+    if arguments.rounds:
+        settings = dataclasses.replace(settings, rounds=arguments.rounds)
+    if arguments.messages:
+        settings = dataclasses.replace(settings, messages=arguments.messages)
+    pin_this_process(SERVER_CORE)
+    clock, notes = Clock(), list[str]()
+    with folder("history", keep=arguments.keep_logs) as logs:
+        results, version = asyncio.run(run(arguments, settings, notes, logs))
+    method = (
+        f"Settings: {settings.warmup} warm-up + {settings.rounds} rounds of {settings.per_round} quadruples "
+        f"(a turn of each side, the order rotating); this process pinned to core {SERVER_CORE}; "
+        + (
+            "the collector on during turns"
+            if arguments.keep_gc
+            else "heap collected and frozen (`gc.freeze`) at each round's start, collected before each turn, the collector off during it"
+        )
+    )
+    lines = environment(
+        command_line("bench.history", sys.argv[1:]),
+        postgres=version,
+        packages=PACKAGES,
+        notes=[method, *notes, clock.line(), f"cores: {os.cpu_count()}"],
+    )
+    publish(arguments, {"history": "\n".join(render(results, lines))}, full=not arguments.quick)
+    passed = all(result.ratio <= LIMIT and result.spread <= SPREAD for result in results)
+    return 1 if arguments.strict and not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
