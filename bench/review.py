@@ -53,8 +53,7 @@ from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
 from store import Database, now_utc
-from web import Settings, create_app, issue_token
-from web.webhooks import WebhookSender
+from web import Settings, WebhookSender, create_app, issue_token
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 DUE = 50
