@@ -326,7 +326,9 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
             options = RuntimeOptions(messages_per_minute=None)
             runtime = await stack.enter_async_context(open_runtime(app, url, options=options))
             endpoint = await stack.enter_async_context(_Answering())
-            sender = WebhookSender(runtime.db, [endpoint.url], WEBHOOK_SECRET, poll_seconds=0.05)
+            sender = WebhookSender(
+                runtime.db, [endpoint.url], WEBHOOK_SECRET
+            )  # polling each second, as served
             await sender.start()
             stack.push_async_callback(sender.aclose)
 
