@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
@@ -440,11 +441,15 @@ async def main(argv: Sequence[str]) -> int:
         )
         return 2
     clock = Clock()
+    load_at_start = os.getloadavg()[0]
     version = await postgres_version(arguments.postgres)
     queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
     hook_lines = await webhook_cost(*((1, 4) if quick else (BLOCKS, PAIRS)))
     pause_lines = await pause_costs(arguments.postgres, *((1, 3) if quick else (WARMUP, REPEATS)))
-    notes = [f"{ROUNDS} rounds; the machine is shared and loaded: read the ratios, not the times"]
+    notes = [
+        f"{ROUNDS} rounds; the machine is shared and loaded (load average {load_at_start:.1f} at the start,"
+        f" {os.getloadavg()[0]:.1f} at the end): read the ratios, not the times"
+    ]
     text = [
         *section(environment(command_line("bench.review", argv), postgres=version, notes=notes)),
         *queue_lines,
