@@ -7,44 +7,63 @@ hanging webhook endpoint costs a run.
 - Queue and sweep (PostgreSQL): one scratch database per size, its rows made by `INSERT ... SELECT
   generate_series` (a tenth of the calls pending, half for `support`; 50 past their deadline in
   every size; at least 1,000 threads, so that a page's calls are in as many threads at every size),
-  then `ANALYZE`. Each round times, database after database, the store's own calls:
-  `Reviews.queue` (a reviewer's first page, 20, oldest first) and `Reviews.due` (the sweep's read).
-  The ratio is the median over rounds of each size's time over the smallest size's in that round;
-  the plans are PostgreSQL's `EXPLAIN` of the exact statements the store ran.
-- Webhooks: two copies of the staffed shop in this process on their own SQLite files, one sending
-  its webhooks to an endpoint that accepts the connection and never answers. Turns alternate
-  between them: a new thread, "Please refund ORD-9012", until it pauses for support (which writes
-  the `approval.requested` the sender then tries to deliver); the turn time is from the POST to the
-  pause, read by polling the thread.
+  then `ANALYZE`. Each round times, database after database, the store's own calls: `Reviews.queue`
+  (a first page of 20: pending for `support`, pending and decided for `support` and `managers`) and
+  `Reviews.due` (the sweep's read). The ratio is the median over rounds of each size's time over the
+  smallest size's in that round; the plans are PostgreSQL's `EXPLAIN` of the exact statements the
+  store ran.
+- A hanging webhook: two copies of the staffed shop in this process on their own SQLite files, one
+  sending its webhooks to an endpoint that accepts the connection and never answers. Turns alternate
+  between them in pairs, each side first in every other pair: a new thread, "Please refund ORD-9012",
+  until it pauses for support (which writes the `approval.requested` the sender then tries to
+  deliver); the turn time is from the POST to the pause, read by polling the thread. The ratio is the
+  median of the pairs' ratios, with their middle half and the medians of blocks of pairs as spread.
+- A paused turn priced: one agent whose model asks for `issue_refund` (approval required), its app
+  sending the call to `support` with a webhook sender running to a local endpoint answering 204;
+  `run_step` from the queued run to the pause, against `agent.run` with nothing stored ending with
+  the same `DeferredToolRequests`, on SQLite and PostgreSQL, in rounds alternating which goes first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import json
+import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
+from pydantic_ai.messages import AgentStreamEvent, ModelMessage
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from sqlalchemy import event
 from starlette.applications import Starlette
 
+from agent import ApprovalReview, ChatApp, Review, RuntimeOptions, open_runtime, queue_run, run_step
 from agent.demo import staffed_shop_app
-from bench.harness.databases import connected, postgres_database, postgres_version
+from bench.harness.databases import Dialect, connected, postgres_database, postgres_version, scratch_database
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
-from bench.harness.stats import median, ms, paired_ratio, times
+from bench.harness.stats import median, ms, paired_ratio, percentile, times
 from store import Database, now_utc
-from web import Settings, create_app, issue_token
+from web import Settings, WebhookSender, create_app, issue_token
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 DUE = 50
 ROUNDS = 200
-TURNS = 60
+BLOCKS, PAIRS = 5, 20
+WARMUP, REPEATS = 3, 60
+PAUSE_TARGET = 1.3
+ROLES = {"support", "managers"}
+"""The staffed shop's reviewer: the queue of two roles, merged."""
 SECRET = "bench-review-secret"
 WEBHOOK_SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -93,7 +112,7 @@ async def _plans(url: str, db: Database) -> dict[str, str]:
 
     event.listen(sa.Engine, "before_cursor_execute", capture)
     try:
-        await db.reviews.queue({"support"}, status="pending", limit=21)
+        await db.reviews.queue(ROLES, status="pending", limit=21)
         await db.reviews.due(now_utc())
     finally:
         event.remove(sa.Engine, "before_cursor_execute", capture)
@@ -117,12 +136,17 @@ async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tup
     async with AsyncExitStack() as stack:
         dbs = [await _filled(server, n, stack) for n in sizes]
         plans = await _plans(*dbs[-1])
-        samples: dict[tuple[int, str], list[float]] = {(n, k): [] for n in sizes for k in ("queue", "sweep")}
+        kinds = ("queue", "both", "decided", "sweep")
+        samples: dict[tuple[int, str], list[float]] = {(n, k): [] for n in sizes for k in kinds}
         for _ in range(rounds):
             for n, (_, db) in zip(sizes, dbs, strict=True):
                 queue = await _time(lambda db=db: db.reviews.queue({"support"}, status="pending", limit=21))
                 sweep = await _time(lambda db=db: db.reviews.due(now_utc()))
                 samples[(n, "queue")].append(queue)
+                both = await _time(lambda db=db: db.reviews.queue(ROLES, status="pending", limit=21))
+                samples[(n, "both")].append(both)
+                decided = await _time(lambda db=db: db.reviews.queue(ROLES, status="decided", limit=21))
+                samples[(n, "decided")].append(decided)
                 samples[(n, "sweep")].append(sweep)
         due = len(await dbs[-1][1].reviews.due(now_utc()))
     assert due == DUE, f"the sweep found {due} due calls, not {DUE}"
@@ -135,15 +159,16 @@ async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tup
         (
             f"{n:,}",
             f"{n // 10:,}",
-            ms(median(samples[(n, "queue")]), 2),
-            against_smallest(n, "queue"),
-            ms(median(samples[(n, "sweep")]), 2),
-            against_smallest(n, "sweep"),
+            *(
+                f"{ms(median(samples[(n, kind)]), 2)} ({against_smallest(n, kind)})"
+                for kind in ("queue", "both", "decided", "sweep")
+            ),
         )
         for n in sizes
     ]
     lines = table(
-        "approvals | pending | queue page, median ms | vs smallest | sweep read, median ms | vs smallest",
+        "approvals | pending | queue page, support: median ms (vs smallest) | queue page, support and managers"
+        " | decided page, support and managers | sweep read",
         rows,
         "rrrrrr",
     )
@@ -208,7 +233,7 @@ async def _turn(client: httpx.AsyncClient, user: str) -> float:
     return time.perf_counter() - started
 
 
-async def webhook_cost(turns: int) -> list[str]:
+async def webhook_cost(blocks: int, pairs: int) -> list[str]:
     from contextlib import AsyncExitStack
 
     with tempfile.TemporaryDirectory() as directory:
@@ -221,27 +246,185 @@ async def webhook_cost(turns: int) -> list[str]:
             async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
                 while hanging.connections == 0:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
-            mine: list[float] = []
-            theirs: list[float] = []
-            for turn in range(turns):  # each goes first every other round
-                if turn % 2:
-                    theirs.append(await _turn(plain, f"u{turn}"))
-                    mine.append(await _turn(hooked, f"u{turn}"))
+            mine: dict[int, float] = {}
+            theirs: dict[int, float] = {}
+            for pair in range(blocks * pairs):  # A/B, then B/A: each side goes first every other pair
+                user = f"u{pair}"
+                if pair % 2:
+                    theirs[pair] = await _turn(plain, user)
+                    mine[pair] = await _turn(hooked, user)
                 else:
-                    mine.append(await _turn(hooked, f"u{turn}"))
-                    theirs.append(await _turn(plain, f"u{turn}"))
+                    mine[pair] = await _turn(hooked, user)
+                    theirs[pair] = await _turn(plain, user)
             held = hanging.connections
     assert held > 0, "the hanging endpoint was never called"
-    paired = paired_ratio(dict(enumerate(mine)), dict(enumerate(theirs)))
+    ratios = [mine[n] / theirs[n] for n in mine]
+    by_block = [
+        paired_ratio({n: mine[n] for n in block}, {n: theirs[n] for n in block})
+        for block in (range(b * pairs, (b + 1) * pairs) for b in range(blocks))
+    ]
     rows = [
-        ("no webhook", ms(median(theirs)), times(1.0)),
-        ("webhook endpoint that never answers", ms(median(mine)), times(paired)),
+        ("no webhook", ms(median(theirs.values())), times(1.0), "", ""),
+        (
+            "webhook endpoint that never answers",
+            ms(median(mine.values())),
+            times(paired_ratio(mine, theirs)),
+            f"{times(percentile(ratios, 0.25))} to {times(percentile(ratios, 0.75))}",
+            f"{times(min(by_block))} to {times(max(by_block))}",
+        ),
     ]
     return [
-        *table("the staffed shop | turn to the pause, median ms | ratio", rows, "rr"),
+        *table(
+            "the staffed shop | turn to the pause, median ms | ratio (median of pairs) | pairs' middle half"
+            f" | {blocks} blocks' medians",
+            rows,
+            "lrrrr",
+        ),
         "",
-        f"{turns} turns each, alternating which goes first; the ratio is the median of each pair's;"
-        f" the hanging endpoint held {held} connections meanwhile.",
+        f"{blocks * pairs} pairs of turns, interleaved, each side first in every other pair; the hanging"
+        f" endpoint held {held} connections meanwhile.",
+    ]
+
+
+def _pausing_agent() -> Agent[Any, str]:
+    """One agent, one tool needing approval: the model asks for a refund, which pauses the turn."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        yield "Let me refund that order for you. "
+        args = json.dumps({"order_id": "ORD-9012", "amount": 149.99})
+        yield {0: DeltaToolCall(name="issue_refund", json_args=args, tool_call_id=f"refund_{len(messages)}")}
+
+    agent = Agent(FunctionModel(stream_function=stream, model_name="bench-review"), name="shop")
+
+    @agent.tool_plain(requires_approval=True)
+    def issue_refund(order_id: str, amount: float) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Refund an order."""
+        return f"Refunded {amount} on {order_id}"
+
+    return agent
+
+
+async def _drain(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+    async for _ in events:
+        pass
+
+
+def _for_support(call: ApprovalReview) -> Review:
+    return Review(by="support", expires_after=timedelta(hours=4))
+
+
+async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) -> list[str]:
+    """A turn that pauses for a reviewer, its webhook sent, against the same turn by pydantic-ai alone."""
+    from contextlib import AsyncExitStack
+
+    agent = _pausing_agent()
+    with tempfile.TemporaryDirectory() as directory:
+        async with AsyncExitStack() as stack:
+            url = await stack.enter_async_context(
+                scratch_database(database, Path(directory), "pause", server)
+            )
+            app = ChatApp(agent=agent, review=_for_support)
+            options = RuntimeOptions(messages_per_minute=None)
+            runtime = await stack.enter_async_context(open_runtime(app, url, options=options))
+            endpoint = await stack.enter_async_context(_Answering())
+            sender = WebhookSender(
+                runtime.db, [endpoint.url], WEBHOOK_SECRET
+            )  # polling each second, as served
+            await sender.start()
+            stack.push_async_callback(sender.aclose)
+
+            async def ours() -> float:
+                thread = await runtime.db.threads.create(user_id="bench", title="bench")
+                started = time.perf_counter()
+                opened = await queue_run(
+                    runtime, thread.thread_id, "message", content="Refund ORD-9012", claim=True
+                )
+                status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
+                assert status == "awaiting_approval", status
+                return time.perf_counter() - started
+
+            async def bare() -> float:
+                started = time.perf_counter()
+                result = await agent.run(
+                    "Refund ORD-9012", output_type=[str, DeferredToolRequests], event_stream_handler=_drain
+                )
+                assert isinstance(result.output, DeferredToolRequests), result.output
+                return time.perf_counter() - started
+
+            mine: dict[int, float] = {}
+            theirs: dict[int, float] = {}
+            for number in range(warmup + repeats):
+                for side in ("ours", "bare") if number % 2 == 0 else ("bare", "ours"):
+                    gc.collect()
+                    took = await (ours() if side == "ours" else bare())
+                    if number >= warmup:
+                        (mine if side == "ours" else theirs)[number] = took
+            async with asyncio.timeout(60):  # every pause's webhook delivered
+                while endpoint.answered < warmup + repeats:  # noqa: ASYNC110 (a counter another task bumps)
+                    await asyncio.sleep(0.01)
+    ratios = [mine[n] / theirs[n] for n in mine]
+    ratio = paired_ratio(mine, theirs)
+    verdict = "meets" if ratio <= PAUSE_TARGET else "misses"
+    return [
+        database,
+        ms(median(mine.values())),
+        ms(median(theirs.values())),
+        times(ratio),
+        f"{times(percentile(ratios, 0.25))} to {times(percentile(ratios, 0.75))}",
+        f"{verdict} ≤ {PAUSE_TARGET}x",
+    ]
+
+
+class _Answering:
+    """A local webhook endpoint answering every request 204; counts them."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> _Answering:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+                self.answered += 1
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                await answer(reader, writer)
+            writer.close()
+
+        self._server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/hooks"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+async def pause_costs(server: str, warmup: int, repeats: int) -> list[str]:
+    rows = [await pause_cost(database, server, warmup, repeats) for database in ("SQLite", "PostgreSQL")]
+    return [
+        *table(
+            "database | a turn pausing for support, its webhook sent, median ms | pydantic-ai alone, nothing"
+            " stored, median ms | ratio (median of rounds) | rounds' middle half | target",
+            rows,
+            "lrrrrl",
+        ),
+        "",
+        f"{repeats} rounds after {warmup} to warm up, each side first in every other round.",
     ]
 
 
@@ -258,10 +441,15 @@ async def main(argv: Sequence[str]) -> int:
         )
         return 2
     clock = Clock()
+    load_at_start = os.getloadavg()[0]
     version = await postgres_version(arguments.postgres)
     queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
-    hook_lines = await webhook_cost(3 if quick else TURNS)
-    notes = [f"{ROUNDS} rounds; the machine is shared and loaded: read the ratios, not the times"]
+    hook_lines = await webhook_cost(*((1, 4) if quick else (BLOCKS, PAIRS)))
+    pause_lines = await pause_costs(arguments.postgres, *((1, 3) if quick else (WARMUP, REPEATS)))
+    notes = [
+        f"{ROUNDS} rounds; the machine is shared and loaded (load average {load_at_start:.1f} at the start,"
+        f" {os.getloadavg()[0]:.1f} at the end): read the ratios, not the times"
+    ]
     text = [
         *section(environment(command_line("bench.review", argv), postgres=version, notes=notes)),
         *queue_lines,
@@ -275,6 +463,8 @@ async def main(argv: Sequence[str]) -> int:
         "```",
         "",
         *hook_lines,
+        "",
+        *pause_lines,
         "",
         f"Run in {clock.seconds:.0f} s.",
     ]

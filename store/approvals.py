@@ -426,10 +426,13 @@ def review_data(approval: Approval, user_id: str) -> JsonObject:
 async def append_review_event(connection: AsyncConnection, type: ReviewEventType, approval: Approval) -> None:
     """Log a change of `approval` for reviewers and webhooks, inside the caller's unit of work.
 
-    On PostgreSQL the log's ids are taken one transaction at a time (a lock held to the commit), so
-    they commit in order: a follower that has read id N has seen every lower id that will ever exist.
+    On PostgreSQL the ids of events reviewers follow are taken one transaction at a time (a lock held
+    to the commit), so they commit in order: a follower that has read id N has seen every lower id
+    for its roles that will ever exist. A call its user decides is no reviewer's: its events (read
+    only by the webhooks' sender, which looks back past late commits) take no lock, so customers'
+    pauses and decisions never wait on each other.
     """
-    if connection.dialect.name == "postgresql":
+    if connection.dialect.name == "postgresql" and approval.reviewers != "user":
         # Without it a lower id could commit after a higher one a poller already read past. SQLite
         # has one writer at a time anyway.
         await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _REVIEW_LOG_LOCK})

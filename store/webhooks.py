@@ -83,8 +83,11 @@ class Webhooks:
                 )
                 return len(rows)
 
-    async def claim(self, now: datetime, *, hold: timedelta, limit: int = 50) -> list[Delivery]:
-        """Due deliveries, each held for `hold` (no other worker takes it meanwhile), oldest first."""
+    async def claim(
+        self, now: datetime, *, hold: timedelta, limit: int = 50, url: str | None = None
+    ) -> list[Delivery]:
+        """Due deliveries (to `url`, when given), each held for `hold` (no other worker takes it
+        meanwhile), oldest first."""
         d, e = _deliveries.c, _events.c
         due = (
             sa.select(d.event_id, d.url, d.attempts)
@@ -92,16 +95,18 @@ class Webhooks:
             .order_by(d.next_attempt_at)
             .limit(limit)
         )
+        if url is not None:
+            due = due.where(d.url == url)
         with translate_errors("claiming webhooks"):
             async with self._engine.begin() as connection:
                 if connection.dialect.name == "postgresql":
                     due = due.with_for_update(skip_locked=True)
                 rows = (await connection.execute(due)).all()
                 claimed: list[Delivery] = []
-                for event_id, url, attempts in rows:
+                for event_id, endpoint, attempts in rows:
                     held = await connection.execute(
                         _deliveries.update()
-                        .where(d.event_id == event_id, d.url == url, d.next_attempt_at <= now)
+                        .where(d.event_id == event_id, d.url == endpoint, d.next_attempt_at <= now)
                         .values(next_attempt_at=now + hold)
                     )
                     if held.rowcount != 1:
@@ -113,7 +118,7 @@ class Webhooks:
                     ).one()
                     claimed.append(
                         Delivery(
-                            event_id, url, attempts, event.type, json.loads(event.data), event.created_at
+                            event_id, endpoint, attempts, event.type, json.loads(event.data), event.created_at
                         )
                     )
                 return claimed

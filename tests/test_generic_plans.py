@@ -22,7 +22,7 @@ import pytest
 from pydantic_ai.conversation import Conversation
 from sqlalchemy.engine import make_url
 
-from store import Checkpoint, Claim, Database, NewEvent, NewRecord, NewRun
+from store import Checkpoint, Claim, Database, NewEvent, NewRecord, NewRun, QueueCursor
 from store.schema import now_utc
 
 from .conftest import new_database
@@ -154,6 +154,11 @@ async def _hot_statements(db: Database) -> list[str]:
         # Review: the queue both ways, the deadline sweep, the webhook outbox.
         await db.reviews.queue(["support"], status="pending", limit=20)
         await db.reviews.queue(["support"], status="decided", limit=20)
+        await db.reviews.queue(["managers", "support"], status="pending", limit=20)
+        await db.reviews.queue(["managers", "support"], status="decided", limit=20)
+        page_end = QueueCursor(now_utc(), "t5", "call5")
+        await db.reviews.queue(["managers", "support"], status="pending", limit=20, after=page_end)
+        await db.reviews.queue(["managers", "support"], status="decided", limit=20, after=page_end)
         await db.reviews.due(now_utc())
         await db.reviews.next_deadline()
         await db.webhooks.claim(now_utc(), hold=timedelta(seconds=30))
@@ -179,10 +184,24 @@ async def test_no_hot_statement_scans_a_big_table_under_a_generic_plan(big: str)
         await connection.execute("SET plan_cache_mode = force_generic_plan")
         assert await connection.fetchval("SHOW enable_seqscan") == "on"
         scans = {}
+        queue_plans: dict[str, str] = {}
         for sql in dict.fromkeys(statements):
             plan = await _generic_plan(connection, sql)
             if _scanned(plan):
                 scans[sql] = plan
+            if "AS calls JOIN threads" in sql:
+                queue_plans[sql] = plan
     finally:
         await connection.close()
     assert scans == {}, "\n\n".join(f"{sql}\n{plan}" for sql, plan in scans.items())
+    # The review queue, pending and decided, one role or several, first page or further: each
+    # role's calls read in order from a range of its index and merged; nothing sorts them all.
+    assert len(queue_plans) == 6
+    for sql, plan in queue_plans.items():
+        index = (
+            "ix_approvals_review_queue"
+            if "created_at" in sql.split("ORDER BY")[-1]
+            else "ix_approvals_decided"
+        )
+        assert index in plan, f"{sql}\n{plan}"
+        assert "Sort  (cost" not in plan, f"{sql}\n{plan}"

@@ -390,3 +390,35 @@ async def test_the_terminal_queue_decides_as_the_reviewer(api: Api, database: st
         "not this one",
     )  # pyright: ignore[reportIndexIssue]
     assert await asyncio.to_thread(review_queue, database, "sam", ["managers"], lambda _: "y") == 0
+
+
+async def test_a_reviewer_with_two_roles_pages_both_queues_in_one_order(api: Api) -> None:
+    first, detail = await api.thread_with("Please refund ORD-9012")
+    deadlines = Deadlines(api.s.db, api.s.runner, publish=api.s.broker.publish)
+    second, _ = await api.thread_with("Please cancel ORD-5678")
+    # The first call's deadline only: it moves to `managers`, the second stays with `support`.
+    assert await deadlines.sweep(now=datetime.fromisoformat(str(_pending(detail)["expires_at"]))) == 1
+    third, _ = await api.thread_with("Please refund ORD-9012")
+    both = {"user": "kim", "roles": ("support", "managers")}
+
+    async def pages(status: str) -> list[str]:
+        seen: list[str] = []
+        query = f"/api/review/approvals?status={status}&limit=1"
+        while True:
+            page = await api.call("GET", query, **both)  # pyright: ignore[reportArgumentType]
+            assert page.status_code == 200, page.text
+            seen += [a["thread_id"] for a in page.json()["approvals"]]
+            cursor = page.json()["next_cursor"]
+            if cursor is None:
+                return seen
+            assert len(seen) <= 3, seen
+            query = f"/api/review/approvals?status={status}&limit=1&cursor={cursor}"
+
+    assert await pages("pending") == [first, second, third]  # oldest first, whichever role
+    for thread_id in (second, first, third):
+        [call] = (await api.detail(thread_id))["pending_approvals"]  # pyright: ignore[reportGeneralTypeIssues]
+        path = f"/api/review/threads/{thread_id}/tool-calls/{call['tool_call_id']}/reject"  # pyright: ignore[reportIndexIssue]
+        decided = await api.call("POST", path, {"reason": "no"}, **both)  # pyright: ignore[reportArgumentType]
+        assert decided.status_code == 200, decided.text
+    assert await pages("pending") == []
+    assert await pages("decided") == [third, first, second]  # newest decided first, whichever role

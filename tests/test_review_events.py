@@ -63,3 +63,35 @@ async def _done_or_waiting(task: asyncio.Task[None], engine: AsyncEngine) -> boo
     async with engine.connect() as connection:
         waiting = (await connection.execute(query)).scalar_one()
     return True if waiting else None
+
+
+@pytest.mark.postgres
+async def test_only_events_for_reviewers_wait_for_the_log_lock(migrated_databases: MigratedDatabases) -> None:
+    url = await migrated_databases.empty("postgresql")
+    async with staffed_api(url) as api:
+        held, _ = await api.thread_with("Please refund ORD-9012")
+        db = api.s.db
+        [early] = await db.approvals.list(thread_id=held)
+        async with db.engine.connect() as slow:
+            await slow.begin()
+            # An uncommitted event for support holds the review log's lock...
+            await append_review_event(slow, "approval_decided", early)
+            # ... yet a customer's own small refund pauses, and they decide it, without waiting on it.
+            mine, detail = await api.thread_with("Please refund ORD-3456")
+            [own] = detail["pending_approvals"]  # pyright: ignore[reportGeneralTypeIssues]
+            assert own["reviewers"] == "user"  # pyright: ignore[reportIndexIssue]
+            path = f"/api/threads/{mine}/tool-calls/{own['tool_call_id']}/approve"  # pyright: ignore[reportIndexIssue]
+            decided = await api.call("POST", path, {})
+            assert decided.status_code == 200, decided.text
+            # A call for support does wait for it: its event's id must not commit before the held one.
+            staffed = asyncio.create_task(api.thread_with("Please refund ORD-9012"))
+            assert await eventually(lambda: _done_or_waiting(staffed, db.engine)) is True
+            assert not staffed.done()
+            await slow.commit()
+        second, _ = await staffed
+        events = await db.reviews.events_after({"support"}, 0)
+    assert [(e.type, e.data["thread_id"]) for e in events] == [
+        ("approval_requested", held),
+        ("approval_decided", held),
+        ("approval_requested", second),
+    ]

@@ -22,7 +22,7 @@ from standardwebhooks.webhooks import Webhook
 from starlette.applications import Starlette
 
 from agent.demo import staffed_shop_app
-from store import Database, now_utc
+from store import Database, append_review_event, now_utc
 from web import create_app
 from web.services import Services
 from web.settings import Settings, SettingsError
@@ -49,6 +49,21 @@ class Receiver:
 
 
 @contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` serving on a local port in threads of this process: its webhook URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextmanager
 def receiving(failures: int = 2) -> Iterator[Receiver]:
     """A local webhook endpoint in a thread of this process (see `Receiver`)."""
     served = Receiver(failures=failures)
@@ -66,17 +81,9 @@ def receiving(failures: int = 2) -> Iterator[Receiver]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    served.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as url:
+        served.url = url
         yield served
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture
@@ -216,3 +223,98 @@ def test_a_webhook_url_needs_a_standard_webhooks_secret(tmp_path: Path) -> None:
         secret=SECRET, data_dir=tmp_path, environ={**base, "DURABLE_CHAT_WEBHOOK_SECRET": WEBHOOK_SECRET}
     )
     assert loaded.webhook_urls == ("http://127.0.0.1:9/a", "https://example.com/b")
+
+
+@dataclass
+class Hanging:
+    """Holds every request unanswered until `release` is set; counts those it holds."""
+
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    held: int = 0
+    most_held: int = 0
+    ids: list[str] = field(default_factory=list[str])
+    url: str = ""
+
+
+@contextmanager
+def hanging() -> Iterator[Hanging]:
+    """A local webhook endpoint that accepts each request and answers nothing until released."""
+    served = Hanging()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with served.lock:
+                served.held += 1
+                served.most_held = max(served.most_held, served.held)
+                served.ids.append(self.headers["webhook-id"])
+            served.release.wait()
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            with served.lock:
+                served.held -= 1
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        served.url = url
+        try:
+            yield served
+        finally:
+            served.release.set()  # before the server stops: it waits for the requests it holds
+
+
+async def _log_events(db: Database, count: int) -> None:
+    [approval] = await db.approvals.list(status="pending", user_id="alice")
+    async with db.engine.begin() as connection:
+        for _ in range(count):
+            await append_review_event(connection, "approval_decided", approval)
+
+
+async def test_a_hanging_endpoint_holds_few_connections_and_delays_no_other(
+    services: Services, receiver: Receiver
+) -> None:
+    receiver.failures = 0
+    db = services.db
+    await _log_events(db, 6)  # with the pause's own, 7 events for each endpoint
+    with hanging() as stuck:
+        sender = WebhookSender(
+            db,
+            [stuck.url, receiver.url],
+            WEBHOOK_SECRET,
+            poll_seconds=0.01,
+            timeout_seconds=600,
+            per_endpoint=2,
+        )
+        await sender.start()
+        try:
+            await eventually(lambda: _at_least(receiver, 7))
+            with stuck.lock:
+                assert stuck.held == 2
+            # Events logged while the stuck endpoint still holds its two requests reach the other one.
+            await _log_events(db, 3)
+            await eventually(lambda: _at_least(receiver, 10))
+            with stuck.lock:
+                assert (stuck.held, stuck.most_held, len(stuck.ids)) == (2, 2, 2)
+            stuck.release.set()
+            await eventually(lambda: _all_delivered(db, stuck, 10))
+        finally:
+            await sender.aclose()
+    assert stuck.most_held == 2
+    assert sorted(stuck.ids) == sorted({headers["webhook-id"] for headers, _ in receiver.received})
+    assert len(stuck.ids) == 10
+
+
+async def _at_least(receiver: Receiver, count: int) -> bool | None:
+    with receiver.lock:
+        return True if len(receiver.received) >= count else None
+
+
+async def _all_delivered(db: Database, endpoint: Hanging, count: int) -> bool | None:
+    with endpoint.lock:
+        if len(endpoint.ids) < count:
+            return None
+    return True if await db.webhooks.undelivered() == [] else None

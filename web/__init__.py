@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .media import DEFAULT_MEDIA_TYPES, Sniffer, UnsupportedType, media_type_of, safe_name
     from .settings import Settings, SettingsError
     from .tokens import InvalidToken, issue_token, verify_token
+    from .webhooks import WebhookSender
 
 __all__ = (
     "DEFAULT_MEDIA_TYPES",
@@ -25,6 +26,7 @@ __all__ = (
     "SettingsError",
     "Sniffer",
     "UnsupportedType",
+    "WebhookSender",
     "create_app",
     "error_response",
     "issue_token",
@@ -40,6 +42,7 @@ _EXPORTS = {
     "media": ("DEFAULT_MEDIA_TYPES", "Sniffer", "UnsupportedType", "media_type_of", "safe_name"),
     "settings": ("Settings", "SettingsError"),
     "tokens": ("InvalidToken", "issue_token", "verify_token"),
+    "webhooks": ("WebhookSender",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

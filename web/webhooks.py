@@ -3,9 +3,10 @@
 The body is `{"type": "approval.requested" | ..., "timestamp", "data"}`; the headers `webhook-id`
 (the same on every retry), `webhook-timestamp` and `webhook-signature`, made by the `standardwebhooks`
 library. A delivery that fails (any non-2xx answer, a timeout, no connection) is retried after about
-a second, doubling up to an hour, for 25 hours. The sender is a task of its own: a slow endpoint
-delays only other notifications, never a run. It lives in `web/` as the one package that speaks
-HTTP (the worker knows none). See `docs/review.md`.
+a second, doubling up to an hour, for 25 hours. Each endpoint has a task of its own sending at most
+`per_endpoint` requests at once: a hanging endpoint holds that many connections and delays only its
+own notifications, never another endpoint's nor a run. It lives in `web/` as the one package that
+speaks HTTP (the worker knows none). See `docs/review.md`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 import httpx2
 from standardwebhooks.webhooks import Webhook
@@ -30,6 +32,8 @@ FIRST_RETRY = timedelta(seconds=1)
 MAX_RETRY = timedelta(hours=1)
 GIVE_UP_AFTER = timedelta(hours=25)
 """Retries go on for at least a day."""
+PER_ENDPOINT = 4
+"""Requests in flight to one endpoint at most."""
 _HOLD = timedelta(minutes=2)
 """How long a claimed delivery is this worker's; past it (the worker died) another sends it again."""
 
@@ -55,30 +59,46 @@ class WebhookSender:
         *,
         poll_seconds: float = 1.0,
         timeout_seconds: float = 10.0,
+        per_endpoint: int = PER_ENDPOINT,
     ) -> None:
         self._db = db
         self._urls = list(urls)
         self._signer = Webhook(secret)
         self._timeout = timeout_seconds
-        self._rounds = Periodic(self.send_due, seconds=poll_seconds, name="sending webhooks")
+        self._per_endpoint = per_endpoint
+        # Named by position: a URL may carry a token.
+        self._rounds = [
+            Periodic(
+                partial(self.send_due_to, url), seconds=poll_seconds, name=f"sending webhooks to endpoint {n}"
+            )
+            for n, url in enumerate(self._urls, 1)
+        ]
 
     async def start(self) -> None:
-        self._rounds.start()
+        for rounds in self._rounds:
+            rounds.start()
 
     async def aclose(self) -> None:
-        await self._rounds.aclose()
+        for rounds in self._rounds:
+            await rounds.aclose()
 
     async def send_due(self, now: datetime | None = None) -> int:
-        """Schedule new events, then attempt every due delivery once; return how many were delivered."""
+        """`send_due_to` every endpoint at once; return how many were delivered."""
+        return sum(await asyncio.gather(*(self.send_due_to(url, now) for url in self._urls)))
+
+    async def send_due_to(self, url: str, now: datetime | None = None) -> int:
+        """Schedule `url`'s new events, then attempt its deliveries due at `now`, `per_endpoint` at a time,
+        until none is left; return how many were delivered."""
         moment = now_utc() if now is None else now
-        for url in self._urls:
-            await self._db.webhooks.schedule(url, since=GIVE_UP_AFTER)
-        claimed = await self._db.webhooks.claim(moment, hold=_HOLD)
-        if not claimed:
-            return 0
+        await self._db.webhooks.schedule(url, since=GIVE_UP_AFTER)
+        delivered = 0
         async with httpx2.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
-            outcomes = await asyncio.gather(*(self._attempt(client, d) for d in claimed))
-        return sum(outcomes)
+            while True:
+                # Claimed only as many as are sent at once, so none waits out its hold unsent.
+                claimed = await self._db.webhooks.claim(moment, hold=_HOLD, limit=self._per_endpoint, url=url)
+                delivered += sum(await asyncio.gather(*(self._attempt(client, d) for d in claimed)))
+                if len(claimed) < self._per_endpoint:
+                    return delivered
 
     async def _attempt(self, client: httpx2.AsyncClient, delivery: Delivery) -> bool:
         body = json.dumps(
