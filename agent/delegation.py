@@ -3,7 +3,8 @@
 `RunScope.delegate(ctx, agent, prompt)` drives the agent through the machinery of the top run (its
 hooks, timeouts, retries, the pause at deferred calls, its output guardrails), streams its events
 tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
-top run does (a response before its tools run, a request as it goes out) as a conversation of its own, kept
+top run does (a response before its tools run, a request as it goes out, a step of read-only calls
+with the next checkpoint, its end with its output kept) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`). A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
@@ -27,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Database, delegated_scope
+from store import AlsoWrite, Database, delegated_scope
 from stream import Sink
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
@@ -80,6 +81,9 @@ class Delegations:
     before: Callable[[], Awaitable[None]] | None = None
     """Awaited before a sub-run starts: the step stores the response calling its tool first (the
     sub-run's conversation and output are keyed by that call)."""
+    started: set[str] = field(default_factory=set[str])
+    """The parent calls whose sub-runs this attempt started: on a first attempt, no other has a
+    conversation stored."""
 
     async def delegate(
         self,
@@ -112,7 +116,14 @@ class Delegations:
             logger.info("the sub-run of tool call %s ended before; its stored output is used", parent)
             return _typed(agent, done.result)
         conversation_id = sub_conversation_id(self.thread_id, parent)
-        conversation = await self.db.conversations.load(conversation_id)
+        # A new message's first attempt made this call now: nothing of its sub-run is stored to load.
+        fresh = self.first_attempt and parent not in self.started
+        self.started.add(parent)
+        conversations = self.db.conversations
+        # `load_at` with no revision: none stored, no trip, and its first save reads no record either.
+        conversation = await (
+            conversations.load_at(conversation_id, None) if fresh else conversations.load(conversation_id)
+        )
         if conversation is None:
             conversation = Conversation(conversation_id=conversation_id)
         requests = conversation.deferred_tool_requests
@@ -121,18 +132,23 @@ class Delegations:
             # Paused before its parent did (the run stopped in between): it still waits, as it was.
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
         sub = _SubRun(self, path, parent, conversation)
-        output = await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
-        await self._keep(parent, path, output)
-        return output
+        return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
-    async def _keep(self, parent: str, path: tuple[str, ...], output: object) -> None:
-        await self.db.ledger.once(
-            self.thread_id,
-            _output_key(parent),
-            run_id=self.run_id,
-            tool_name=f"delegate:{path[-1]}",
-            effect=_returning(to_jsonable_python(output, fallback=str)),
-        )
+    def keeping(self, parent: str, path: tuple[str, ...], output: object) -> AlsoWrite:
+        """The write that keeps a sub-run's `output`, in the transaction of its last checkpoint."""
+        result = to_jsonable_python(output, fallback=str)
+
+        async def keep(connection: AsyncConnection) -> None:
+            await self.db.ledger.keep(
+                connection,
+                self.thread_id,
+                _output_key(parent),
+                run_id=self.run_id,
+                tool_name=f"delegate:{path[-1]}",
+                result=result,
+            )
+
+        return keep
 
 
 class _SubRun:
@@ -161,20 +177,32 @@ class _SubRun:
         return [*stored, *unsaved(stored[self.base :], self.new())]
 
     async def save(
-        self, messages: list[ModelMessage], *, deferred: DeferredToolRequests | None = None
+        self,
+        messages: list[ModelMessage],
+        *,
+        deferred: DeferredToolRequests | None = None,
+        output: AlsoWrite | None = None,
     ) -> None:
-        conversation = self.conversation
-        if len(messages) == len(conversation.messages) and deferred is None:
-            return
-        if self.base == 0 and deferred is None and not any(isinstance(m, ModelResponse) for m in messages):
+        """Store the sub-run's conversation as `messages` (with `output` kept, at its end, in the
+        same transaction). Its events are not flushed here: the ones a checkpoint may not publish
+        wait for the parent's (`eventlog._ready`), the rest for the event log's writer."""
+        delegations, conversation = self.delegations, self.conversation
+        unchanged = len(messages) == len(conversation.messages) and deferred is None
+        if output is None and (
+            unchanged
+            or (
+                self.base == 0
+                and deferred is None
+                and not any(isinstance(m, ModelResponse) for m in messages)
+            )
+        ):
             return  # only its prompt: after a crash the parent call runs it again from the prompt
         self.guard.scrub(messages[self.base :])
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
-        await self.delegations.db.conversations.save(
-            conversation, scope=delegated_scope(self.delegations.thread_id)
+        await delegations.db.conversations.save_with(
+            conversation, also=output, scope=delegated_scope(delegations.thread_id)
         )
-        await self.delegations.out.flush()
 
     async def drive(
         self,
@@ -207,8 +235,8 @@ class _SubRun:
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
                     # A response is stored before its tools run; a request as it goes out (`_sending`).
-                    # A final answer waits for the end's save, and a response calling only read-only
-                    # tools for their results' save, as the top run's do.
+                    # A final answer waits for the end's save, and a step of read-only calls for the
+                    # sub-run's next save, as the top run's do.
                     if agent.is_call_tools_node(node) and not (
                         answers_last_response(node) or self._reads_only(node)
                     ):
@@ -228,6 +256,10 @@ class _SubRun:
             result = agent_run.result
             assert result is not None, "the sub-run ended without a result"
             messages = self.messages()
+        except Exception:
+            # A step it left unstored (`_sending`) may have results the parent's checkpoint shows.
+            await self.save(self.messages())
+            raise
         finally:
             delegations.paths.pop(run_id, None)
         if isinstance(result.output, DeferredToolRequests):
@@ -235,9 +267,10 @@ class _SubRun:
             calls = held_calls(requests, self.schemas.schemas, agent=self.path[-1], path=self.path)
             held = {**requests.metadata, _HELD: {DELEGATED: encode_calls(calls)}}
             await self.save(messages, deferred=replace(requests, metadata=held))
+            await delegations.out.flush()
             # The parent call pauses in its turn; its run shows the reviewer these calls, not it.
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
-        await self.save(messages)
+        await self.save(messages, output=delegations.keeping(self.parent, self.path, result.output))
         return result.output
 
     def _reads_only(self, node: object) -> bool:
@@ -248,7 +281,14 @@ class _SubRun:
         return calls_only(messages[len(self.conversation.messages) :], read_only)
 
     async def _sending(self) -> None:
-        await self.save(self.messages())
+        # A step of read-only calls is stored with the sub-run's next checkpoint, as the top run's
+        # are: after a crash in between, that step runs again. Its results' events wait for the
+        # parent's checkpoint, which comes after the sub-run's next one (the parent call's result).
+        messages = self.messages()
+        read_only = self.delegations.read_only
+        if read_only and calls_only(messages[len(self.conversation.messages) :], read_only):
+            return
+        await self.save(messages)
 
     def _part_id(self, index: int) -> str:
         return f"{self.parent}.{self.responses}.{index}"
@@ -266,13 +306,6 @@ def _undecided(requests: DeferredToolRequests, results: DeferredToolResults) -> 
 def _output_key(parent: str) -> str:
     """The ledger key under which a sub-run's output is kept once it ended."""
     return f"{parent}#delegated"
-
-
-def _returning(value: object) -> Callable[[AsyncConnection], Awaitable[object]]:
-    async def effect(connection: AsyncConnection) -> object:
-        return value
-
-    return effect
 
 
 def _typed(agent: AbstractAgent[Any, Any], stored: object) -> Any:
