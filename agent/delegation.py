@@ -23,18 +23,24 @@ from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolResultEvent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolResultEvent,
+    ToolReturnPart,
+)
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import AlsoWrite, Database, delegated_scope
-from stream import Sink
+from store import AlsoWrite, Checkpoint, Database, Run, delegated_scope
+from stream import Sink, ToolResult
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import answers_last_response, calls_only
-from .eventlog import EventLogSink
+from .eventlog import EventLogSink, new_events
 from .guardrails import Guardrail, GuardrailContext
 from .handoffs import said_by
 from .merge import unsaved
@@ -62,6 +68,8 @@ class Delegations:
 
     db: Database
     out: Sink
+    run: Run
+    """The run whose attempt this is, as it claimed it: a sub-run's checkpoint is fenced by its lease."""
     thread_id: str
     run_id: str
     root: str
@@ -183,9 +191,10 @@ class _SubRun:
         deferred: DeferredToolRequests | None = None,
         output: AlsoWrite | None = None,
     ) -> None:
-        """Store the sub-run's conversation as `messages` (with `output` kept, at its end, in the
-        same transaction). Its events are not flushed here: the ones a checkpoint may not publish
-        wait for the parent's (`eventlog._ready`), the rest for the event log's writer."""
+        """Store the sub-run's conversation as `messages` (with `output` kept, at its end), and the
+        events not stored yet up to the first it does not show (a result it does not hold, a call of
+        the parent run's own), in one transaction: a checkpoint of the run that leaves the thread's
+        own mark (`Checkpoint.event_id`) as it is."""
         delegations, conversation = self.delegations, self.conversation
         unchanged = len(messages) == len(conversation.messages) and deferred is None
         if output is None and (
@@ -198,11 +207,20 @@ class _SubRun:
         ):
             return  # only its prompt: after a crash the parent call runs it again from the prompt
         self.guard.scrub(messages[self.base :])
+        answered = _answered(messages)
+        log = delegations.log
+        events = await log.take_through(lambda e: isinstance(e, ToolResult) and e.tool_call_id in answered)
+        checkpoint = Checkpoint(run=delegations.run, event_id=None, events=new_events(events))
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
-        await delegations.db.conversations.save_with(
-            conversation, also=output, scope=delegated_scope(delegations.thread_id)
-        )
+        try:
+            await delegations.db.conversations.save_with(
+                conversation, checkpoint=checkpoint, also=output, scope=delegated_scope(delegations.thread_id)
+            )
+        except BaseException:
+            log.put_back(events)
+            raise
+        log.stored(events)
 
     async def drive(
         self,
@@ -270,7 +288,10 @@ class _SubRun:
             await delegations.out.flush()
             # The parent call pauses in its turn; its run shows the reviewer these calls, not it.
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
-        await self.save(messages, output=delegations.keeping(self.parent, self.path, result.output))
+        # Ended on a text answer, it needs no output kept: driven again, pydantic-ai takes the output
+        # from that stored response, with no model call. Else (an output tool's, say) it is kept.
+        kept = None if _ends_in_text(messages) else delegations.keeping(self.parent, self.path, result.output)
+        await self.save(messages, output=kept)
         return result.output
 
     def _reads_only(self, node: object) -> bool:
@@ -301,6 +322,22 @@ _HELD = "durable_chat_held"
 def _undecided(requests: DeferredToolRequests, results: DeferredToolResults) -> bool:
     decided = {*results.approvals, *results.calls}
     return any(call.tool_call_id not in decided for call in [*requests.approvals, *requests.calls])
+
+
+def _answered(messages: Sequence[ModelMessage]) -> set[str]:
+    """The ids of the calls whose results `messages` hold."""
+    return {
+        part.tool_call_id
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+
+
+def _ends_in_text(messages: Sequence[ModelMessage]) -> bool:
+    """Whether `messages` end with a response calling no tool: the run's output comes from it alone."""
+    return bool(messages) and isinstance(messages[-1], ModelResponse) and not messages[-1].tool_calls
 
 
 def _output_key(parent: str) -> str:

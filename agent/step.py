@@ -246,6 +246,7 @@ class _Step:
         self.delegations = Delegations(
             db=runtime.db,
             out=out,
+            run=run,
             thread_id=run.thread_id,
             run_id=run.run_id,
             root=tags.agent,
