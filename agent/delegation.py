@@ -13,13 +13,14 @@ design note is "Several agents" in `docs/agent.md`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
@@ -89,9 +90,17 @@ class Delegations:
     before: Callable[[], Awaitable[None]] | None = None
     """Awaited before a sub-run starts: the step stores the response calling its tool first (the
     sub-run's conversation and output are keyed by that call)."""
+    running: dict[str, _SubRun] = field(default_factory=dict[str, "_SubRun"])
+    """The sub-runs going on, by their pydantic-ai run id, outermost first."""
     started: set[str] = field(default_factory=set[str])
     """The parent calls whose sub-runs this attempt started: on a first attempt, no other has a
     conversation stored."""
+
+    async def before_effect(self) -> None:
+        """A tool is about to do something keyed by its call id: the responses of the sub-runs going
+        on that wait for their tools' results are stored first, outermost first."""
+        for sub in list(self.running.values()):
+            await sub.before_effect()
 
     async def delegate(
         self,
@@ -170,6 +179,9 @@ class _SubRun:
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
         self.responses = 0
+        self.owed = False
+        """The response calling tools waits for the save of their results (see `before_effect`)."""
+        self._effects = asyncio.Lock()
         self.guard = OutputGuard(
             delegations.guardrails,
             delegations.guard_context,
@@ -196,6 +208,7 @@ class _SubRun:
         the parent run's own), in one transaction: a checkpoint of the run that leaves the thread's
         own mark (`Checkpoint.event_id`) as it is."""
         delegations, conversation = self.delegations, self.conversation
+        self.owed = False
         unchanged = len(messages) == len(conversation.messages) and deferred is None
         if output is None and (
             unchanged
@@ -233,6 +246,7 @@ class _SubRun:
         delegations = self.delegations
         run_id = f"{ctx.run_id}/{self.parent}"
         delegations.paths[run_id] = self.path
+        delegations.running[run_id] = self
         hooks = RunHooks(delegations.retries, delegations.failures, self.schemas, self._sending)
         try:
             async with agent.iter(
@@ -252,13 +266,14 @@ class _SubRun:
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
-                    # A response is stored before its tools run; a request as it goes out (`_sending`).
-                    # A final answer waits for the end's save, and a step of read-only calls for the
-                    # sub-run's next save, as the top run's do.
-                    if agent.is_call_tools_node(node) and not (
-                        answers_last_response(node) or self._reads_only(node)
-                    ):
-                        await self.save(self.messages())
+                    # A request is stored as it goes out (`_sending`); a final answer waits for the
+                    # end's save, and a response calling tools for their results' save, unless a tool
+                    # does something keyed by its call first (`Delegations.before_effect`), as the top
+                    # run's do.
+                    if agent.is_call_tools_node(node) and not answers_last_response(node):
+                        self.owed = not self.guard.blanking and calls_only(self._unsaved())
+                        if not self.owed:
+                            await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
                         async with node.stream(agent_run.ctx) as events:
@@ -280,6 +295,7 @@ class _SubRun:
             raise
         finally:
             delegations.paths.pop(run_id, None)
+            delegations.running.pop(run_id, None)
         if isinstance(result.output, DeferredToolRequests):
             requests = result.output
             calls = held_calls(requests, self.schemas.schemas, agent=self.path[-1], path=self.path)
@@ -294,22 +310,24 @@ class _SubRun:
         await self.save(messages, output=kept)
         return result.output
 
-    def _reads_only(self, node: object) -> bool:
-        read_only = self.delegations.read_only
-        if not read_only or not isinstance(node, CallToolsNode):
-            return False
-        messages = self.messages()
-        return calls_only(messages[len(self.conversation.messages) :], read_only)
+    def _unsaved(self) -> list[ModelMessage]:
+        return self.messages()[len(self.conversation.messages) :]
+
+    async def before_effect(self) -> None:
+        """A tool of this sub-run (or of one it delegated to) is about to do something keyed by its
+        call id: the response calling it is stored first, if it waits for its results' save."""
+        async with self._effects:  # parallel calls: one save
+            if self.owed:
+                await self.save(self.messages())
 
     async def _sending(self) -> None:
         # A step of read-only calls is stored with the sub-run's next checkpoint, as the top run's
-        # are: after a crash in between, that step runs again. Its results' events wait for the
-        # parent's checkpoint, which comes after the sub-run's next one (the parent call's result).
-        messages = self.messages()
+        # are: after a crash in between, that step runs again. Its results' events are published
+        # by that checkpoint.
         read_only = self.delegations.read_only
-        if read_only and calls_only(messages[len(self.conversation.messages) :], read_only):
+        if read_only and calls_only(self._unsaved(), read_only):
             return
-        await self.save(messages)
+        await self.save(self.messages())
 
     def _part_id(self, index: int) -> str:
         return f"{self.parent}.{self.responses}.{index}"

@@ -287,6 +287,7 @@ class _Step:
 
     async def _before_effect(self) -> None:
         await self.checkpoints.before_effect()
+        await self.delegations.before_effect()
 
     @property
     def conversation(self) -> Conversation:

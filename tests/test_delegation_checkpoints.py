@@ -9,6 +9,7 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -29,6 +30,15 @@ PARENT = "ask_1"
 
 class Booked(BaseModel):
     seat: str
+
+
+@dataclass
+class Probe:
+    """What a tool of the sub-run saw of its stored conversation."""
+
+    runtime: Runtime | None = None
+    seen: list[int | None] = field(default_factory=list[int | None])
+    """How many messages of the sub-run were stored as each tool acted (`None`: none)."""
 
 
 def counted_model(
@@ -53,11 +63,15 @@ def counted_model(
     return FunctionModel(stream_function=stream, model_name=name)
 
 
-def desk(calls: Counter[str], *, structured: bool = False) -> ChatApp[RunScope]:
-    """`router` asks `booking` through `ask`; `booking` looks the seat up (read-only) and answers it."""
+def desk(
+    calls: Counter[str], *, structured: bool = False, tool: str = "look", probe: Probe | None = None
+) -> ChatApp[RunScope]:
+    """`router` asks `booking` through `ask`; `booking` calls `tool` and answers. `look` is read-only;
+    `hold` acts through the ledger and `note` does not, each putting in `probe.seen` how many
+    messages of the sub-run were stored when it acted."""
     answer: str | tuple[str, dict[str, Any]] = ("final_result", {"seat": "3A"}) if structured else "seat 3A"
     booking = Agent(
-        counted_model("booking", ("look", {}), answer, calls),
+        counted_model("booking", (tool, {}), answer, calls),
         name="booking",
         deps_type=RunScope,
         output_type=Booked if structured else str,
@@ -72,6 +86,29 @@ def desk(calls: Counter[str], *, structured: bool = False) -> ChatApp[RunScope]:
     def look() -> str:  # pyright: ignore[reportUnusedFunction]
         """Look the seat up."""
         calls["look"] += 1
+        return "3A"
+
+    async def stored_messages(ctx: RunContext[RunScope]) -> None:
+        assert probe is not None
+        assert probe.runtime is not None
+        sub = await probe.runtime.db.conversations.load(sub_conversation_id(ctx.deps.thread_id, PARENT))
+        probe.seen.append(None if sub is None else len(sub.messages))
+
+    @booking.tool
+    async def hold(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Hold the seat."""
+
+        async def effect(connection: object) -> str:
+            return "3A"
+
+        seat = await ctx.deps.ledger.once(ctx, effect)
+        await stored_messages(ctx)
+        return seat
+
+    @booking.tool
+    async def note(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Note the request."""
+        await stored_messages(ctx)
         return "3A"
 
     @router.tool
@@ -179,3 +216,26 @@ async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url
         assert await run_step(runtime, run_id) == "completed"
     # One save, at its end: its prompt, the response calling `look`, its result, its answer.
     assert saved == [4]
+
+
+@pytest.mark.parametrize(
+    ("tool", "seen"),
+    [("note", [None]), ("hold", [2])],
+    ids=["plain tool", "ledger effect"],
+)
+async def test_a_sub_runs_response_is_stored_before_its_tools_only_for_an_effect_keyed_by_the_call(
+    database_url: str, tool: str, seen: list[int | None]
+) -> None:
+    # As the top run's: a response calling tools waits for the save of their results, unless a tool
+    # does something keyed by its call id (the ledger), which stores it first.
+    calls, probe = Counter[str](), Probe()
+    async with open_runtime(desk(calls, tool=tool, probe=probe), database_url) as runtime:
+        probe.runtime = runtime
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+    assert probe.seen == seen
+    assert inner is not None
+    # Nothing lost: its prompt, the response calling the tool, its result and its answer.
+    assert [m.kind for m in inner.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2}
