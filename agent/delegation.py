@@ -3,7 +3,8 @@
 `RunScope.delegate(ctx, agent, prompt)` drives the agent through the machinery of the top run (its
 hooks, timeouts, retries, the pause at deferred calls, its output guardrails), streams its events
 tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
-top run does (a response before its tools run, a request as it goes out) as a conversation of its own, kept
+top run does (a response before its tools run, a request as it goes out, a step of read-only calls
+with the next checkpoint, its end with its output kept) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`). A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
@@ -12,27 +13,35 @@ design note is "Several agents" in `docs/agent.md`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolResultEvent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolResultEvent,
+    ToolReturnPart,
+)
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Database, delegated_scope
-from stream import Sink
+from store import AlsoWrite, Checkpoint, Database, Run, delegated_scope
+from stream import Sink, ToolResult
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
 from .checkpointing import answers_last_response, calls_only
+from .eventlog import EventLogSink, new_events
 from .handoffs import said_by
 from .merge import unsaved
 from .pauses import PAUSE_AT_DEFERRED_CALLS
@@ -59,6 +68,8 @@ class Delegations:
 
     db: Database
     out: Sink
+    run: Run
+    """The run whose attempt this is, as it claimed it: a sub-run's checkpoint is fenced by its lease."""
     thread_id: str
     run_id: str
     root: str
@@ -67,6 +78,8 @@ class Delegations:
     failures: ToolFailures
     guard: OutputGuard
     """The run's output guard: a delegated agent's text passes the same guardrails (`OutputGuard.delegated`)."""
+    log: EventLogSink
+    """The run's event log: a sub-run's checkpoint stores the events it shows."""
     first_attempt: bool = False
     """The run answers a new message on its first attempt: no call of it ran before, nor kept an output."""
     read_only: Collection[str] = frozenset()
@@ -76,6 +89,17 @@ class Delegations:
     before: Callable[[], Awaitable[None]] | None = None
     """Awaited before a sub-run starts: the step stores the response calling its tool first (the
     sub-run's conversation and output are keyed by that call)."""
+    running: dict[str, _SubRun] = field(default_factory=dict[str, "_SubRun"])
+    """The sub-runs going on, by their pydantic-ai run id, outermost first."""
+    started: set[str] = field(default_factory=set[str])
+    """The parent calls whose sub-runs this attempt started: on a first attempt, no other has a
+    conversation stored."""
+
+    async def before_effect(self) -> None:
+        """A tool is about to do something keyed by its call id: the responses of the sub-runs going
+        on that wait for their tools' results are stored first, outermost first."""
+        for sub in list(self.running.values()):
+            await sub.before_effect()
 
     async def delegate(
         self,
@@ -108,7 +132,14 @@ class Delegations:
             logger.info("the sub-run of tool call %s ended before; its stored output is used", parent)
             return _typed(agent, done.result)
         conversation_id = sub_conversation_id(self.thread_id, parent)
-        conversation = await self.db.conversations.load(conversation_id)
+        # A new message's first attempt made this call now: nothing of its sub-run is stored to load.
+        fresh = self.first_attempt and parent not in self.started
+        self.started.add(parent)
+        conversations = self.db.conversations
+        # `load_at` with no revision: none stored, no trip, and its first save reads no record either.
+        conversation = await (
+            conversations.load_at(conversation_id, None) if fresh else conversations.load(conversation_id)
+        )
         if conversation is None:
             conversation = Conversation(conversation_id=conversation_id)
         requests = conversation.deferred_tool_requests
@@ -117,18 +148,23 @@ class Delegations:
             # Paused before its parent did (the run stopped in between): it still waits, as it was.
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
         sub = _SubRun(self, path, parent, conversation)
-        output = await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
-        await self._keep(parent, path, output)
-        return output
+        return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
-    async def _keep(self, parent: str, path: tuple[str, ...], output: object) -> None:
-        await self.db.ledger.once(
-            self.thread_id,
-            _output_key(parent),
-            run_id=self.run_id,
-            tool_name=f"delegate:{path[-1]}",
-            effect=_returning(to_jsonable_python(output, fallback=str)),
-        )
+    def keeping(self, parent: str, path: tuple[str, ...], output: object) -> AlsoWrite:
+        """The write that keeps a sub-run's `output`, in the transaction of its last checkpoint."""
+        result = to_jsonable_python(output, fallback=str)
+
+        async def keep(connection: AsyncConnection) -> None:
+            await self.db.ledger.keep(
+                connection,
+                self.thread_id,
+                _output_key(parent),
+                run_id=self.run_id,
+                tool_name=f"delegate:{path[-1]}",
+                result=result,
+            )
+
+        return keep
 
 
 class _SubRun:
@@ -142,6 +178,9 @@ class _SubRun:
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
         self.responses = 0
+        self.owed = False
+        """The response calling tools waits for the save of their results (see `before_effect`)."""
+        self._effects = asyncio.Lock()
         self.guard = delegations.guard.delegated(path[-1], parent)
         self.events = RunEvents(delegations.out, self.guard, self._part_id)
 
@@ -150,27 +189,55 @@ class _SubRun:
         return [*stored, *unsaved(stored[self.base :], self.new())]
 
     async def save(
-        self, messages: list[ModelMessage], *, deferred: DeferredToolRequests | None = None
+        self,
+        messages: list[ModelMessage],
+        *,
+        deferred: DeferredToolRequests | None = None,
+        output: AlsoWrite | None = None,
     ) -> None:
-        conversation = self.conversation
-        if len(messages) == len(conversation.messages) and deferred is None:
-            return
-        if self.base == 0 and deferred is None and not any(isinstance(m, ModelResponse) for m in messages):
+        """Store the sub-run's conversation as `messages` (with `output` kept, at its end), and the
+        events not stored yet up to the first it does not show (a result it does not hold, a call of
+        the parent run's own), in one transaction: a checkpoint of the run that leaves the thread's
+        own mark (`Checkpoint.event_id`) as it is."""
+        delegations, conversation = self.delegations, self.conversation
+        self.owed = False
+        unchanged = len(messages) == len(conversation.messages) and deferred is None
+        if output is None and (
+            unchanged
+            or (
+                self.base == 0
+                and deferred is None
+                and not any(isinstance(m, ModelResponse) for m in messages)
+            )
+        ):
             return  # only its prompt: after a crash the parent call runs it again from the prompt
         self.guard.scrub(messages[self.base :])
+        answered = _answered(messages)
+        log = delegations.log
+        events = await log.take_through(lambda e: isinstance(e, ToolResult) and e.tool_call_id in answered)
+        checkpoint = Checkpoint(run=delegations.run, event_id=None, events=new_events(events))
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
-        scope = delegated_scope(self.delegations.thread_id)
-        if self.guard.blanking:
-            # Shown text withdrawn: its deltas are stored first, then blanked with the replacement
-            # (those still held back with a tool result are blanked by the run's next checkpoint).
-            await self.delegations.out.flush()
-            await self.delegations.db.conversations.save_with(
-                conversation, also=self.guard.blank, scope=scope
+        guard = self.guard
+
+        async def also(connection: AsyncConnection) -> None:
+            # Shown text withdrawn: its deltas stored by this checkpoint are blanked in the same
+            # transaction (those still held back with a tool result, by the run's next checkpoint).
+            if output is not None:
+                await output(connection)
+            await guard.blank(connection)
+
+        try:
+            await delegations.db.conversations.save_with(
+                conversation,
+                checkpoint=checkpoint,
+                also=also if guard.blanking else output,
+                scope=delegated_scope(delegations.thread_id),
             )
-        else:
-            await self.delegations.db.conversations.save(conversation, scope=scope)
-        await self.delegations.out.flush()
+        except BaseException:
+            log.put_back(events)
+            raise
+        log.stored(events)
 
     async def drive(
         self,
@@ -183,6 +250,7 @@ class _SubRun:
         delegations = self.delegations
         run_id = f"{ctx.run_id}/{self.parent}"
         delegations.paths[run_id] = self.path
+        delegations.running[run_id] = self
         hooks = RunHooks(delegations.retries, delegations.failures, self.schemas, self._sending)
         try:
             async with agent.iter(
@@ -202,13 +270,14 @@ class _SubRun:
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
                         said_by(node.model_response, self.path[-1])  # before a checkpoint stores it
-                    # A response is stored before its tools run; a request as it goes out (`_sending`).
-                    # A final answer waits for the end's save, and a response calling only read-only
-                    # tools for their results' save, as the top run's do.
-                    if agent.is_call_tools_node(node) and not (
-                        answers_last_response(node) or self._reads_only(node)
-                    ):
-                        await self.save(self.messages())
+                    # A request is stored as it goes out (`_sending`); a final answer waits for the
+                    # end's save, and a response calling tools for their results' save, unless a tool
+                    # does something keyed by its call first (`Delegations.before_effect`), as the top
+                    # run's do.
+                    if agent.is_call_tools_node(node) and not answers_last_response(node):
+                        self.owed = not self.guard.blanking and calls_only(self._unsaved())
+                        if not self.owed:
+                            await self.save(self.messages())
                     if agent.is_model_request_node(node):
                         self.responses += 1
                         async with node.stream(agent_run.ctx) as events:
@@ -224,26 +293,44 @@ class _SubRun:
             result = agent_run.result
             assert result is not None, "the sub-run ended without a result"
             messages = self.messages()
+        except Exception:
+            # A step it left unstored (`_sending`) may have results the parent's checkpoint shows.
+            await self.save(self.messages())
+            raise
         finally:
             delegations.paths.pop(run_id, None)
+            delegations.running.pop(run_id, None)
         if isinstance(result.output, DeferredToolRequests):
             requests = result.output
             calls = held_calls(requests, self.schemas.schemas, agent=self.path[-1], path=self.path)
             held = {**requests.metadata, _HELD: {DELEGATED: encode_calls(calls)}}
             await self.save(messages, deferred=replace(requests, metadata=held))
+            await delegations.out.flush()
             # The parent call pauses in its turn; its run shows the reviewer these calls, not it.
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
-        await self.save(messages)
+        # Ended on a text answer, it needs no output kept: driven again, pydantic-ai takes the output
+        # from that stored response, with no model call. Else (an output tool's, say) it is kept.
+        kept = None if _ends_in_text(messages) else delegations.keeping(self.parent, self.path, result.output)
+        await self.save(messages, output=kept)
         return result.output
 
-    def _reads_only(self, node: object) -> bool:
-        read_only = self.delegations.read_only
-        if not read_only or not isinstance(node, CallToolsNode):
-            return False
-        messages = self.messages()
-        return calls_only(messages[len(self.conversation.messages) :], read_only)
+    def _unsaved(self) -> list[ModelMessage]:
+        return self.messages()[len(self.conversation.messages) :]
+
+    async def before_effect(self) -> None:
+        """A tool of this sub-run (or of one it delegated to) is about to do something keyed by its
+        call id: the response calling it is stored first, if it waits for its results' save."""
+        async with self._effects:  # parallel calls: one save
+            if self.owed:
+                await self.save(self.messages())
 
     async def _sending(self) -> None:
+        # A step of read-only calls is stored with the sub-run's next checkpoint, as the top run's
+        # are: after a crash in between, that step runs again. Its results' events are published
+        # by that checkpoint.
+        read_only = self.delegations.read_only
+        if read_only and calls_only(self._unsaved(), read_only):
+            return
         await self.save(self.messages())
 
     def _part_id(self, index: int) -> str:
@@ -259,16 +346,25 @@ def _undecided(requests: DeferredToolRequests, results: DeferredToolResults) -> 
     return any(call.tool_call_id not in decided for call in [*requests.approvals, *requests.calls])
 
 
+def _answered(messages: Sequence[ModelMessage]) -> set[str]:
+    """The ids of the calls whose results `messages` hold."""
+    return {
+        part.tool_call_id
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+
+
+def _ends_in_text(messages: Sequence[ModelMessage]) -> bool:
+    """Whether `messages` end with a response calling no tool: the run's output comes from it alone."""
+    return bool(messages) and isinstance(messages[-1], ModelResponse) and not messages[-1].tool_calls
+
+
 def _output_key(parent: str) -> str:
     """The ledger key under which a sub-run's output is kept once it ended."""
     return f"{parent}#delegated"
-
-
-def _returning(value: object) -> Callable[[AsyncConnection], Awaitable[object]]:
-    async def effect(connection: AsyncConnection) -> object:
-        return value
-
-    return effect
 
 
 def _typed(agent: AbstractAgent[Any, Any], stored: object) -> Any:

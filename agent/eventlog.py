@@ -244,6 +244,18 @@ class EventLogSink:
             pending, self._unstored = self._unstored[:cut], self._unstored[cut:]
         return pending
 
+    async def take_through(self, stored: Callable[[StreamEvent], bool]) -> list[StoredEvent]:
+        """`take_pending`, up to the first event only a checkpoint of the run's own may store that
+        `stored` does not claim: a checkpoint of a delegated run's conversation takes the results it
+        stores, and what comes before the first it does not. The rest stays pending, in order."""
+        pending = await self.take_pending()
+        cut = next(
+            (i for i, item in enumerate(pending) if _held(item.event) and not stored(item.event)),
+            len(pending),
+        )
+        self._unstored[:0] = pending[cut:]
+        return pending[:cut]
+
     def put_back(self, events: Sequence[StoredEvent]) -> None:
         """Return events `take_pending` handed over whose transaction failed."""
         self._unstored[:0] = events
@@ -338,13 +350,16 @@ def _before_results(events: Sequence[StoredEvent]) -> int:
 def _ready(events: Sequence[StoredEvent]) -> int:
     """How many of `events` come before the first tool result, or the first call of the run's own
     (not a delegated run's): what a store other than a checkpoint may take."""
-    for index, stored in enumerate(events):
-        match stored.event:
-            case ToolResult() | ToolCall(parent_tool_call_id=None):
-                return index
-            case _:
-                pass
-    return len(events)
+    return next((index for index, stored in enumerate(events) if _held(stored.event)), len(events))
+
+
+def _held(event: StreamEvent) -> bool:
+    """Whether only the checkpoint storing what `event` shows may store it."""
+    match event:
+        case ToolResult() | ToolCall(parent_tool_call_id=None):
+            return True
+        case _:
+            return False
 
 
 class TraceStampSink:

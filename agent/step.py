@@ -247,12 +247,14 @@ class _Step:
         self.delegations = Delegations(
             db=runtime.db,
             out=out,
+            run=run,
             thread_id=run.thread_id,
             run_id=run.run_id,
             root=tags.agent,
             retries=runtime.app.model_retries,
             failures=runtime.tool_failures,
             guard=self.guard,
+            log=log,
             read_only=runtime.app.read_only_tools,
             first_attempt=run.attempt == 1 and run.kind in ("message", "regenerate"),
             before=self._before_effect,
@@ -285,6 +287,7 @@ class _Step:
 
     async def _before_effect(self) -> None:
         await self.checkpoints.before_effect()
+        await self.delegations.before_effect()
 
     @property
     def conversation(self) -> Conversation:

@@ -63,7 +63,8 @@ class Checkpoint:
     """
 
     run: Run
-    event_id: int
+    event_id: int | None
+    """`None`: the thread's own messages are not in the checkpoint (a delegated sub-run's), its mark stays."""
     records: Sequence[NewRecord] = ()
     """Records the run's tools made; a tool call's record stored already is kept."""
     events: Sequence[tuple[int, NewEvent]] = ()
@@ -140,7 +141,9 @@ TOUCH_THREAD = (
     _threads.update()
     .where(_threads.c.thread_id == THREAD_ID)
     .values(
-        checkpoint_event_id=sa.bindparam("c_event_id", type_=sa.BigInteger()),
+        checkpoint_event_id=sa.func.coalesce(
+            sa.bindparam("c_event_id", type_=sa.BigInteger()), _threads.c.checkpoint_event_id
+        ),
         updated_at=NOW,
         status=sa.func.coalesce(sa.bindparam("c_thread_status", type_=sa.String()), _threads.c.status),
     )

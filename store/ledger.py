@@ -114,6 +114,32 @@ class Ledger:
                 # The ledger's only constraint left to fail is its foreign key to the thread.
                 raise NotFound(f"no thread {thread_id!r} to record tool call {tool_call_id!r} in") from error
 
+    async def keep(
+        self,
+        connection: AsyncConnection,
+        thread_id: str,
+        tool_call_id: str,
+        *,
+        run_id: str,
+        tool_name: str,
+        result: object,
+    ) -> None:
+        """Record a call's known `result` as succeeded, on `connection`'s transaction (the caller's
+        other writes commit with it), in one statement; a row the call has already is kept."""
+        now = now_utc()
+        statement = insert_new(self._engine.dialect.name, _ledger).values(
+            thread_id=thread_id,
+            tool_call_id=tool_call_id,
+            run_id=run_id,
+            tool_name=tool_name,
+            status="succeeded",
+            result=_dump(result),
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        await connection.execute(statement)
+
     async def start(
         self, thread_id: str, tool_call_id: str, *, run_id: str, tool_name: str
     ) -> tuple[bool, Execution]:

@@ -1,0 +1,241 @@
+"""What a sub-run stores, and when (`agent/delegation.py`): a step of read-only calls with its end,
+its output kept only when its stored messages cannot give it again, and a sub-run that ended before
+its parent's checkpoint is taken up from its stored end with no model call and no tool run again.
+On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from agent import ChatApp, RunScope, Runtime, open_runtime, run_step, sub_conversation_id
+from store import NewRun, RunStatus
+from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
+
+pytestmark = pytest.mark.anyio
+
+PARENT = "ask_1"
+"""The id of the router's call that delegates."""
+
+
+class Booked(BaseModel):
+    seat: str
+
+
+@dataclass
+class Probe:
+    """What a tool of the sub-run saw of its stored conversation."""
+
+    runtime: Runtime | None = None
+    seen: list[int | None] = field(default_factory=list[int | None])
+    """How many messages of the sub-run were stored as each tool acted (`None`: none)."""
+
+
+def counted_model(
+    name: str,
+    first: tuple[str, dict[str, Any]],
+    answer: str | tuple[str, dict[str, Any]],
+    calls: Counter[str],
+) -> FunctionModel:
+    """Calls `first`, then answers `answer` (a text, or a call) once the call's result is in; counts
+    its calls in `calls[name]`."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        calls[name] += 1
+        last = messages[-1]
+        done = isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts)
+        if done and isinstance(answer, str):
+            yield answer
+            return
+        tool, args = answer if done and not isinstance(answer, str) else first
+        yield {0: DeltaToolCall(name=tool, json_args=json.dumps(args), tool_call_id=f"{tool}_1")}
+
+    return FunctionModel(stream_function=stream, model_name=name)
+
+
+def desk(
+    calls: Counter[str], *, structured: bool = False, tool: str = "look", probe: Probe | None = None
+) -> ChatApp[RunScope]:
+    """`router` asks `booking` through `ask`; `booking` calls `tool` and answers. `look` is read-only;
+    `hold` acts through the ledger and `note` does not, each putting in `probe.seen` how many
+    messages of the sub-run were stored when it acted."""
+    answer: str | tuple[str, dict[str, Any]] = ("final_result", {"seat": "3A"}) if structured else "seat 3A"
+    booking = Agent(
+        counted_model("booking", (tool, {}), answer, calls),
+        name="booking",
+        deps_type=RunScope,
+        output_type=Booked if structured else str,
+    )
+    router = Agent(
+        counted_model("router", ("ask", {"task": "book"}), "done", calls),
+        name="router",
+        deps_type=RunScope,
+    )
+
+    @booking.tool_plain
+    def look() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Look the seat up."""
+        calls["look"] += 1
+        return "3A"
+
+    async def stored_messages(ctx: RunContext[RunScope]) -> None:
+        assert probe is not None
+        assert probe.runtime is not None
+        sub = await probe.runtime.db.conversations.load(sub_conversation_id(ctx.deps.thread_id, PARENT))
+        probe.seen.append(None if sub is None else len(sub.messages))
+
+    @booking.tool
+    async def hold(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Hold the seat."""
+
+        async def effect(connection: object) -> str:
+            return "3A"
+
+        seat = await ctx.deps.ledger.once(ctx, effect)
+        await stored_messages(ctx)
+        return seat
+
+    @booking.tool
+    async def note(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Note the request."""
+        await stored_messages(ctx)
+        return "3A"
+
+    @router.tool
+    async def ask(ctx: RunContext[RunScope], task: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Ask the booking agent."""
+        output = await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+        return output if isinstance(output, str) else f"seat {output.seat}"
+
+    return ChatApp(agent=router, deps=lambda scope: scope, read_only_tools={"look"})
+
+
+async def start(runtime: Runtime) -> tuple[str, str]:
+    thread = await runtime.db.threads.create(user_id="ada", title="t")
+    run = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Book"))
+    ).run
+    return thread.thread_id, run.run_id
+
+
+async def logged(runtime: Runtime, thread_id: str) -> list[StreamEvent]:
+    return [event_from_data(e.type, e.data) for e in await runtime.db.events.read(thread_id)]
+
+
+class CancelAtParentResult(CollectingSink):
+    """Cancels the task driving the run as the delegating call's result is emitted: the sub-run has
+    ended and stored its end, the parent's checkpoint has not stored that result yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task: asyncio.Task[RunStatus] | None = None
+
+    async def emit(self, event: StreamEvent) -> None:
+        await super().emit(event)
+        if isinstance(event, ToolResult) and event.tool_call_id == PARENT and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+
+async def interrupted(runtime: Runtime, run_id: str) -> RunStatus:
+    """Drive the run, cancelled between its sub-run's end and its parent's checkpoint, then again."""
+    sink = CancelAtParentResult()
+    sink.task = task = asyncio.create_task(run_step(runtime, run_id, sink=sink))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await runtime.db.runs.get(run_id)).status == "queued"
+    return await run_step(runtime, run_id)
+
+
+@pytest.mark.parametrize("structured", [False, True], ids=["text", "output tool"])
+async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_again(
+    database_url: str, structured: bool
+) -> None:
+    calls = Counter[str]()
+    async with open_runtime(desk(calls, structured=structured), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        assert await interrupted(runtime, run_id) == "completed"
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+        outer = await runtime.db.conversations.load(thread_id)
+        kept = await runtime.db.ledger.get(thread_id, f"{PARENT}#delegated")
+        events = await logged(runtime, thread_id)
+    # The sub-run's model and tool ran once each step; the router's first model call ran again (its
+    # response calling `ask` was stored before the sub-run started, the recovery continues from it).
+    assert calls == {"booking": 2, "look": 1, "router": 2}
+    assert outer is not None
+    assert inner is not None
+    results = [
+        (p.tool_name, p.content)
+        for m in outer.messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    assert results == [("ask", "seat 3A")]
+    assert [type(m).__name__ for m in inner.messages] == (
+        ["ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse", "ModelRequest"]
+        if structured
+        else ["ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse"]
+    )
+    # Ended in text, its stored end gives its output again; an output tool's is kept with that end.
+    assert (kept is not None) == structured
+    if kept is not None:
+        assert (kept.status, kept.result) == ("succeeded", {"seat": "3A"})
+    shown = Counter(
+        (e.type, getattr(e, "tool_call_id", None)) for e in events if e.type in ("tool_call", "tool_result")
+    )
+    # Every call and result shown once, the sub-run's result too, stored by its own checkpoint.
+    calls_shown = [PARENT, "look_1", *(["final_result_1"] if structured else [])]
+    assert shown == {(kind, call): 1 for call in calls_shown for kind in ("tool_call", "tool_result")}
+
+
+async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url: str) -> None:
+    calls = Counter[str]()
+    async with open_runtime(desk(calls), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        saved: list[int] = []
+        conversations = runtime.db.conversations
+        save_with = conversations.save_with
+
+        async def counting(conversation: Any, **options: Any) -> Any:
+            if conversation.conversation_id == sub_conversation_id(thread_id, PARENT):
+                saved.append(len(conversation.messages))
+            return await save_with(conversation, **options)
+
+        conversations.save_with = counting  # pyright: ignore[reportAttributeAccessIssue]
+        assert await run_step(runtime, run_id) == "completed"
+    # One save, at its end: its prompt, the response calling `look`, its result, its answer.
+    assert saved == [4]
+
+
+@pytest.mark.parametrize(
+    ("tool", "seen"),
+    [("note", [None]), ("hold", [2])],
+    ids=["plain tool", "ledger effect"],
+)
+async def test_a_sub_runs_response_is_stored_before_its_tools_only_for_an_effect_keyed_by_the_call(
+    database_url: str, tool: str, seen: list[int | None]
+) -> None:
+    # As the top run's: a response calling tools waits for the save of their results, unless a tool
+    # does something keyed by its call id (the ledger), which stores it first.
+    calls, probe = Counter[str](), Probe()
+    async with open_runtime(desk(calls, tool=tool, probe=probe), database_url) as runtime:
+        probe.runtime = runtime
+        thread_id, run_id = await start(runtime)
+        assert await run_step(runtime, run_id) == "completed"
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+    assert probe.seen == seen
+    assert inner is not None
+    # Nothing lost: its prompt, the response calling the tool, its result and its answer.
+    assert [m.kind for m in inner.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2}
