@@ -171,6 +171,33 @@ async def test_a_delivery_claimed_by_a_worker_that_died_is_sent_again(
     assert headers["webhook-id"] == f"msg_{held.event_id}"
 
 
+async def test_a_sender_that_dies_mid_request_holds_its_delivery_for_three_timeouts(
+    services: Services,
+) -> None:
+    with hanging() as stuck:
+        dying = WebhookSender(services.db, [stuck.url], WEBHOOK_SECRET, timeout_seconds=20)
+        claimed_at = now_utc()
+        task = asyncio.create_task(dying.send_due_to(stuck.url))
+
+        async def in_flight() -> bool | None:
+            with stuck.lock:
+                return True if stuck.held == 1 else None
+
+        await eventually(in_flight)
+        task.cancel()  # the worker dies with the request in flight: no outcome is recorded
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    # Another worker finds it held for three timeouts (60 s), not less, and no longer than that.
+    claims = services.db.webhooks
+    assert (
+        await claims.claim(claimed_at + timedelta(seconds=55), hold=timedelta(seconds=1), url=stuck.url) == []
+    )
+    [delivery] = await claims.claim(
+        claimed_at + timedelta(seconds=90), hold=timedelta(seconds=1), url=stuck.url
+    )
+    assert f"msg_{delivery.event_id}" == stuck.ids[0]
+
+
 async def test_two_senders_send_each_message_once(services: Services, receiver: Receiver) -> None:
     receiver.failures = 0
     other = await Database.connect(services.settings.database_url, migrate=False)

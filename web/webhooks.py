@@ -34,8 +34,10 @@ GIVE_UP_AFTER = timedelta(hours=25)
 """Retries go on for at least a day."""
 PER_ENDPOINT = 4
 """Requests in flight to one endpoint at most."""
-_HOLD = timedelta(minutes=2)
-"""How long a claimed delivery is this worker's; past it (the worker died) another sends it again."""
+HOLD_TIMEOUTS = 3
+"""A claimed delivery is this worker's for this many request timeouts (at least `MIN_HOLD`): its
+attempt is over by then, so past it the worker died and another sends it again."""
+MIN_HOLD = timedelta(seconds=30)
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -65,6 +67,7 @@ class WebhookSender:
         self._urls = list(urls)
         self._signer = Webhook(secret)
         self._timeout = timeout_seconds
+        self._hold = max(MIN_HOLD, timedelta(seconds=HOLD_TIMEOUTS * timeout_seconds))
         self._per_endpoint = per_endpoint
         # Named by position: a URL may carry a token.
         self._rounds = [
@@ -95,7 +98,9 @@ class WebhookSender:
         async with httpx2.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
             while True:
                 # Claimed only as many as are sent at once, so none waits out its hold unsent.
-                claimed = await self._db.webhooks.claim(moment, hold=_HOLD, limit=self._per_endpoint, url=url)
+                claimed = await self._db.webhooks.claim(
+                    moment, hold=self._hold, limit=self._per_endpoint, url=url
+                )
                 delivered += sum(await asyncio.gather(*(self._attempt(client, d) for d in claimed)))
                 if len(claimed) < self._per_endpoint:
                     return delivered
