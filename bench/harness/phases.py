@@ -17,8 +17,6 @@ from .databases import Dialect, scratch_database
 from .servers import ours_argv, server_env, serving
 from .stats import median, ms_short, percentile
 
-__all__ = ("Phase", "Plan", "errors", "find", "run_phase", "run_plan")
-
 
 @dataclass
 class Phase:

@@ -25,22 +25,6 @@ from starlette.types import ASGIApp
 
 from .reports import ROOT
 
-__all__ = (
-    "PLAIN_APP",
-    "SECRET",
-    "UNLIMITED",
-    "ServerProcess",
-    "adapter_argv",
-    "baseline_main",
-    "folder",
-    "ours_argv",
-    "raise_open_files_limit",
-    "server_env",
-    "serving",
-    "snapshot",
-    "start_server",
-)
-
 SECRET = "bench-secret"
 UNLIMITED = {"DURABLE_CHAT_MESSAGES_PER_MINUTE": "1000000"}
 """For a benchmark whose users send turn after turn: the per-user message rate would refuse them."""
