@@ -51,9 +51,8 @@ screenshots: $(BIN)/.installed-dev
 		tests/test_page_outputs.py tests/test_review_page.py tests/test_page_agents.py
 
 # The benchmarks (bench/README.md); each writes its sections of docs/benchmarks.md on a full run, and
-# takes PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL. `bench` is the store's, with its rivals (the `bench` extra).
+# takes PostgreSQL from $$DURABLE_CHAT_TEST_POSTGRES_URL. `bench` is the store's.
 bench: $(BIN)/.installed-dev
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store
 
 # What bench.step needs besides the dev tools for its third column: pydantic-ai-harness. It pins an
@@ -72,7 +71,6 @@ bench-targets: bench-cpu bench-step
 
 # Every benchmark once, briefly, writing nothing: that each runs end to end (about 8 minutes; PostgreSQL needed).
 bench-smoke: bench-tools
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.store --quick
 	$(BIN)/python -m bench.step --quick
 	$(BIN)/python -m bench.web --quick
@@ -80,6 +78,8 @@ bench-smoke: bench-tools
 	$(BIN)/python -m bench.review --quick --no-write
 	$(BIN)/python -m bench.storage --quick --no-write
 	$(BIN)/python -m bench.delegation --quick --no-write
+	$(BIN)/python -m bench.history --quick --no-write
+	$(BIN)/python -m bench.purge --quick --no-write
 	$(BIN)/python -m bench.cpu --quick
 	$(BIN)/python -m bench.pool --users 20 --turns 2 --pools 10+20 30+0 --no-write
 	$(BIN)/python -m bench.cpu_ab --rounds 1 --seconds 1 --alone 2

@@ -52,31 +52,22 @@ async def servers(
     stack: AsyncExitStack, database: Dialect, postgres: str | None, source: Path, logs: Path, *, plain: bool
 ) -> dict[str, ServerProcess]:
     """Ours and the baseline, pinned, each on a scratch database of its own; by side."""
-    ours_url = await stack.enter_async_context(scratch_database(database, logs, f"ours-{database}", postgres))
-    base_url = await stack.enter_async_context(
-        scratch_database(database, logs, f"baseline-{database}", postgres)
-    )
-    await prepare_shop(base_url)
-    env = server_env(UNLIMITED)
-    ours = await stack.enter_async_context(
-        serving(
-            f"ours-{database}",
-            pinned(ours_argv(ours_url, app=PLAIN_APP if plain else None)),
-            env,
-            logs,
-            cwd=source,
+    urls = {
+        name: await stack.enter_async_context(
+            scratch_database(database, logs, f"{name}-{database}", postgres)
         )
-    )
-    base = await stack.enter_async_context(
-        serving(
-            f"baseline-{database}",
-            pinned(adapter_argv(base_url, app="plain" if plain else "shop")),
-            env,
-            logs,
-            cwd=source,
-        )
-    )
-    return {BASELINE: base, NATIVE: ours, AI_SDK: ours}
+        for name in ("ours", "baseline")
+    }
+    await prepare_shop(urls["baseline"])
+    argv = {
+        "ours": ours_argv(urls["ours"], app=PLAIN_APP if plain else None),
+        "baseline": adapter_argv(urls["baseline"], app="plain" if plain else "shop"),
+    }
+    found: dict[str, ServerProcess] = {}
+    for name, command in argv.items():
+        serve = serving(f"{name}-{database}", pinned(command), server_env(UNLIMITED), logs, cwd=source)
+        found[name] = await stack.enter_async_context(serve)
+    return {BASELINE: found["baseline"], NATIVE: found["ours"], AI_SDK: found["ours"]}
 
 
 async def play(
@@ -90,14 +81,7 @@ async def play(
 ) -> Measured:
     """A round of `side`: `turns` each, or turns for `seconds`, its CPU read `SETTLE` after a timed round;
     a new thread every `per_thread` turns."""
-    load = Load(
-        users=users,
-        turns=turns,
-        seconds=seconds,
-        protocol=PROTOCOLS[side],
-        deadline=600,
-        turns_per_thread=per_thread,
-    )
+    load = Load(users, turns, seconds, PROTOCOLS[side], deadline=600, turns_per_thread=per_thread)
     return await measure([server], load, settle=0.0 if turns else SETTLE)
 
 

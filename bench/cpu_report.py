@@ -12,20 +12,6 @@ from bench.harness.reports import section, table
 from bench.harness.stats import median, ms, percentile, ratio, times
 from bench.harness.stats import paired_ratio as paired
 
-__all__ = (
-    "AI_SDK",
-    "BASELINE",
-    "LIMITS",
-    "NATIVE",
-    "PLAIN_LIMITS",
-    "SIDES",
-    "Report",
-    "Round",
-    "paired_ratio",
-    "render_cpu",
-    "render_first_delta",
-)
-
 BASELINE, NATIVE, AI_SDK = "baseline", "ours, native API", "ours, AI SDK endpoint"
 SIDES = (BASELINE, NATIVE, AI_SDK)
 LIMITS = {NATIVE: 1.5, AI_SDK: 1.3}
@@ -130,11 +116,7 @@ def render_cpu(report: Report, environment_lines: Sequence[str], *, plain: bool 
             targets.append(
                 [database, users, measure, times(found), f"at most {limit:g}x", _verdict(found, limit)]
             )
-    errors = (
-        ["", "Errors:", "", *(f"- {kind}: {count}" for kind, count in report.errors.items())]
-        if report.errors
-        else []
-    )
+    errors = [f"- {kind}: {count}" for kind, count in report.errors.items()]
     return [
         *section(environment_lines),
         *table(
@@ -147,7 +129,7 @@ def render_cpu(report: Report, environment_lines: Sequence[str], *, plain: bool 
         "### Targets",
         "",
         *table("database | users | measure | ratio | target | verdict", targets, align="lrlrll"),
-        *errors,
+        *(["", "Errors:", "", *errors] if errors else []),
     ]
 
 

@@ -1,18 +1,6 @@
 """Files: a 20 MB upload to a real server, a turn's store share with 20 attachments, storage per attached MB.
 
-`python -m bench.files [--quick]` writes the section `files` of `docs/benchmarks.md`.
-
-- Upload: the server's resident memory sampled while it receives a 20 MB PDF (peak growth over
-  the moment before): a fresh server's first upload of 20 MB and of 60 MB (a one-off growth that
-  does not scale with the body); another's first 20 MB upload after a 4 MB one that paid it; each
-  later upload. Beside it the
-  upload's throughput beside writing the same bytes
-  to the same backend directly (`Files.blobs.put`, in this process, on a database of its own).
-- Turn: the store's share of a turn (load the thread, save the turn's two messages) on a thread
-  whose history attaches 20 files of 1 MB each, beside the same thread without them; and beside it
-  the cost of handing the files to the model (`FileResolver`: reading all 20 and making them
-  `BinaryContent`), which only a model request pays.
-- Storage: bytes the database holds (file chunks and conversation entries) per attached 1 MB file.
+What each part measures is prose in `docs/benchmarks.md` (section `files`).
 """
 
 from __future__ import annotations
@@ -23,7 +11,6 @@ import io
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,30 +26,18 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from agent import (
-    FileResolver,
-    RunRecords,
-    RunScope,
-    RuntimeOptions,
-    ThreadFiles,
-    ToolLedger,
-    file_reference,
-    open_runtime,
-    queue_run,
-    run_step,
-)
+from agent import FileResolver, ThreadFiles, file_reference
 from agent.demo import shop_app
 from bench.harness.bare import run_bare
-from bench.harness.options import parser, writes
-from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, ServerProcess, folder, ours_argv, server_env, serving
 from bench.harness.stats import median
+from bench.harness.turns import PROMPT, bare_scope, bench_runtime, queued
 from store import Database, NewFile
 from web import issue_token
 
 MB = 1024 * 1024
-PROMPT = "Where is ORD-5678?"
-"""As `bench.step`'s turn."""
 UPLOAD_MB = 20
 ATTACHMENTS = 20
 TURN_FILES = 3
@@ -189,16 +164,7 @@ async def turn_and_storage(logs: Path, repeats: int) -> list[str]:
         before = await _stored_bytes(db)
         references: list[UserContent] = []
         for index in range(ATTACHMENTS):
-            data = pdf(MB)
-            new = NewFile(
-                thread_id=attached.thread_id,
-                user_id="bench",
-                name=f"invoice-{index}.pdf",
-                media_type="application/pdf",
-                source=io.BytesIO(data),
-                size=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-            )
+            new = _new_file(attached.thread_id, pdf(MB), f"invoice-{index}.pdf")
             references.append(file_reference(await db.files.save(new)))
         for thread, extra in ((plain.thread_id, []), (attached.thread_id, references)):
             first = [
@@ -269,11 +235,11 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     """The demo's turn with `TURN_FILES` files of 1 MB attached, through the step (stored by reference;
     the bytes just stored handed to the model request, or read back when another process stored
     them, as after a restart), beside the same turn with the bytes in memory and nothing stored."""
-    options = RuntimeOptions(messages_per_minute=None)
-    url = f"sqlite+aiosqlite:///{logs / 'step.db'}"
-    async with open_runtime(shop_app(delay=0), url, options=options) as runtime:
+    async with bench_runtime(shop_app(delay=0), "SQLite", logs, "step", None) as runtime:
         db = runtime.db
-        other = await Database.connect(url)  # another server process: nothing of its uploads in hand
+        other = await Database.connect(
+            db.engine.url
+        )  # another server process: nothing of its uploads in hand
         times: dict[Side, list[float]] = {}
         ratios: dict[Side, list[float]] = {}  # each turn over the unpersisted one right after it
         try:
@@ -286,34 +252,21 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
                         (await uploader.files.save(_new_file(thread.thread_id, data))).file_id
                         for data in files
                     ]
-                    opened = await queue_run(
-                        runtime, thread.thread_id, "message", content=PROMPT, claim=True, file_ids=file_ids
-                    )
+                    ours = await queued(runtime, thread.thread_id, file_ids=file_ids)
                     in_memory = [BinaryContent(data, media_type="application/pdf") for data in files]
-                    thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
-                    scope = RunScope(
-                        thread_id=thread_id,
-                        run_id=run_id,
-                        user_id="bench",
-                        attempt=1,
-                        records=RunRecords(),
-                        ledger=ToolLedger(db.ledger, thread_id, run_id),
-                        engine=db.engine,
-                    )
+                    scope = bare_scope(db.ledger, db.engine)
                     # The pair alternates which side goes first, round by round.
                     took: dict[str, float] = {}
-                    status, output = None, ""
+                    output = ""
                     for first in ("ours", "bare") if index % 2 else ("bare", "ours"):
                         started = time.perf_counter()
                         if first == "ours":
-                            status = await run_step(
-                                runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span
-                            )
+                            await ours()
                         else:
                             output = await run_bare(runtime, scope, PROMPT, Conversation(), files=in_memory)
                         took[first] = time.perf_counter() - started
-                    if status != "completed" or "ORD-5678" not in output:
-                        raise RuntimeError(f"the turn ended {status!r} / answered {output!r}")
+                    if "ORD-5678" not in output:
+                        raise RuntimeError(f"the unpersisted turn answered {output!r}")
                     if index:
                         times.setdefault((side, count), []).append(took["ours"])
                         times.setdefault(("bare", count), []).append(took["bare"])
@@ -343,11 +296,11 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     ]
 
 
-def _new_file(thread_id: str, data: bytes) -> NewFile:
+def _new_file(thread_id: str, data: bytes, name: str = "invoice.pdf") -> NewFile:
     return NewFile(
         thread_id=thread_id,
         user_id="bench",
-        name="invoice.pdf",
+        name=name,
         media_type="application/pdf",
         source=io.BytesIO(data),
         size=len(data),
@@ -377,14 +330,12 @@ async def main(argv: list[str]) -> None:
         uploads = await upload(logs, repeats)
         turns = await turn_and_storage(logs, repeats * 6)
         versus = await turn_versus_unpersisted(logs, repeats * 3)
+    notes = [
+        f"SQLite, files in the database; throughput over {repeats} uploads after the first",
+        clock.line(),
+    ]
     lines = [
-        *environment(
-            command_line("bench.files", argv),
-            notes=[
-                f"SQLite, files in the database; throughput over {repeats} uploads after the first",
-                clock.line(),
-            ],
-        ),
+        *environment(command_line("bench.files", argv), notes=notes),
         "",
         *uploads,
         "",
@@ -393,10 +344,7 @@ async def main(argv: list[str]) -> None:
         *versus,
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "files", text)
+    publish(arguments, {"files": "\n".join(lines)}, full=not arguments.quick)
 
 
 if __name__ == "__main__":

@@ -14,42 +14,28 @@ import gc
 import os
 import sys
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from agent import (
-    ChatApp,
-    RunRecords,
-    RunScope,
-    Runtime,
-    RuntimeOptions,
-    ToolLedger,
-    open_runtime,
-    queue_run,
-    run_step,
-)
+from agent import ChatApp, Runtime
 from bench.harness.bare import run_bare
-from bench.harness.databases import Dialect, available, scratch_database
+from bench.harness.databases import Dialect, available
 from bench.harness.options import parser, publish
 from bench.harness.pinning import SERVER_CORE, pin_this_process
 from bench.harness.plain_app import build_agent
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import median, ms, times
+from bench.harness.turns import PROMPT, Turn, bare_scope, bench_runtime, queued
 
-PROMPT = "Where is ORD-5678?"
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
 SPREAD = 0.2
 """Every round's ratio within this of the median: a measurement stable enough to gate on."""
 SIDES = ("ours fresh", "ours long", "bare fresh", "bare long")
-Turn = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -148,7 +134,7 @@ class Bench:
         self.long_threads = [first]
         size = 0
         while size < messages:
-            await (await self.ours(first))()
+            await (await queued(self.runtime, first))()
             size = await self.size()
             print(f"\r  growing the long thread: {size} messages", end="", flush=True)
         print(flush=True)
@@ -169,20 +155,6 @@ class Bench:
         found = [await self.size(thread_id) for thread_id in self.long_threads]
         return min(found), max(found)
 
-    async def ours(self, thread_id: str | None) -> Turn:
-        """One turn of `thread_id` (a new thread if `None`), queued and claimed as a POST does."""
-        if thread_id is None:
-            thread_id = (await self.runtime.db.threads.create(user_id="bench", title="fresh")).thread_id
-        opened = await queue_run(self.runtime, thread_id, "message", content=PROMPT, claim=True)
-        assert opened.claimed is not None
-
-        async def turn() -> None:
-            status = await run_step(self.runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
-            if status != "completed":
-                raise RuntimeError(f"ours ended {status!r}")
-
-        return turn
-
     async def bare(self, long: bool) -> Turn:
         """The same turn with nothing stored, on a copy of the long thread's messages as they are now."""
         messages = []
@@ -195,17 +167,7 @@ class Bench:
             messages = ModelMessagesTypeAdapter.validate_json(
                 ModelMessagesTypeAdapter.dump_json(loaded.messages)
             )
-        db = self.runtime.db
-        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
-        scope = RunScope(
-            thread_id=thread_id,
-            run_id=run_id,
-            user_id="bench",
-            attempt=1,
-            records=RunRecords(),
-            ledger=ToolLedger(db.ledger, thread_id, run_id),
-            engine=db.engine,
-        )
+        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
         conversation = Conversation(messages=messages)
 
         async def turn() -> None:
@@ -218,9 +180,9 @@ class Bench:
     async def prepare(self, side: str) -> Turn:
         match side:
             case "ours fresh":
-                return await self.ours(None)
+                return await queued(self.runtime)
             case "ours long":
-                return await self.ours(self.long_thread)
+                return await queued(self.runtime, self.long_thread)
             case "bare fresh":
                 return await self.bare(False)
             case _:
@@ -279,11 +241,9 @@ async def measure(bench: Bench, settings: Settings, collect: bool, title: str) -
 async def run_dialect(
     database: Dialect, arguments: argparse.Namespace, settings: Settings, logs: Path
 ) -> Result:
-    async with AsyncExitStack() as stack:
-        url = await stack.enter_async_context(scratch_database(database, logs, "history", arguments.postgres))
-        options = RuntimeOptions(messages_per_minute=None)
-        app = ChatApp(agent=build_agent())
-        bench = Bench(await stack.enter_async_context(open_runtime(app, url, options=options)))
+    app = ChatApp(agent=build_agent())
+    async with bench_runtime(app, database, logs, "history", arguments.postgres) as runtime:
+        bench = Bench(runtime)
         print(f"{database}:", flush=True)
         await bench.grow(settings.messages, settings.copies)
         first = await bench.sizes()

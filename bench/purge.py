@@ -1,19 +1,12 @@
 """`purge --dry-run` on PostgreSQL at two sizes: the same stale threads among many more idle-but-recent ones.
 
-`python -m bench.purge [--quick] --postgres URL [--sizes 100000,1000000]` writes the section
-`purge` of `docs/benchmarks.md`.
-
-A scratch database gets the schema, then `--sizes` threads in bulk (`generate_series`), each with
-a finished run; `STALE` of them idle for a year, the others for less than the purge's 90 days.
-The dry run (`Threads.purge(dry_run=True)`, what `durable-chat purge --dry-run` runs) is timed at
-each size (median of `ROUNDS`), and its statements' plans shown (`EXPLAIN`). The
-threads carry no conversation: the dry run reads only `threads` and `runs`.
+The dry run (`Threads.purge(dry_run=True)`, what `durable-chat purge --dry-run` runs) timed, its
+statements' plans shown; the method is prose in `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 import time
 from datetime import timedelta
@@ -24,8 +17,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from bench.harness.databases import connected, postgres_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, table
+from bench.harness.stats import median
 from store import Database
 
 STALE = 1_000
@@ -68,7 +62,7 @@ async def _measure(url: str) -> tuple[float, int, str]:
             result = await db.threads.purge(OLDER_THAN, dry_run=True)
             times.append(time.perf_counter() - started)
             found = result.removed
-        return statistics.median(times), found, await _plan(db)
+        return median(times), found, await _plan(db)
     finally:
         await db.aclose()
 
@@ -114,20 +108,12 @@ async def main(argv: list[str]) -> None:
             seconds, found, plan = await _measure(url)
             rows.append([f"{size:,}", f"{found:,}", f"{seconds * 1000:.1f} ms"])
             plans = [f"At {size:,} threads:", "", "```", plan, "```"]
-    lines = [
-        *environment(
-            command_line("bench.purge", argv),
-            notes=[f"{STALE:,} threads idle for a year among the rest, idle under 90 days", clock.line()],
-        ),
-        "",
-        *table(["threads", "found stale", "`purge --dry-run`, median"], rows, "rrr"),
-        "",
-        *plans,
-    ]
-    text = "\n".join(lines)
-    print(text)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "purge", text)
+    notes = [f"{STALE:,} threads idle for a year among the rest, idle under 90 days", clock.line()]
+    table_lines = table(["threads", "found stale", "`purge --dry-run`, median"], rows, "rrr")
+    text = "\n".join(
+        [*environment(command_line("bench.purge", argv), notes=notes), "", *table_lines, "", *plans]
+    )
+    publish(arguments, {"purge": text}, full=not arguments.quick)
 
 
 if __name__ == "__main__":

@@ -1,27 +1,5 @@
 """Human review: the queue query and the deadline sweep as the approvals table grows, and what a
-hanging webhook endpoint costs a run.
-
-`python -m bench.review [--quick] [--sizes 1000 10000 100000 1000000]` writes the section `review` of
-`docs/benchmarks.md`.
-
-- Queue and sweep (PostgreSQL): one scratch database per size, its rows made by `INSERT ... SELECT
-  generate_series` (a tenth of the calls pending, half for `support`; 50 past their deadline in
-  every size; at least 1,000 threads, so that a page's calls are in as many threads at every size),
-  then `ANALYZE`. Each round times, database after database, the store's own calls: `Reviews.queue`
-  (a first page of 20: pending for `support`, pending and decided for `support` and `managers`) and
-  `Reviews.due` (the sweep's read). The ratio is the median over rounds of each size's time over the
-  smallest size's in that round; the plans are PostgreSQL's `EXPLAIN` of the exact statements the
-  store ran.
-- A hanging webhook: two copies of the staffed shop in this process on their own SQLite files, one
-  sending its webhooks to an endpoint that accepts the connection and never answers. Turns alternate
-  between them in pairs, each side first in every other pair: a new thread, "Please refund ORD-9012",
-  until it pauses for support (which writes the `approval.requested` the sender then tries to
-  deliver); the turn time is from the POST to the pause, read by polling the thread. The ratio is the
-  median of the pairs' ratios, with their middle half and the medians of blocks of pairs as spread.
-- A paused turn priced: one agent whose model asks for `issue_refund` (approval required), its app
-  sending the call to `support` with a webhook sender running to a local endpoint answering 204;
-  `run_step` from the queued run to the pause, against `agent.run` with nothing stored ending with
-  the same `DeferredToolRequests`, on SQLite and PostgreSQL, in rounds alternating which goes first.
+hanging webhook endpoint and a durable pause cost a turn; the method is prose in `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
@@ -34,25 +12,27 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from pydantic_ai import Agent, DeferredToolRequests, RunContext
-from pydantic_ai.messages import AgentStreamEvent, ModelMessage
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from sqlalchemy import event
 from starlette.applications import Starlette
 
-from agent import ApprovalReview, ChatApp, Review, RuntimeOptions, open_runtime, queue_run, run_step
+from agent import ApprovalReview, ChatApp, Review, queue_run, run_step
 from agent.demo import staffed_shop_app
-from bench.harness.databases import Dialect, connected, postgres_database, postgres_version, scratch_database
+from bench.harness.databases import Dialect, connected, postgres_database, postgres_version
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
+from bench.harness.turns import bench_runtime, drain
 from store import Database, now_utc
 from web import Settings, WebhookSender, create_app, issue_token
 
@@ -131,8 +111,6 @@ async def _time(call: Any) -> float:
 
 
 async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from contextlib import AsyncExitStack
-
     async with AsyncExitStack() as stack:
         dbs = [await _filled(server, n, stack) for n in sizes]
         plans = await _plans(*dbs[-1])
@@ -175,23 +153,32 @@ async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tup
     return lines, plans
 
 
-class _Hanging:
-    """A TCP endpoint that accepts every connection and never answers."""
+class _Endpoint:
+    """A local webhook endpoint: one that accepts every connection and never answers (`answer=False`,
+    counting connections), or one answering every request 204 (counting them)."""
 
-    def __init__(self) -> None:
-        self.connections = 0
+    def __init__(self, *, answer: bool) -> None:
+        self.answer, self.count, self.url = answer, 0, ""
         self._server: asyncio.Server | None = None
-        self.url = ""
 
-    async def __aenter__(self) -> _Hanging:
-        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            await reader.read()  # until the sender gives up and closes
-            writer.close()
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            if not self.answer:
+                self.count += 1
+                await reader.read()  # until the sender gives up and closes
+            while self.answer and (head := await reader.readuntil(b"\r\n\r\n")):
+                lengths = [
+                    line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+                ]
+                await reader.readexactly(int(lengths[0].split(b":")[1]) if lengths else 0)
+                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+                self.count += 1
+        writer.close()
 
-        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/hooks"
+    async def __aenter__(self) -> _Endpoint:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/hooks"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -234,17 +221,15 @@ async def _turn(client: httpx.AsyncClient, user: str) -> float:
 
 
 async def webhook_cost(blocks: int, pairs: int) -> list[str]:
-    from contextlib import AsyncExitStack
-
     with tempfile.TemporaryDirectory() as directory:
         async with AsyncExitStack() as stack:
-            hanging = await stack.enter_async_context(_Hanging())
+            hanging = await stack.enter_async_context(_Endpoint(answer=False))
             plain = await _shop(Path(directory), "plain", None, stack)
             hooked = await _shop(Path(directory), "hooked", hanging.url, stack)
             for client in (plain, hooked):
                 await _turn(client, "warm-up")
             async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
-                while hanging.connections == 0:  # noqa: ASYNC110 (a counter another task bumps)
+                while hanging.count == 0:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
             mine: dict[int, float] = {}
             theirs: dict[int, float] = {}
@@ -256,7 +241,7 @@ async def webhook_cost(blocks: int, pairs: int) -> list[str]:
                 else:
                     mine[pair] = await _turn(hooked, user)
                     theirs[pair] = await _turn(plain, user)
-            held = hanging.connections
+            held = hanging.count
     assert held > 0, "the hanging endpoint was never called"
     ratios = [mine[n] / theirs[n] for n in mine]
     by_block = [
@@ -304,29 +289,20 @@ def _pausing_agent() -> Agent[Any, str]:
     return agent
 
 
-async def _drain(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
-    async for _ in events:
-        pass
-
-
 def _for_support(call: ApprovalReview) -> Review:
     return Review(by="support", expires_after=timedelta(hours=4))
 
 
 async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) -> list[str]:
     """A turn that pauses for a reviewer, its webhook sent, against the same turn by pydantic-ai alone."""
-    from contextlib import AsyncExitStack
-
     agent = _pausing_agent()
     with tempfile.TemporaryDirectory() as directory:
         async with AsyncExitStack() as stack:
-            url = await stack.enter_async_context(
-                scratch_database(database, Path(directory), "pause", server)
-            )
             app = ChatApp(agent=agent, review=_for_support)
-            options = RuntimeOptions(messages_per_minute=None)
-            runtime = await stack.enter_async_context(open_runtime(app, url, options=options))
-            endpoint = await stack.enter_async_context(_Answering())
+            runtime = await stack.enter_async_context(
+                bench_runtime(app, database, Path(directory), "pause", server)
+            )
+            endpoint = await stack.enter_async_context(_Endpoint(answer=True))
             sender = WebhookSender(
                 runtime.db, [endpoint.url], WEBHOOK_SECRET
             )  # polling each second, as served
@@ -346,7 +322,7 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
             async def bare() -> float:
                 started = time.perf_counter()
                 result = await agent.run(
-                    "Refund ORD-9012", output_type=[str, DeferredToolRequests], event_stream_handler=_drain
+                    "Refund ORD-9012", output_type=[str, DeferredToolRequests], event_stream_handler=drain
                 )
                 assert isinstance(result.output, DeferredToolRequests), result.output
                 return time.perf_counter() - started
@@ -360,7 +336,7 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
                     if number >= warmup:
                         (mine if side == "ours" else theirs)[number] = took
             async with asyncio.timeout(60):  # every pause's webhook delivered
-                while endpoint.answered < warmup + repeats:  # noqa: ASYNC110 (a counter another task bumps)
+                while endpoint.count < warmup + repeats:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
     ratios = [mine[n] / theirs[n] for n in mine]
     ratio = paired_ratio(mine, theirs)
@@ -373,45 +349,6 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
         f"{times(percentile(ratios, 0.25))} to {times(percentile(ratios, 0.75))}",
         f"{verdict} ≤ {PAUSE_TARGET}x",
     ]
-
-
-class _Answering:
-    """A local webhook endpoint answering every request 204; counts them."""
-
-    def __init__(self) -> None:
-        self.answered = 0
-        self._server: asyncio.Server | None = None
-        self.url = ""
-
-    async def __aenter__(self) -> _Answering:
-        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
-                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-                await writer.drain()
-                self.answered += 1
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                await answer(reader, writer)
-            writer.close()
-
-        self._server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/hooks"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
 
 
 async def pause_costs(server: str, warmup: int, repeats: int) -> list[str]:

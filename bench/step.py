@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import gc
 import sys
-import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -21,27 +18,16 @@ from pathlib import Path
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage
 
-from agent import (
-    Opened,
-    RunRecords,
-    RunScope,
-    Runtime,
-    RuntimeOptions,
-    ToolLedger,
-    open_runtime,
-    queue_run,
-    run_step,
-)
+from agent import Runtime
 from agent.demo import shop_app
 from bench.harness.bare import Harness, run_bare
-from bench.harness.databases import Dialect, available, scratch_database
+from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
-from bench.harness.stats import median, rotated
-from store import NewRun
+from bench.harness.stats import median
+from bench.harness.turns import PROMPT, Turn, alternate, bare_scope, bench_runtime, queued
 
-PROMPT = "Where is ORD-5678?"
 EARLIER_TURNS = (
     "Hello there",
     "Where is ORD-9012?",
@@ -55,9 +41,6 @@ EARLIER_TURNS = (
 )
 """The nine turns before the measured one in the long-conversation case; none pauses for approval."""
 CASES = (("1st turn of a new thread", False), (f"{len(EARLIER_TURNS) + 1}th turn of a thread", True))
-Turn = Callable[[], Awaitable[None]]
-"""One prepared turn: calling it runs the turn and nothing else, so that is what is timed."""
-
 
 LIMIT = 1.25
 """Ours may take at most this many times as long as the same turn with no persistence (issue 14's target 2)."""
@@ -148,13 +131,7 @@ def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class Settings:
-    warmup: int = 3
-    repeats: int = 30
-
-
-FULL, QUICK = Settings(), Settings(warmup=1, repeats=3)
+WARMUP, REPEATS, QUICK_WARMUP, QUICK_REPEATS = 3, 30, 1, 3
 
 
 @dataclass
@@ -169,50 +146,26 @@ class Bench:
 
     async def play_history(self) -> None:
         """`EARLIER_TURNS` played once through the step itself; every long case starts from a copy."""
-        db = self.runtime.db
-        thread = await db.threads.create(user_id="bench", title="history")
+        thread = await self.runtime.db.threads.create(user_id="bench", title="history")
         for content in EARLIER_TURNS:
-            run = (
-                await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content=content))
-            ).run
-            await self.complete(run.run_id)
-        loaded = await db.conversations.load(thread.thread_id)
+            await (await queued(self.runtime, thread.thread_id, content))()
+        loaded = await self.runtime.db.conversations.load(thread.thread_id)
         assert loaded is not None
         self.history = loaded.messages
 
-    async def queue(self, long: bool) -> Opened:
-        """A new thread (holding a copy of `history` if `long`) with `PROMPT` queued as its next run,
-        claimed by this worker as the server's POST queues it: its opening events stored with it."""
+    async def ours(self, long: bool) -> Turn:
+        """`PROMPT` on a new thread (holding a copy of `history` if `long`), queued as the server's POST does."""
         db = self.runtime.db
         thread = await db.threads.create(user_id="bench", title="bench")
         if long:
-            conversation = Conversation(
-                conversation_id=thread.thread_id, messages=copy.deepcopy(self.history)
-            )
-            await db.conversations.save(conversation)
-        opened = await queue_run(self.runtime, thread.thread_id, "message", content=PROMPT, claim=True)
-        assert opened.claimed is not None
-        return opened
-
-    async def ours(self, long: bool) -> Turn:
-        opened = await self.queue(long)
-        return lambda: self.complete(opened.run.run_id, opened)
+            copied = Conversation(conversation_id=thread.thread_id, messages=copy.deepcopy(self.history))
+            await db.conversations.save(copied)
+        return await queued(self.runtime, thread.thread_id)
 
     async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
         conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
-        db = self.runtime.db
-        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
-        ledger = ToolLedger(db.ledger, thread_id, run_id)
-        scope = RunScope(
-            thread_id=thread_id,
-            run_id=run_id,
-            user_id="bench",
-            attempt=1,
-            records=RunRecords(),
-            ledger=ledger,
-            engine=db.engine,
-        )
+        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
         extra = [self.harness.capability()] if harness and self.harness is not None else []
 
         async def turn() -> None:
@@ -222,78 +175,61 @@ class Bench:
 
         return turn
 
-    async def complete(self, run_id: str, opened: Opened | None = None) -> None:
-        claimed, span = (opened.claimed, opened.span) if opened is not None else (None, None)
-        if (status := await run_step(self.runtime, run_id, claimed=claimed, span=span)) != "completed":
-            raise RuntimeError(f"run {run_id!r} ended {status!r}, not 'completed'")
 
+async def measure(bench: Bench, warmup: int, repeats: int, title: str) -> list[Case]:
+    """Every side of every case, the order rotating round by round, warm-ups dropped."""
+    sides: dict[str, Callable[[], Awaitable[Turn]]] = {}
+    for label, long in CASES:
+        sides[f"{label}|ours"] = lambda long=long: bench.ours(long)
+        sides[f"{label}|bare"] = lambda long=long: bench.bare(long)
+        if bench.harness is not None:
+            sides[f"{label}|harness"] = lambda long=long: bench.bare(long, harness=True)
+    samples = await alternate(sides, warmup, repeats, title)
 
-async def measure(bench: Bench, settings: Settings, title: str) -> list[Case]:
-    """Every side of every case, alternating which goes first, warm-ups dropped."""
-    sides: dict[str, Callable[[bool], Awaitable[Turn]]] = {"ours": bench.ours, "bare": bench.bare}
-    if bench.harness is not None:
-        sides["harness"] = lambda long: bench.bare(long, harness=True)
-    samples: dict[tuple[str, str], list[float]] = {}
-    rounds = settings.warmup + settings.repeats
-    for number in range(rounds):
-        for label, long in CASES:
-            for side in rotated(list(sides), number):
-                turn = await sides[side](long)
-                gc.collect()
-                started = time.perf_counter()
-                await turn()
-                if number >= settings.warmup:
-                    samples.setdefault((label, side), []).append(time.perf_counter() - started)
-        print(f"\r{title}: round {number + 1}/{rounds}", end="", flush=True)
-    print(flush=True)
+    def side(label: str, name: str) -> float:
+        return median(samples[f"{label}|{name}"].values())
+
+    harness = bench.harness is not None
     return [
         Case(
             label,
-            median(samples[label, "ours"]),
-            median(samples[label, "bare"]),
-            settings.repeats,
-            median(samples[label, "harness"]) if (label, "harness") in samples else None,
+            side(label, "ours"),
+            side(label, "bare"),
+            repeats,
+            side(label, "harness") if harness else None,
         )
         for label, _ in CASES
     ]
 
 
-async def run_dialect(
-    database: Dialect, arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path
-) -> None:
-    settings = QUICK if arguments.quick else FULL
-    started = time.perf_counter()
-    async with AsyncExitStack() as stack:
-        url = await stack.enter_async_context(scratch_database(database, logs, "step", arguments.postgres))
-        # One user sends every benchmark message: the per-user message rate would block them.
-        options = RuntimeOptions(messages_per_minute=None)
-        bench = Bench(await stack.enter_async_context(open_runtime(shop_app(delay=0), url, options=options)))
-        await bench.play_history()
-        if database == "SQLite":  # its SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's
-            bench.harness, missing = Harness.open(logs)
-            if bench.harness is not None:
-                stack.callback(bench.harness.close)
-            if missing:
-                notes.append(missing)
-        report.cases[database] = await measure(bench, settings, database)
-    print(f"{database}: {time.perf_counter() - started:.0f}s", flush=True)
-
-
 async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
     databases, version = await available(arguments.postgres, notes)
     for database in databases:
-        await run_dialect(database, arguments, report, notes, logs)
+        async with AsyncExitStack() as stack:
+            runtime = await stack.enter_async_context(
+                bench_runtime(shop_app(delay=0), database, logs, "step", arguments.postgres)
+            )
+            bench = Bench(runtime)
+            await bench.play_history()
+            if (
+                database == "SQLite"
+            ):  # its SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's
+                bench.harness, missing = Harness.open(logs)
+                if bench.harness is not None:
+                    stack.callback(bench.harness.close)
+                notes += [missing] if missing else []
+            report.cases[database] = await measure(bench, report.warmup, report.repeats, database)
     return version
 
 
 def main() -> int:
     arguments = parser("bench.step", __doc__, strict=True).parse_args()
-    settings = QUICK if arguments.quick else FULL
-    clock, report, notes = Clock(), Report(settings.warmup, settings.repeats), list[str]()
+    report = Report(*((QUICK_WARMUP, QUICK_REPEATS) if arguments.quick else (WARMUP, REPEATS)))
+    clock, notes = Clock(), list[str]()
     with folder("step", keep=arguments.keep_logs) as logs:
         version = asyncio.run(run(arguments, report, notes, logs))
     rounds = (
-        f"Settings: {settings.warmup} warm-up + {settings.repeats} measured rounds; each round runs every side of each "
+        f"Settings: {report.warmup} warm-up + {report.repeats} measured rounds; each round runs every side of each "
         "case on a new thread, the order rotating"
     )
     lines = environment(

@@ -1,15 +1,6 @@
 """Storage per thread: what a plain app's threads cost on disk, by table, against their conversation's own JSON.
 
-`python -m bench.storage [--quick] [--postgres URL]` writes the section `storage` of `docs/benchmarks.md`.
-
-The workload of issue 29: one agent with a ~3 KB system prompt and one lookup tool, a ~60-word
-answer in 12 deltas, served in process through the native API (`web.create_app`, default
-settings), threads of 5 turns. After the last turn each table's size (with its indexes) over the
-empty database's, per thread, after rewriting every table (`VACUUM`; `VACUUM FULL` on PostgreSQL,
-so no table counts the space updates left behind): SQLite pages from `dbstat`, PostgreSQL
-`pg_total_relation_size`; then again once the event log is compacted as the server does past its
-replay window (`store.compaction`). The reference is the conversation's own JSON (`ModelMessagesTypeAdapter`) as a
-load returns it: the issue's target is at most 1.3x of it.
+Issue 29's workload served in process, threads of 5 turns; its method is prose in `docs/benchmarks.md`.
 """
 
 from __future__ import annotations
@@ -28,13 +19,12 @@ import sqlalchemy as sa
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent import ChatApp
 from agent.demo.app import INSTRUCTIONS
-from bench.harness.databases import postgres_database
-from bench.harness.options import parser, writes
-from bench.harness.reports import Clock, command_line, environment, table, write_section
+from bench.harness.databases import connected, postgres_database
+from bench.harness.options import parser, publish
+from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, folder
 from store import Database, now_utc
 from web import Settings, create_app, issue_token
@@ -167,12 +157,8 @@ async def _conversations(url: str, ids: list[str]) -> Conversations:
 
 async def _vacuum(url: str) -> None:
     """Rewrite every table, so each holds its rows and no space deletes and updates left behind."""
-    engine = create_async_engine(url, isolation_level="AUTOCOMMIT" if url.startswith("postgresql") else None)
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(sa.text("VACUUM FULL" if url.startswith("postgresql") else "VACUUM"))
-    finally:
-        await engine.dispose()
+    async with connected(url) as connection:
+        await connection.execute(sa.text("VACUUM FULL" if url.startswith("postgresql") else "VACUUM"))
 
 
 async def _compact(url: str) -> None:
@@ -246,36 +232,9 @@ async def main(argv: list[str]) -> None:
         if arguments.postgres:
             async with postgres_database(arguments.postgres) as pg_url:
                 sections += ["", *report("PostgreSQL", *await measure(pg_url, logs / "pg", threads))]
-    lines = [
-        "## Storage per thread",
-        "",
-        *environment(
-            command_line("bench.storage", argv),
-            notes=[
-                f"{threads} threads of {TURNS} turns, a ~3 KB system prompt, one tool call a turn",
-                clock.line(),
-            ],
-        ),
-        "",
-        *sections,
-        "",
-        "What the figures say (issue 29, item 5): each request's instructions are now stored once",
-        "(`store/instructions.py`, migration 0011): a thread's entries fall from 80.7 to 20.9 KB on SQLite",
-        "and from 23.6 to 18.4 KB on PostgreSQL, which compressed them already (TOAST). Compacting the event",
-        "log (a finished run's text deltas, past the server's replay window) takes it from 90 to 30 events a",
-        "thread and 60% of its bytes: SQLite then holds a thread in 0.76x its JSON (1.99x before), PostgreSQL",
-        "in 0.73x (0.83x); uncompacted, both in 1.13-1.14x. SQLite was the larger only by the instructions:",
-        "it stores each message's bytes as they are, so a 3.5 KB request with its instructions inline",
-        "filled most of a 4 KB page on its own, uncompressed, where PostgreSQL compressed it. The event log,",
-        "the indexes and the other tables were never the difference (the compacted log is 12.3 KB against",
-        "13.2 KB); without the repeated instructions the entries are within 15% of each other (SQLite's page",
-        "slack and its index on `instructions_id` against PostgreSQL's tuple headers). The instructions' own",
-        "row is counted once for all 200 threads (`conversation_instructions`).",
-    ]
-    text = "\n".join(lines)
-    print(text)
-    if writes(arguments, full=not arguments.quick):
-        write_section(arguments.output, "storage", text)
+    notes = [f"{threads} threads of {TURNS} turns, a ~3 KB system prompt, one tool call a turn", clock.line()]
+    text = "\n".join([*environment(command_line("bench.storage", argv), notes=notes), "", *sections])
+    publish(arguments, {"storage": text}, full=not arguments.quick)
 
 
 if __name__ == "__main__":

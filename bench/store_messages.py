@@ -20,8 +20,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
-__all__ = ["history", "message_json", "realistic_turn"]
-
 PROMPT_CHARS = 200
 REPLY_CHARS = 600
 TOOL_EVERY = 3

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 from bench.harness.reports import table
 from bench.harness.stats import times
 from bench.store_workloads import Part, Results, Settings
 
-__all__ = ("Check", "Section", "async_floor_checks", "checks", "render")
-
 FAIR_FLOOR_LIMIT = 1.5
 FLAT_SAVE_LIMIT = 1.3
-OPENAI_LIMIT = 5.0
 ASYNC_FLOOR_LIMIT = 1.5
-GROWTH_SIZES = (10, 1_000)
-GROWTH_LIMIT = 1.2
-Rule = Literal["at most", "at least", "above"]
 
 
 @dataclass(frozen=True)
@@ -29,38 +22,26 @@ class Section:
     title: str
     results: Results
     pragmas: dict[str, str] | None = None
-    growth: dict[str, dict[int, float]] = field(default_factory=dict[str, dict[int, float]])
-    """Median ms of one turn at each of `GROWTH_SIZES` messages, by side (`bench.store.history_growth`)."""
 
 
 @dataclass(frozen=True)
 class Check:
-    """A target, as the ratio it is judged by; with no `limit`, a ratio shown beside one, not judged."""
+    """A target, as the ratio it is judged by: at most `limit`."""
 
     label: str
     ratio: float
-    limit: float | None = None
-    rule: Rule = "at most"
+    limit: float
 
     @property
     def verdict(self) -> str:
-        if math.isnan(self.ratio) or self.limit is None:
-            return "n/a"
-        passed = {
-            "at most": self.ratio <= self.limit,
-            "at least": self.ratio >= self.limit,
-            "above": self.ratio > self.limit,
-        }
-        return "PASS" if passed[self.rule] else "FAIL"
+        return "n/a" if math.isnan(self.ratio) else "PASS" if self.ratio <= self.limit else "FAIL"
 
     def row(self) -> list[str]:
-        if self.limit is None:
-            return [self.label, times(self.ratio), "", ""]
-        return [self.label, times(self.ratio), f"{self.rule} {self.limit:g}x", f"**{self.verdict}**"]
+        return [self.label, times(self.ratio), f"at most {self.limit:g}x", f"**{self.verdict}**"]
 
 
 def checks(section: Section) -> list[Check]:
-    """The targets, each as the ratio it is judged by."""
+    """The targets, each as the ratio it is judged by (on ours with no history cache: the floors' work)."""
     results, title = section.results, section.title
     sizes = results.sizes()
     found = [
@@ -73,44 +54,14 @@ def checks(section: Section) -> list[Check]:
     ]
     if len(sizes) > 1:
         flat = results.ratio("ours", "ours", sizes[-1], "save", other_size=sizes[0])
-        found.append(
-            Check(
-                f"{title}: save at {sizes[-1]:,} / save at {sizes[0]:,} messages (flat)",
-                flat,
-                FLAT_SAVE_LIMIT,
-            )
-        )
-    rivals: tuple[tuple[str, float, Rule], ...] = (
-        ("openai", OPENAI_LIMIT, "at least"),
-        ("langgraph", 1.0, "above"),
-    )
+        label = f"{title}: save at {sizes[-1]:,} / save at {sizes[0]:,} messages (flat)"
+        found.append(Check(label, flat, FLAT_SAVE_LIMIT))
+    # Issue 14's target 5: within 1.5x of the async floor (aiosqlite; on PostgreSQL the fair floor is asyncpg).
     found += [
-        Check(
-            f"{title}: turns/s at concurrency 50, ours / {results.names[key]}",
-            results.throughput_ratio("ours", key),
-            limit,
-            rule,
-        )
-        for key, limit, rule in rivals
-        if key in results.names
+        Check(f"{title}: load+save at {size:,} messages, ours / async floor", ratio, ASYNC_FLOOR_LIMIT)
+        for size in (10, 100)
+        if not math.isnan(ratio := results.ratio("ours", "async", size, "total"))
     ]
-    return found
-
-
-def async_floor_checks(section: Section) -> list[Check]:
-    """Target 5: load+save within 1.5x of the async floor (aiosqlite on SQLite, asyncpg on PostgreSQL),
-    judged on `ours` (no history cache: the floor's work); `warm` (history cached) shown beside it."""
-    results, title = section.results, section.title
-    floor = "async" if title == "SQLite" else "fair"
-    found: list[Check] = []
-    for size in (10, 100):
-        if math.isnan(ratio := results.ratio("ours", floor, size, "total")):
-            continue
-        label = f"{title}: load+save at {size:,} messages, ours (no history cache) / async floor"
-        found.append(Check(label, ratio, ASYNC_FLOOR_LIMIT))
-        if not math.isnan(warm := results.ratio("warm", floor, size, "total")):
-            label = f"{title}: the same, history cached (not judged: the floor caches nothing)"
-            found.append(Check(label, warm))
     return found
 
 
@@ -130,9 +81,7 @@ def _timing_table(results: Results, part: Part) -> list[str]:
         if "warm" in keys and floors:
             ratios.append((f"history cached / {results.names[floors[-1]]}", "warm", floors[-1], None))
     else:
-        ratios = [
-            (f"ours / ours at {sizes[0] if sizes else 0:,}", "ours", "ours", sizes[0] if sizes else None)
-        ]
+        ratios = [(f"ours / ours at {sizes[0]:,}", "ours", "ours", sizes[0])] if sizes else []
     rows = [
         [
             f"{size:,}",
@@ -175,42 +124,16 @@ def _section(section: Section, settings: Settings) -> list[str]:
     ]
 
 
-def _growth(section: Section) -> tuple[list[str], Check]:
-    """The growth table of one database, and its flatness (paired differences: see the store's method)."""
-    medians, (small, large) = section.growth, GROWTH_SIZES
-    base, added = medians["baseline"], medians["added"]
-    rows = [
-        [f"{size:,}", *(f"{medians[key][size]:.2f}" for key in ("baseline", "ours", "added", "store"))]
-        for size in GROWTH_SIZES
-    ]
-    header = "messages | no persistence (baseline) | ours: load + run + save | ours - baseline (paired) | of which our load + save"
-    lines = [
-        f"{section.title}: one in-process turn (pydantic-ai `Agent` on a `FunctionModel`), median ms:",
-        "",
-        *table(header, rows),
-        "",
-    ]
-    label = f"{section.title}: (ours at 1,000 - baseline growth 10 to 1,000) / ours at 10"
-    flatness = (base[small] + added[large]) / (base[small] + added[small])
-    return lines, Check(label, flatness, GROWTH_LIMIT)
-
-
 def render(sections: Sequence[Section], settings: Settings, environment_lines: Sequence[str]) -> list[str]:
-    lines = ["### Environment", "", *environment_lines, ""]
-    for section in sections:
-        lines += _section(section, settings)
-    growth = [_growth(section) for section in sections if section.growth]
-    verdicts = [check for _, check in growth] + [c for s in sections for c in async_floor_checks(s)]
     return [
-        *lines,
+        "### Environment",
+        "",
+        *environment_lines,
+        "",
+        *(line for section in sections for line in _section(section, settings)),
         "### Targets",
         "",
-        "Ratios are medians of paired ratios: turns of the same round, runs of the same repetition.",
+        "Ratios are medians of paired ratios: turns of the same round.",
         "",
         *table("measure | ratio | target | verdict", [check.row() for s in sections for check in checks(s)]),
-        "",
-        "### History growth and the async floor",
-        "",
-        *(line for table_lines, _ in growth for line in table_lines),
-        *table("target | ratio | limit | verdict", [check.row() for check in verdicts]),
     ]

@@ -25,18 +25,6 @@ from bench.harness.databases import asyncpg_dsn
 from bench.store_messages import message_json
 from store import SqlConversationStore
 
-__all__ = (
-    "Backend",
-    "Floor",
-    "Ours",
-    "PydanticStoreBackend",
-    "Timing",
-    "aiosqlite_floor",
-    "asyncpg_floor",
-    "sqlite_floor",
-    "sqlite_path",
-)
-
 Rows = list[tuple[str, int, bytes]]
 _CREATE = (
     "CREATE TABLE messages (conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, message {blob} NOT NULL, "
@@ -47,10 +35,9 @@ _INSERT = "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-def sqlite_path(url: str) -> str | None:
-    """The file of a SQLite URL; `None` for another database."""
-    parsed = make_url(url)
-    return parsed.database if parsed.get_backend_name() == "sqlite" else None
+def sqlite_path(url: str) -> str:
+    """The file of a SQLite URL."""
+    return make_url(url).database or ""
 
 
 @dataclass(frozen=True)
@@ -66,10 +53,7 @@ class Timing:
 
 
 class Backend:
-    """A system that keeps each prepared batch in its own form (`convert`) until a turn uses it.
-
-    A turn is `load` (the whole history, and whatever the save needs of it) then `save`, each timed.
-    """
+    """A system that keeps each prepared batch in its own form (`convert`) until a turn uses it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -129,11 +113,9 @@ class Ours:
     def __init__(self) -> None:
         self.pragmas = {"journal_mode": "WAL", "synchronous": "NORMAL"}
 
-    async def open(
-        self, url: str, *, history_cache_bytes: int | None = None, label: str = ""
-    ) -> PydanticStoreBackend:
+    async def open(self, url: str, *, history_cache_bytes: int, label: str) -> PydanticStoreBackend:
         store = await SqlConversationStore.connect(url, history_cache_bytes=history_cache_bytes)
-        if sqlite_path(url) is not None:
+        if url.startswith("sqlite"):
             async with store.engine.connect() as connection:
                 journal = (await connection.exec_driver_sql("PRAGMA journal_mode")).scalar()
                 synchronous = (await connection.exec_driver_sql("PRAGMA synchronous")).scalar()
@@ -142,6 +124,13 @@ class Ours:
                 "synchronous": _SYNCHRONOUS.get(int(synchronous or 0), str(synchronous)),
             }
         return PydanticStoreBackend(f"ours: SqlConversationStore{label}", store)
+
+    def setup(self) -> list[str]:
+        """The statements that make a SQLite floor's table, with ours' journal settings."""
+        return [
+            *(f"PRAGMA {name} = {value}" for name, value in self.pragmas.items()),
+            _CREATE.format(blob="BLOB"),
+        ]
 
 
 class Floor(Backend):
@@ -180,14 +169,11 @@ class Floor(Backend):
         await self.close()
 
 
-async def sqlite_floor(url: str, *, encode: bool, pragmas: dict[str, str]) -> Floor:
+async def sqlite_floor(url: str, ours: Ours, *, encode: bool) -> Floor:
     """Stdlib `sqlite3`, synchronous, one transaction per turn, with our store's journal settings."""
     # Autocommit mode, so the `BEGIN`/`COMMIT` below are the only transaction boundaries.
-    connection = sqlite3.connect(sqlite_path(url) or "", isolation_level=None)
-    for statement in [
-        *(f"PRAGMA {name} = {value}" for name, value in pragmas.items()),
-        _CREATE.format(blob="BLOB"),
-    ]:
+    connection = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    for statement in ours.setup():
         connection.execute(statement)
 
     async def fetch(conversation_id: str) -> list[bytes]:
@@ -204,13 +190,10 @@ async def sqlite_floor(url: str, *, encode: bool, pragmas: dict[str, str]) -> Fl
     return Floor("sqlite3", fetch, insert, close, encode=encode)
 
 
-async def aiosqlite_floor(url: str, *, pragmas: dict[str, str]) -> Floor:
-    """The fair floor through `aiosqlite`: one connection, its transactions one at a time, as LangGraph's saver."""
-    connection = await aiosqlite.connect(sqlite_path(url) or "", isolation_level=None)
-    for statement in [
-        *(f"PRAGMA {name} = {value}" for name, value in pragmas.items()),
-        _CREATE.format(blob="BLOB"),
-    ]:
+async def aiosqlite_floor(url: str, ours: Ours) -> Floor:
+    """The fair floor through `aiosqlite`: one connection, its transactions one at a time."""
+    connection = await aiosqlite.connect(sqlite_path(url), isolation_level=None)
+    for statement in ours.setup():
         await connection.execute(statement)
     lock = asyncio.Lock()  # statements of concurrent turns may interleave, transactions may not
 
@@ -234,9 +217,7 @@ async def asyncpg_floor(url: str, *, encode: bool) -> Floor:
 
     async def fetch(conversation_id: str) -> list[bytes]:
         async with pool.acquire() as connection:
-            return [
-                record[0] for record in await connection.fetch(_SELECT.replace("?", "$1"), conversation_id)
-            ]
+            return [r[0] for r in await connection.fetch(_SELECT.replace("?", "$1"), conversation_id)]
 
     async def insert(rows: Rows) -> None:
         async with pool.acquire() as connection, connection.transaction():

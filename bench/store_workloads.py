@@ -23,10 +23,6 @@ from bench.harness.stats import NAN, median, paired_ratio, rotated
 from bench.store_messages import history, realistic_turn
 from bench.store_systems import Backend, Timing
 
-__all__ = ("Contender", "Part", "Places", "Results", "Settings", "System", "run_concurrent", "run_per_size")
-
-System = Backend
-
 Part = Literal["load", "save", "total"]
 MEASURED_TURN_BASE = 100_000
 """Turn numbers of the measured turns, away from those that built the histories."""
@@ -48,8 +44,8 @@ class Settings:
 @dataclass(frozen=True)
 class Contender:
     key: str
-    """A short, stable name: `ours`, `warm`, `floor`, `fair`, `async`, `memory`, `openai`, `langgraph`."""
-    open: Callable[[str], Awaitable[System]]
+    """A short, stable name: `ours`, `warm`, `floor`, `fair`, `async`, `memory`."""
+    open: Callable[[str], Awaitable[Backend]]
     """Opens the system on a fresh database's URL."""
 
 
@@ -115,10 +111,10 @@ def _skip(results: Results, key: str, reason: str) -> None:
     print(f"  {results.names.get(key, key)}: {reason}", flush=True)
 
 
-async def _open(contender: Contender, url: str, results: Results) -> System | None:
+async def _open(contender: Contender, url: str, results: Results) -> Backend | None:
     try:
         system = await contender.open(url)
-    except Exception as error:  # a rival missing or broken here is reported, not fatal
+    except Exception as error:  # a system that cannot open here is reported, not fatal
         _skip(results, contender.key, f"not measured: {error}")
         return None
     results.names[contender.key] = system.name
@@ -129,7 +125,7 @@ async def run_per_size(
     contenders: Sequence[Contender], places: Places, settings: Settings, results: Results
 ) -> None:
     """One turn (load + save) on conversations that already hold each size of history."""
-    systems: dict[str, System] = {}
+    systems: dict[str, Backend] = {}
     for contender in (c for c in contenders if c.key not in results.unavailable):
         if (
             system := await _open(contender, await places.new(f"{contender.key}-sizes"), results)
@@ -190,7 +186,7 @@ async def run_concurrent(
             for (conversation, turn), batch in turns.items():
                 system.prepare(f"c{conversation}-t{turn}", batch)
 
-            async def converse(conversation: int, system: System = system) -> None:
+            async def converse(conversation: int, system: Backend = system) -> None:
                 for turn in range(settings.turns):
                     await system.turn(f"conversation-{conversation}", f"c{conversation}-t{turn}")
 

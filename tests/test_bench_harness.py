@@ -256,8 +256,9 @@ def test_one_turn_in_five_starts_a_thread_however_few_turns_the_users_get() -> N
     ]  # fmt: skip
 
 
-def test_the_plain_app_looks_the_order_up_then_answers_in_twelve_deltas_of_about_sixty_words() -> None:
-    result = build_agent().run_sync("Where is ORD-9012?")
+@pytest.mark.anyio
+async def test_the_plain_app_looks_the_order_up_then_answers_in_twelve_deltas_of_about_sixty_words() -> None:
+    result = await build_agent().run("Where is ORD-9012?")
     calls = [
         part for message in result.all_messages() for part in message.parts if part.part_kind == "tool-call"
     ]

@@ -10,8 +10,6 @@ does. The bearer token is checked as ours checks it.
 
 from __future__ import annotations
 
-import uuid
-
 from pydantic_ai import Agent
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -20,15 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent import RunRecords, RunScope, ToolLedger
 from agent.demo import BusinessData, ShopDeps, build_agent, demo_model
 from store import Ledger
 from web import InvalidToken, verify_token
 
 from .plain_app import build_agent as build_plain_agent
 from .servers import baseline_main
-
-__all__ = ("create_app", "create_plain_app")
+from .turns import bare_scope
 
 
 def create_plain_app(secret: str, database_url: str) -> Starlette:
@@ -55,17 +51,8 @@ def create_app(secret: str, database_url: str, *, plain: Agent[None, str] | None
             return JSONResponse({"error": {"code": "unauthorized"}}, status_code=401)
         if plain is not None:
             return await VercelAIAdapter[None, str].dispatch_request(request, agent=plain, deps=None)
-        thread_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
         # The shop's deps as the server builds them; only `business` is used by `lookup_order`.
-        scope = RunScope(
-            thread_id=thread_id,
-            run_id=run_id,
-            user_id=user_id,
-            attempt=1,
-            records=RunRecords(),
-            ledger=ToolLedger(ledger, thread_id, run_id),
-            engine=engine,
-        )
+        scope = bare_scope(ledger, engine, user_id)
         deps = ShopDeps(business=business, scope=scope)
         return await VercelAIAdapter[ShopDeps, str].dispatch_request(request, agent=agent, deps=deps)
 

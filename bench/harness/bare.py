@@ -47,8 +47,6 @@ from stream import (
     UserMessage,
 )
 
-__all__ = ("INSTALL", "Harness", "run_bare")
-
 INSTALL = "pip install --no-deps pydantic-ai-harness"
 
 

@@ -27,21 +27,6 @@ from .pinning import core_wait, machine_ticks
 from .servers import SECRET, ServerProcess
 from .stats import ratio
 
-__all__ = (
-    "PROMPT",
-    "Event",
-    "Load",
-    "LoadResult",
-    "Measured",
-    "Protocol",
-    "assistant_message",
-    "measure",
-    "new_thread",
-    "run_load",
-    "sse_events",
-    "trouble_lines",
-)
-
 PROMPT = "Where is ORD-5678?"
 Protocol = Literal["native", "ai-sdk"]
 _HEAD = ("run_started", "user_message", "tool_call", "tool_result")
@@ -163,23 +148,13 @@ async def run_load(
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     tls = ssl.create_default_context()  # never used (plain HTTP), built once rather than per client
     async with contextlib.AsyncExitStack() as stack:
-        tasks = [
-            asyncio.create_task(
-                _user(
-                    await stack.enter_async_context(
-                        httpx.AsyncClient(
-                            base_url=urls[n % len(urls)], timeout=timeout, limits=limits, verify=tls
-                        )
-                    ),
-                    f"user{n}",
-                    load,
-                    gate,
-                    result,
-                    n,
-                )
+        tasks: list[asyncio.Task[None]] = []
+        for n in range(load.users):
+            client = httpx.AsyncClient(
+                base_url=urls[n % len(urls)], timeout=timeout, limits=limits, verify=tls
             )
-            for n in range(load.users)
-        ]
+            user = _user(await stack.enter_async_context(client), f"user{n}", load, gate, result, n)
+            tasks.append(asyncio.create_task(user))
         try:
             await asyncio.wait_for(gate.all_arrived.wait(), timeout=load.setup_timeout)
         except TimeoutError:

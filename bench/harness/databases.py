@@ -21,17 +21,6 @@ from sqlalchemy.pool import NullPool
 from agent.demo import shop_app
 from store import Database
 
-__all__ = (
-    "Dialect",
-    "asyncpg_dsn",
-    "available",
-    "connected",
-    "postgres_database",
-    "postgres_version",
-    "prepare_shop",
-    "scratch_database",
-)
-
 Dialect = Literal["SQLite", "PostgreSQL"]
 
 

@@ -10,8 +10,6 @@ from typing import Literal
 
 from .reports import DOCS, write_section
 
-__all__ = ("POSTGRES_ENV", "parser", "publish", "writes")
-
 POSTGRES_ENV = "DURABLE_CHAT_TEST_POSTGRES_URL"
 
 

@@ -17,8 +17,6 @@ from .databases import Dialect, scratch_database
 from .servers import ours_argv, server_env, serving
 from .stats import median, ms_short, percentile
 
-__all__ = ("Phase", "Plan", "errors", "find", "run_phase", "run_plan")
-
 
 @dataclass
 class Phase:
@@ -52,11 +50,10 @@ async def run_phase(
     users: int,
     turns: int,
     deadline: float,
-    *,
     postgres: str | None,
     logs: Path,
     source: Path,
-    alone_turns: int = 0,
+    alone_turns: int,
 ) -> Phase:
     """A fresh server (and database) warmed up by a turn, one user's `alone_turns`, then `users` users'
     `turns` each."""
@@ -117,17 +114,9 @@ async def run_plan(
         left = budget_end - time.monotonic() - 15 * (len(plan.phases) - number - 1)
         deadline = max(20.0, min(users * each * plan.seconds_per_turn, left))
         try:
-            found = await run_phase(
-                system,
-                users,
-                each,
-                deadline,
-                postgres=postgres,
-                logs=logs,
-                source=source,
-                alone_turns=plan.alone_turns,
+            phases.append(
+                await run_phase(system, users, each, deadline, postgres, logs, source, plan.alone_turns)
             )
-            phases.append(found)
         except (RuntimeError, OSError, SQLAlchemyError) as error:
             label = f"{system}, {users} users"
             print(f"  {label}: FAILED: {error}", flush=True)

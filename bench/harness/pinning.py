@@ -11,8 +11,6 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ("CLIENT_CORE", "SERVER_CORE", "core_wait", "machine_ticks", "pin_this_process", "pinned")
-
 SERVER_CORE, CLIENT_CORE = 1, 0
 
 

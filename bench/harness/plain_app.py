@@ -27,8 +27,6 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from agent import ChatApp
 
-__all__ = ("ANSWER_DELTAS", "app", "build_agent")
-
 ANSWER_DELTAS = 12
 ORDERS: dict[str, dict[str, object]] = {
     "ORD-5678": {"order_id": "ORD-5678", "item": "Widget Pro", "quantity": 2, "status": "shipped"},

@@ -13,19 +13,6 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-__all__ = (
-    "DOCS",
-    "PACKAGES",
-    "ROOT",
-    "Clock",
-    "command_line",
-    "environment",
-    "machine",
-    "section",
-    "table",
-    "write_section",
-)
-
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "benchmarks.md"
 PACKAGES = ("pydantic-ai-slim", "pydantic", "sqlalchemy", "aiosqlite", "asyncpg")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import resource
@@ -24,22 +25,6 @@ import httpx
 from starlette.types import ASGIApp
 
 from .reports import ROOT
-
-__all__ = (
-    "PLAIN_APP",
-    "SECRET",
-    "UNLIMITED",
-    "ServerProcess",
-    "adapter_argv",
-    "baseline_main",
-    "folder",
-    "ours_argv",
-    "raise_open_files_limit",
-    "server_env",
-    "serving",
-    "snapshot",
-    "start_server",
-)
 
 SECRET = "bench-secret"
 UNLIMITED = {"DURABLE_CHAT_MESSAGES_PER_MINUTE": "1000000"}
@@ -167,10 +152,6 @@ class ServerProcess:
         """User plus system CPU time the process has used so far, every thread."""
         return sum(_times(Path(f"/proc/{self.pid}/stat")))
 
-    def loop_thread_times(self) -> tuple[float, float]:
-        """The main thread's (the event loop's) user and system CPU time so far."""
-        return _times(Path(f"/proc/{self.pid}/task/{self.pid}/stat"))
-
     async def stop(self) -> int | None:
         """SIGTERM (uvicorn's graceful shutdown), then SIGKILL after 20 s; the exit code."""
         if self.process.poll() is None:
@@ -202,32 +183,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def start_server(
-    name: str, argv: Sequence[str], env: Mapping[str, str], logs: Path, *, cwd: Path | None = None
-) -> ServerProcess:
-    """Start `argv` (`{port}` in it replaced by a free port) and wait until `GET /healthz` answers 200."""
-    port = _free_port()
-    stdout, stderr = logs / f"{name}.out", logs / f"{name}.err"
-    process = _spawn([part.replace("{port}", str(port)) for part in argv], env, stdout, stderr, cwd)
-    server = ServerProcess(name, process, port, stdout, stderr)
-    deadline = time.monotonic() + 90
-    async with httpx.AsyncClient(timeout=5) as client:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}: {stderr.read_text()[-2000:]}")
-            try:
-                if (await client.get(f"{server.base_url}/healthz")).status_code == 200:
-                    return server
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                await server.stop()
-                raise RuntimeError(
-                    f"{name} did not answer /healthz within 90 s: {stderr.read_text()[-2000:]}"
-                )
-            await asyncio.sleep(0.2)
-
-
 def _spawn(
     argv: list[str], env: Mapping[str, str], stdout: Path, stderr: Path, cwd: Path | None
 ) -> subprocess.Popen[bytes]:
@@ -247,9 +202,27 @@ def _spawn(
 async def serving(
     name: str, argv: Sequence[str], env: Mapping[str, str], logs: Path, *, cwd: Path | None = None
 ) -> AsyncGenerator[ServerProcess]:
-    """`start_server`, stopped on leaving."""
-    server = await start_server(name, argv, env, logs, cwd=cwd)
+    """`argv` (`{port}` in it replaced by a free port) started, once `GET /healthz` answers 200; stopped on leaving."""
+    port = _free_port()
+    stdout, stderr = logs / f"{name}.out", logs / f"{name}.err"
+    process = _spawn([part.replace("{port}", str(port)) for part in argv], env, stdout, stderr, cwd)
+    server = ServerProcess(name, process, port, stdout, stderr)
     try:
+        deadline = time.monotonic() + 90
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} exited with {process.returncode}: {stderr.read_text()[-2000:]}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{server.base_url}/healthz")).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{name} did not answer /healthz within 90 s: {stderr.read_text()[-2000:]}"
+                    )
+                await asyncio.sleep(0.2)
         yield server
     finally:
         await server.stop()

@@ -10,8 +10,6 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ("NAN", "median", "ms", "ms_short", "paired_ratio", "percentile", "ratio", "rotated", "times")
-
 K = TypeVar("K")
 T = TypeVar("T")
 NAN = float("nan")
