@@ -26,6 +26,10 @@ class Blobs(Protocol):
         """The bytes `start` to `end` (exclusive) of `key`, a piece at a time."""
         ...
 
+    async def read_whole(self, key: str) -> bytes | None:
+        """The bytes of `key`, whole, in one trip to the backend; `None` when nothing is stored."""
+        ...
+
     async def delete(self, keys: Sequence[str]) -> None:
         """Delete the bytes of `keys`; keys with nothing stored are skipped."""
         ...

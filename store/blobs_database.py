@@ -74,6 +74,14 @@ class DatabaseBlobs:
                 return  # deleted meanwhile
             yield bytes(data[max(0, start - offset) : end - offset])
 
+    async def read_whole(self, key: str) -> bytes | None:
+        """Every piece in one statement (a model request wants the whole file, not a piece to send on)."""
+        query = sa.select(_chunks.c.data).where(_chunks.c.blob_key == key).order_by(_chunks.c.offset)
+        with translate_errors("reading a file's bytes"):
+            async with self._reader.connect() as connection:
+                pieces = list((await connection.execute(query)).scalars())
+        return b"".join(pieces) if pieces else None
+
     async def delete(self, keys: Sequence[str]) -> None:
         if not keys:
             return

@@ -44,6 +44,13 @@ class ObjectBlobs:
         async for piece in result.stream(min_chunk_size=_STREAM_PIECE):
             yield bytes(piece)
 
+    async def read_whole(self, key: str) -> bytes | None:
+        try:
+            result = await obstore.get_async(self._store, key)
+        except FileNotFoundError:
+            return None
+        return bytes(await result.bytes_async())
+
     async def delete(self, keys: Sequence[str]) -> None:
         for key in keys:
             with contextlib.suppress(FileNotFoundError):
