@@ -146,6 +146,14 @@ class ThreadFiles:
             raise NotFound(f"no file {stored.file_id!r}")
         return await self._files.read_bytes(stored)
 
+    async def read_many(self, files: Sequence[StoredFile]) -> dict[str, bytes]:
+        """The bytes of each of `files` (as `find`, `get` or `list` gave them), whole, by file id, in one
+        trip; files not of the thread, or deleted meanwhile, are left out."""
+        if self._files is None:
+            return {}
+        mine = [f for f in files if f.thread_id == self.thread_id and f.user_id == self.user_id]
+        return await self._files.read_many(mine)
+
     async def save(self, name: str, data: bytes, *, media_type: str) -> StoredFile:
         """Store a file a tool made (a report, say) in the thread; the client downloads it as any other.
 
@@ -169,7 +177,8 @@ class FileResolver:
     """Replaces the file references of a model request with the files' content, once per run and file.
 
     The files a request refers to and the run has not resolved yet are found in one query, less
-    those `known` already (the rows the step read for its message's attachments).
+    those `known` already (the rows the step holds for its message's attachments), and their bytes
+    read in one trip (none for bytes this process stored lately: `store.Files.read_many`).
     """
 
     def __init__(self, files: ThreadFiles, known: Sequence[StoredFile] = ()) -> None:
@@ -221,26 +230,28 @@ class FileResolver:
             return
         unknown = [file_id for file_id in new if file_id not in self._known]
         rows = {**self._known, **(await self._files.find(unknown) if unknown else {})}
+        found = [rows[file_id] for file_id in new if file_id in rows]
+        read = await self._files.read_many(found)
         for file_id, attachment in new.items():
-            stored = rows.get(file_id)
+            stored, data = rows.get(file_id), read.get(file_id)
             self._resolved[file_id] = (
-                await self._content(stored) if stored is not None else self._removed(attachment)
+                self._removed(attachment) if stored is None or data is None else _content(stored, data)
             )
 
-    async def _content(self, stored: StoredFile) -> UserContent:
-        try:
-            data = await self._files.read(stored)
-        except NotFound:
-            return self._removed(stored)
-        if stored.media_type in _BINARY:
-            return BinaryContent(data, media_type=stored.media_type, identifier=stored.name)
-        return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
-
-    def _removed(self, file: Attachment | StoredFile) -> str:
+    def _removed(self, attachment: Attachment) -> str:
         logger.info(
-            "file %s of thread %s is gone; the model reads a placeholder", file.file_id, self._files.thread_id
+            "file %s of thread %s is gone; the model reads a placeholder",
+            attachment.file_id,
+            self._files.thread_id,
         )
-        return removed_placeholder(file.name)
+        return removed_placeholder(attachment.name)
+
+
+def _content(stored: StoredFile, data: bytes) -> UserContent:
+    """What the model reads of a file: an image or a PDF as `BinaryContent`, any other file as text."""
+    if stored.media_type in _BINARY:
+        return BinaryContent(data, media_type=stored.media_type, identifier=stored.name)
+    return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
 
 
 def _refers(message: ModelMessage) -> bool:

@@ -284,7 +284,12 @@ class _Step:
         self._save = self.checkpoints.save
         self.response_count = 0
         self.outputs = OutputCalls()
-        self.attached: list[StoredFile] | None = None
+        # Read by the queueing that claimed the run (its opening events name them), else once here.
+        self.attached: list[StoredFile] | None = (
+            [f for f in claimed.attached if f.thread_id == run.thread_id and f.user_id == user_id]
+            if claimed.opening
+            else None
+        )
         """The files attached to the run's message, once read (`_attached`); the resolver starts from them."""
 
     async def _before_effect(self) -> None:

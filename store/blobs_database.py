@@ -74,13 +74,21 @@ class DatabaseBlobs:
                 return  # deleted meanwhile
             yield bytes(data[max(0, start - offset) : end - offset])
 
-    async def read_whole(self, key: str) -> bytes | None:
-        """Every piece in one statement (a model request wants the whole file, not a piece to send on)."""
-        query = sa.select(_chunks.c.data).where(_chunks.c.blob_key == key).order_by(_chunks.c.offset)
-        with translate_errors("reading a file's bytes"):
+    async def read_whole(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """Every piece of every key in one statement (a model request wants whole files, not a piece to send on)."""
+        if not keys:
+            return {}
+        query = (
+            sa.select(_chunks.c.blob_key, _chunks.c.data)
+            .where(_chunks.c.blob_key.in_(keys))
+            .order_by(_chunks.c.blob_key, _chunks.c.offset)
+        )
+        pieces: dict[str, list[bytes]] = {}
+        with translate_errors("reading files' bytes"):
             async with self._reader.connect() as connection:
-                pieces = list((await connection.execute(query)).scalars())
-        return b"".join(pieces) if pieces else None
+                for key, data in await connection.execute(query):
+                    pieces.setdefault(key, []).append(data)
+        return {key: b"".join(found) for key, found in pieces.items()}
 
     async def delete(self, keys: Sequence[str]) -> None:
         if not keys:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import IO
@@ -44,7 +45,12 @@ class ObjectBlobs:
         async for piece in result.stream(min_chunk_size=_STREAM_PIECE):
             yield bytes(piece)
 
-    async def read_whole(self, key: str) -> bytes | None:
+    async def read_whole(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """One request per key, all at once."""
+        found = await asyncio.gather(*(self._whole(key) for key in keys))
+        return {key: data for key, data in zip(keys, found, strict=True) if data is not None}
+
+    async def _whole(self, key: str) -> bytes | None:
         try:
             result = await obstore.get_async(self._store, key)
         except FileNotFoundError:

@@ -421,13 +421,16 @@ async def test_every_request_of_a_run_gets_the_files_after_plain_turns(open_api:
     assert seen.requests == [[], attached, attached]
 
 
-@pytest.mark.parametrize("stored_by", ["this process", "another process"])
-async def test_a_turn_reads_its_files_rows_once_and_each_files_bytes_in_one_statement(
-    database_url: str, stored_by: str
+@pytest.mark.parametrize(
+    ("stored_by", "claimed_at_queueing"), [("this process", True), ("another process", False)]
+)
+async def test_a_turn_reads_its_files_rows_once_and_their_bytes_in_one_statement(
+    database_url: str, stored_by: str, claimed_at_queueing: bool
 ) -> None:
-    # The step reads its message's files in one query and hands the rows to the resolver, which
-    # asks for nothing more; bytes another process stored are read in one statement a file, not
-    # one a piece; the run's second request reuses what its first resolved.
+    # The queueing that claims the run hands the step the file rows it read; a run claimed later
+    # reads them in one query. The resolver asks for nothing more; the bytes another process stored
+    # are read in one statement for all the files, not one a piece; the run's second request
+    # reuses what its first resolved.
     seen = Seen()
     agent = Agent(hashing_model(seen, tool="noop"), deps_type=RunScope)
 
@@ -457,13 +460,18 @@ async def test_a_turn_reads_its_files_rows_once_and_each_files_bytes_in_one_stat
             if uploader is not runtime.db:
                 await uploader.aclose()
         opened = await queue_run(
-            runtime, thread.thread_id, "message", content="Read these", claim=True, file_ids=file_ids
+            runtime,
+            thread.thread_id,
+            "message",
+            content="Read these",
+            claim=claimed_at_queueing,
+            file_ids=file_ids,
         )
         with sent_statements(runtime.db.engine) as sent:
             status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
     assert status == "completed"
     sent_bytes = [f"application/pdf {hashlib.sha256(data).hexdigest()}" for data in pdfs]
     assert seen.requests == [["Read these", *sent_bytes]]  # the answering request (the first calls the tool)
-    assert len([sql for sql in sent if "FROM files" in sql]) == 1
+    assert len([sql for sql in sent if "FROM files" in sql]) == (0 if claimed_at_queueing else 1)
     chunk_reads = [sql for sql in sent if "FROM file_chunks" in sql]
-    assert len(chunk_reads) == (0 if stored_by == "this process" else len(pdfs))
+    assert len(chunk_reads) == (0 if stored_by == "this process" else 1)
