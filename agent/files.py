@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from pydantic_ai.messages import (
@@ -129,6 +129,12 @@ class ThreadFiles:
             raise NotFound(f"no file {file_id!r}")
         return await self._files.get(file_id, thread_id=self.thread_id, user_id=self.user_id)
 
+    async def find(self, file_ids: Iterable[str]) -> dict[str, StoredFile]:
+        """Those of `file_ids` that are files of the thread, by id, in one query (others left out)."""
+        if self._files is None:
+            return {}
+        return await self._files.get_many(file_ids, thread_id=self.thread_id, user_id=self.user_id)
+
     async def read(self, file: str | StoredFile) -> bytes:
         """The bytes of one file of the thread (by id, or as `get` or `list` gave it), whole.
 
@@ -139,6 +145,14 @@ class ThreadFiles:
         if self._files is None or stored.thread_id != self.thread_id or stored.user_id != self.user_id:
             raise NotFound(f"no file {stored.file_id!r}")
         return await self._files.read_bytes(stored)
+
+    async def read_many(self, files: Sequence[StoredFile]) -> dict[str, bytes]:
+        """The bytes of each of `files` (as `find`, `get` or `list` gave them), whole, by file id, in one
+        trip; files not of the thread, or deleted meanwhile, are left out."""
+        if self._files is None:
+            return {}
+        mine = [f for f in files if f.thread_id == self.thread_id and f.user_id == self.user_id]
+        return await self._files.read_many(mine)
 
     async def save(self, name: str, data: bytes, *, media_type: str) -> StoredFile:
         """Store a file a tool made (a report, say) in the thread; the client downloads it as any other.
@@ -160,10 +174,16 @@ class ThreadFiles:
 
 
 class FileResolver:
-    """Replaces the file references of a model request with the files' content, once per run and file."""
+    """Replaces the file references of a model request with the files' content, once per run and file.
 
-    def __init__(self, files: ThreadFiles) -> None:
+    The files a request refers to and the run has not resolved yet are found in one query, less
+    those `known` already (the rows the step holds for its message's attachments), and their bytes
+    read in one trip (none for bytes this process stored lately: `store.Files.read_many`).
+    """
+
+    def __init__(self, files: ThreadFiles, known: Sequence[StoredFile] = ()) -> None:
         self._files = files
+        self._known = {stored.file_id: stored for stored in known}
         self._resolved: dict[str, UserContent] = {}
         # Messages found to hold no reference, by identity (held, so no id is reused): a run's later
         # requests resend the same history, which is then not scanned again.
@@ -177,12 +197,12 @@ class FileResolver:
                 break
         else:
             return messages
+        await self._load(attachments_in([m for m in messages if id(m) not in plain]))
         resolved: list[ModelMessage] = []
         for message in messages:
-            if isinstance(message, ModelRequest) and _refers(message):
+            if isinstance(message, ModelRequest) and id(message) not in plain and _refers(message):
                 parts = [
-                    await self._part(part) if isinstance(part, UserPromptPart) else part
-                    for part in message.parts
+                    self._part(part) if isinstance(part, UserPromptPart) else part for part in message.parts
                 ]
                 message = replace(message, parts=parts)
             resolved.append(message)
@@ -194,35 +214,44 @@ class FileResolver:
         self._plain[id(message)] = message
         return False
 
-    async def _part(self, part: UserPromptPart) -> UserPromptPart:
+    def _part(self, part: UserPromptPart) -> UserPromptPart:
         if isinstance(part.content, str):
             return part
         content: list[UserContent] = []
         for item in part.content:
             attachment = attachment_of(item)
-            content.append(item if attachment is None else await self._content(attachment))
+            content.append(item if attachment is None else self._resolved[attachment.file_id])
         return replace(part, content=content)
 
-    async def _content(self, attachment: Attachment) -> UserContent:
-        known = self._resolved.get(attachment.file_id)
-        if known is None:
-            known = self._resolved[attachment.file_id] = await self._load(attachment)
-        return known
-
-    async def _load(self, attachment: Attachment) -> UserContent:
-        try:
-            stored = await self._files.get(attachment.file_id)
-            data = await self._files.read(stored)
-        except NotFound:
-            logger.info(
-                "file %s of thread %s is gone; the model reads a placeholder",
-                attachment.file_id,
-                self._files.thread_id,
+    async def _load(self, attachments: list[Attachment]) -> None:
+        """Resolve those of `attachments` the run has not resolved yet."""
+        new = {a.file_id: a for a in attachments if a.file_id not in self._resolved}
+        if not new:
+            return
+        unknown = [file_id for file_id in new if file_id not in self._known]
+        rows = {**self._known, **(await self._files.find(unknown) if unknown else {})}
+        found = [rows[file_id] for file_id in new if file_id in rows]
+        read = await self._files.read_many(found)
+        for file_id, attachment in new.items():
+            stored, data = rows.get(file_id), read.get(file_id)
+            self._resolved[file_id] = (
+                self._removed(attachment) if stored is None or data is None else _content(stored, data)
             )
-            return removed_placeholder(attachment.name)
-        if stored.media_type in _BINARY:
-            return BinaryContent(data, media_type=stored.media_type, identifier=stored.name)
-        return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
+
+    def _removed(self, attachment: Attachment) -> str:
+        logger.info(
+            "file %s of thread %s is gone; the model reads a placeholder",
+            attachment.file_id,
+            self._files.thread_id,
+        )
+        return removed_placeholder(attachment.name)
+
+
+def _content(stored: StoredFile, data: bytes) -> UserContent:
+    """What the model reads of a file: an image or a PDF as `BinaryContent`, any other file as text."""
+    if stored.media_type in _BINARY:
+        return BinaryContent(data, media_type=stored.media_type, identifier=stored.name)
+    return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
 
 
 def _refers(message: ModelMessage) -> bool:

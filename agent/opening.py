@@ -92,7 +92,7 @@ async def queue_run(
         ApprovalPending: The thread waits for decisions on tool calls.
     """
     run_id = str(uuid.uuid4())
-    span, opening = None, []
+    span, opening, attached = None, [], []
     if claim:
         # Its attempt's span starts now, so the run's opening events, stored with it, carry its
         # trace id as every later event of the run does. One never ended (a refused run) is
@@ -113,7 +113,8 @@ async def queue_run(
     window = message_window(runtime.guardrails) if kind == "message" else None
     opened = [new_event(event) for event in opening]
     queued = await runtime.db.runs.queue(
-        new, Claim(events=EVENT_BLOCK, count_window=window, opening=opened) if claim else None
+        new,
+        Claim(events=EVENT_BLOCK, count_window=window, opening=opened, attached=attached) if claim else None,
     )
     claimed = queued.claimed if queued.created else None
     if claimed is None:

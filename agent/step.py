@@ -284,6 +284,13 @@ class _Step:
         self._save = self.checkpoints.save
         self.response_count = 0
         self.outputs = OutputCalls()
+        # Read by the queueing that claimed the run (its opening events name them), else once here.
+        self.attached: list[StoredFile] | None = (
+            [f for f in claimed.attached if f.thread_id == run.thread_id and f.user_id == user_id]
+            if claimed.opening
+            else None
+        )
+        """The files attached to the run's message, once read (`_attached`); the resolver starts from them."""
 
     async def _before_effect(self) -> None:
         await self.checkpoints.before_effect()
@@ -347,12 +354,12 @@ class _Step:
             )
 
     async def _attached(self) -> list[StoredFile]:
-        """The files attached to the run's message (ones deleted since are left out)."""
-        wanted = self.run.attached
-        if not wanted:
-            return []
-        files = {f.file_id: f for f in await self.scope.files.list()}
-        return [files[file_id] for file_id in wanted if file_id in files]
+        """The files attached to the run's message (ones deleted since are left out), read once a run."""
+        if self.attached is None:
+            wanted = self.run.attached
+            found = await self.scope.files.find(wanted) if wanted else {}
+            self.attached = [found[file_id] for file_id in wanted if file_id in found]
+        return self.attached
 
     async def _run(
         self, prompt: str | Sequence[UserContent] | None, deferred: DeferredToolResults | None, deps: object
@@ -376,7 +383,7 @@ class _Step:
                         self.runtime.tool_failures,
                         self.schemas,
                         self.checkpoints.sending,
-                        FileResolver(self.scope.files),
+                        FileResolver(self.scope.files, known=self.attached or ()),
                         self.checkpoints.tool_running,
                     ),
                     *self.runtime.agent_tracing(),

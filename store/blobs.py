@@ -26,6 +26,11 @@ class Blobs(Protocol):
         """The bytes `start` to `end` (exclusive) of `key`, a piece at a time."""
         ...
 
+    async def read_whole(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of each of `keys`, whole, by key, in one trip where the backend can; keys with
+        nothing stored are left out."""
+        ...
+
     async def delete(self, keys: Sequence[str]) -> None:
         """Delete the bytes of `keys`; keys with nothing stored are skipped."""
         ...

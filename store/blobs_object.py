@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import IO
@@ -43,6 +44,18 @@ class ObjectBlobs:
             return
         async for piece in result.stream(min_chunk_size=_STREAM_PIECE):
             yield bytes(piece)
+
+    async def read_whole(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """One request per key, all at once."""
+        found = await asyncio.gather(*(self._whole(key) for key in keys))
+        return {key: data for key, data in zip(keys, found, strict=True) if data is not None}
+
+    async def _whole(self, key: str) -> bytes | None:
+        try:
+            result = await obstore.get_async(self._store, key)
+        except FileNotFoundError:
+            return None
+        return bytes(await result.bytes_async())
 
     async def delete(self, keys: Sequence[str]) -> None:
         for key in keys:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .compiled import checked_out, executed, per_dialect
 from .dialects import postgresql, sqlite
 from .events import NewEvent
+from .files import StoredFile
 from .leases import Worker
 from .queue_statements import QueueOutcome, QueueStatements, Refusals, mark
 from .schema import RunKind, now_utc
@@ -61,6 +62,8 @@ class Claim:
     """The user's messages within this window, across their threads, are counted (for a rate limit)."""
     opening: Sequence[NewEvent] = ()
     """The run's first events, stored with it from the first reserved id on."""
+    attached: Sequence[StoredFile] = ()
+    """The files the message attaches, as the caller read them: not stored, handed to the run (`Claimed.attached`)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .claiming import start_reserving
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
 from .events import NewEvent
+from .files import StoredFile
 from .leases import Worker, release
 from .queueing import Claim, NewRun, queue
 from .run import Run
@@ -66,6 +67,8 @@ class Claimed:
     """The thread's conversation as the run was queued (`None`: not read then)."""
     opening: tuple[NewEvent, ...] = ()
     """The run's first events, stored with it by the queueing, from `first_event_id` on."""
+    attached: tuple[StoredFile, ...] = ()
+    """The files the run's message attaches, as the queueing's caller read them (`Claim.attached`)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,11 @@ class Runs:
             sent = (claim.count_window, state.sent + (kind == "message"))
         first = state.last_event_id - claim.events + 1
         revision = StoredRevision(state.revision)
-        return Queued(run, True, Claimed(run, state.user_id, first, sent, revision, tuple(claim.opening)))
+        return Queued(
+            run,
+            True,
+            Claimed(run, state.user_id, first, sent, revision, tuple(claim.opening), tuple(claim.attached)),
+        )
 
     async def _keyed(self, thread_id: str, idempotency_key: str | None) -> Run | None:
         if idempotency_key is None:

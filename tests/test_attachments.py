@@ -6,6 +6,7 @@ On SQLite and PostgreSQL, with the bytes in the database.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -26,12 +27,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import ChatApp, RunScope
+from agent import ChatApp, RunScope, RuntimeOptions, open_runtime, queue_run, run_step
+from store import Database, NewFile
+from store.blobs_database import CHUNK_BYTES
 from store.schema import ConversationEntryRow
 from web import Settings, create_app
 from web.tokens import issue_token
 
 from .asgi import SECRET, Answer, call, error_of
+from .statements import sent_statements
 from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -415,3 +419,59 @@ async def test_every_request_of_a_run_gets_the_files_after_plain_turns(open_api:
     await until_idle(api, thread_id, 3)
     attached = ["Please look at this", "[file: orders.csv]\n" + CSV.decode()]
     assert seen.requests == [[], attached, attached]
+
+
+@pytest.mark.parametrize(
+    ("stored_by", "claimed_at_queueing"), [("this process", True), ("another process", False)]
+)
+async def test_a_turn_reads_its_files_rows_once_and_their_bytes_in_one_statement(
+    database_url: str, stored_by: str, claimed_at_queueing: bool
+) -> None:
+    # The queueing that claims the run hands the step the file rows it read; a run claimed later
+    # reads them in one query. The resolver asks for nothing more; the bytes another process stored
+    # are read in one statement for all the files, not one a piece; the run's second request
+    # reuses what its first resolved.
+    seen = Seen()
+    agent = Agent(hashing_model(seen, tool="noop"), deps_type=RunScope)
+
+    @agent.tool_plain
+    def noop() -> str:  # pyright: ignore[reportUnusedFunction]
+        return "done"
+
+    pdfs = [PDF_HEAD + bytes([n]) * (2 * CHUNK_BYTES) for n in range(3)]
+    options = RuntimeOptions(messages_per_minute=None)
+    async with open_runtime(scoped(agent), database_url, options=options) as runtime:
+        uploader = runtime.db if stored_by == "this process" else await Database.connect(database_url)
+        try:
+            thread = await runtime.db.threads.create(user_id="ann")
+            file_ids: list[str] = []
+            for number, data in enumerate(pdfs):
+                new = NewFile(
+                    thread_id=thread.thread_id,
+                    user_id="ann",
+                    name=f"invoice-{number}.pdf",
+                    media_type="application/pdf",
+                    source=io.BytesIO(data),
+                    size=len(data),
+                    sha256=hashlib.sha256(data).hexdigest(),
+                )
+                file_ids.append((await uploader.files.save(new)).file_id)
+        finally:
+            if uploader is not runtime.db:
+                await uploader.aclose()
+        opened = await queue_run(
+            runtime,
+            thread.thread_id,
+            "message",
+            content="Read these",
+            claim=claimed_at_queueing,
+            file_ids=file_ids,
+        )
+        with sent_statements(runtime.db.engine) as sent:
+            status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
+    assert status == "completed"
+    sent_bytes = [f"application/pdf {hashlib.sha256(data).hexdigest()}" for data in pdfs]
+    assert seen.requests == [["Read these", *sent_bytes]]  # the answering request (the first calls the tool)
+    assert len([sql for sql in sent if "FROM files" in sql]) == (0 if claimed_at_queueing else 1)
+    chunk_reads = [sql for sql in sent if "FROM file_chunks" in sql]
+    assert len(chunk_reads) == (0 if stored_by == "this process" else 1)

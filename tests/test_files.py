@@ -90,7 +90,11 @@ async def test_another_threads_or_users_file_is_not_found(db: Database) -> None:
             await db.files.get(stored.file_id, thread_id=thread_id, user_id=user_id)
         with pytest.raises(NotFound):
             await db.files.delete(stored.file_id, thread_id=thread_id, user_id=user_id)
+        assert await db.files.get_many([stored.file_id], thread_id=thread_id, user_id=user_id) == {}
     assert await db.files.list(mine.thread_id, user_id="bob") == []
+    assert await db.files.get_many([stored.file_id, "none"], thread_id=mine.thread_id, user_id="ann") == {
+        stored.file_id: stored
+    }
     assert await db.files.read_bytes(stored) == b"hello"
 
 
