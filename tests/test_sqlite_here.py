@@ -174,6 +174,20 @@ async def test_the_event_logs_writer_keeps_the_drivers_thread_unless_the_process
         await db.aclose()
 
 
+async def test_a_threads_creation_is_a_unit_on_the_loops_thread(
+    migrated_databases: MigratedDatabases,
+) -> None:
+    db = await Database.connect(await migrated_databases.empty("sqlite"))
+    try:
+        await db.threads.create(user_id="alice", title="warm")  # the pool's connection opened
+        with _counting_trips() as counted:
+            thread = await db.threads.create(user_id="alice", title="t")
+        assert counted == [0]
+        assert (await db.threads.get(thread.thread_id, user_id="alice")).title == "t"
+    finally:
+        await db.aclose()
+
+
 @contextmanager
 def _counting_trips() -> Iterator[list[int]]:
     """How many calls are queued to any aiosqlite connection's thread inside the block."""
