@@ -43,6 +43,7 @@ __all__ = (
     "first_then_second",
     "observing",
     "per_dialect",
+    "write",
 )
 
 COMMIT = "COMMIT"
@@ -362,3 +363,32 @@ async def fetch(engine: AsyncEngine, compiled: Compiled, values: Mapping[str, An
     )
     executed(compiled.sql)
     return compiled.rows(raw)
+
+
+def _write_committed(connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> None:
+    try:
+        connection.execute(sql, parameters)
+        connection.commit()
+    except BaseException:
+        if connection.in_transaction:
+            connection.rollback()
+        raise
+
+
+async def _write_on(pooled: Any, dialect_name: str, sql: str, parameters: Sequence[Any]) -> None:
+    if dialect_name == "sqlite":
+        await run_here(pooled.dbapi_connection, _write_committed, sql, parameters)
+    else:
+        await pooled.driver_connection.execute(sql, *parameters)  # alone: its own transaction
+
+
+async def write(engine: AsyncEngine, compiled: Compiled, values: Mapping[str, Any]) -> None:
+    """One statement as its own transaction, in one trip on the driver (on SQLite, a unit of work
+    on the loop's thread: `run_here`).
+
+    Errors as in `driver_errors`: SQLAlchemy's, for `engine.translate_errors`.
+    """
+    await checked_out(
+        engine, compiled.sql, _write_on, engine.dialect.name, compiled.sql, compiled.parameters(values)
+    )
+    executed(compiled.sql, COMMIT)

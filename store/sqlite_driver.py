@@ -24,6 +24,9 @@ runs a turn's CPU work, a wait for it). Two things must not then happen on the l
   checkpoints off; once `CHECKPOINT_EVERY` units have written on the loop, units go to the thread
   again until one writes there, where the checkpoint is due.
 
+Both settings stay in force between units on the loop, as most units follow one another there; a
+trip to the thread puts its own back first, in the same trip.
+
 It saves CPU a turn and brings the first delta sooner (figures in `docs/benchmarks.md`). The event
 log's writer keeps the thread while its process is busy: see `store.event_inserts`.
 """
@@ -33,7 +36,7 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiosqlite
 from sqlalchemy.dialects.sqlite.aiosqlite import (
@@ -99,26 +102,28 @@ def _executemany(connection: sqlite3.Connection, operation: str, parameters: Any
         cursor.close()
 
 
-def _tracking(function: Callable[..., _T]) -> Callable[..., tuple[_T, bool]]:
-    """`function`, also returning whether its connection is left inside a transaction."""
+def _tracking(function: Callable[..., _T], pragmas: Sequence[str]) -> Callable[..., tuple[_T, bool]]:
+    """`function` after `pragmas`, also returning whether its connection is left inside a transaction."""
 
     def run(connection: sqlite3.Connection, *args: Any) -> tuple[_T, bool]:
+        for pragma in pragmas:
+            connection.execute(pragma)
         return function(connection, *args), connection.in_transaction
 
     return run
 
 
 async def _on_thread(
-    connection: aiosqlite.Connection, function: Callable[..., _T], *args: Any
+    connection: aiosqlite.Connection, pragmas: Sequence[str], function: Callable[..., _T], *args: Any
 ) -> tuple[_T, bool]:
-    """`function(sqlite3 connection, *args)`, run on `connection`'s thread: one trip.
+    """`function(sqlite3 connection, *args)`, run on `connection`'s thread after `pragmas`: one trip.
 
     Returns what it returned, and whether the connection is then inside a transaction.
     """
     # aiosqlite's queue of calls, which SQLAlchemy's own adapter uses too; no public API runs a
     # function there.
     queue: Callable[..., Awaitable[tuple[_T, bool]]] = connection._execute  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownVariableType]
-    return await queue(_tracking(function), connection._conn, *args)  # pyright: ignore[reportPrivateUsage]
+    return await queue(_tracking(function, pragmas), connection._conn, *args)  # pyright: ignore[reportPrivateUsage]
 
 
 async def run_on_thread(adapted: Any, function: Callable[..., _T], *args: Any) -> _T:
@@ -154,35 +159,25 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
         return cursor
 
     async def _execute_async(self, operation: Any, parameters: Any) -> Any:
-        async with self._adapt_connection._execute_mutex:  # pyright: ignore[reportPrivateUsage]
+        adapted: _OneTripConnection = self._adapt_connection  # pyright: ignore[reportAssignmentType]
+        async with adapted._execute_mutex:  # pyright: ignore[reportPrivateUsage]
             outcome: _Outcome = self._cursor  # pyright: ignore[reportAssignmentType]
-            connection: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
-            try:
-                (description, rows, outcome.rowcount, outcome.lastrowid), in_transaction = await _on_thread(
-                    connection, _execute, operation, parameters
-                )
-            except BaseException:
-                self._adapt_connection._idle = False  # pyright: ignore[reportAttributeAccessIssue]
-                raise
-            self._adapt_connection._idle = not in_transaction  # pyright: ignore[reportAttributeAccessIssue]
+            description, rows, outcome.rowcount, outcome.lastrowid = await adapted.trip(
+                _execute, operation, parameters
+            )
             outcome.description = description
             if rows is not None:
                 self._rows = deque(rows)
         return None
 
     async def _executemany_async(self, operation: Any, seq_of_parameters: Any) -> Any:
-        async with self._adapt_connection._execute_mutex:  # pyright: ignore[reportPrivateUsage]
+        adapted: _OneTripConnection = self._adapt_connection  # pyright: ignore[reportAssignmentType]
+        async with adapted._execute_mutex:  # pyright: ignore[reportPrivateUsage]
             outcome: _Outcome = self._cursor  # pyright: ignore[reportAssignmentType]
-            connection: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
             outcome.description = None
-            try:
-                (outcome.rowcount, outcome.lastrowid), in_transaction = await _on_thread(
-                    connection, _executemany, operation, seq_of_parameters
-                )
-            except BaseException:
-                self._adapt_connection._idle = False  # pyright: ignore[reportAttributeAccessIssue]
-                raise
-            self._adapt_connection._idle = not in_transaction  # pyright: ignore[reportAttributeAccessIssue]
+            outcome.rowcount, outcome.lastrowid = await adapted.trip(
+                _executemany, operation, seq_of_parameters
+            )
         return None
 
 
@@ -194,7 +189,7 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
     such as the pool's reset when the connection goes back, has nothing to do and makes no trip.
     """
 
-    __slots__ = ("_idle", "_written_here")
+    __slots__ = ("_idle", "_settings", "_written_here")
     _cursor_cls = _OneTripCursor
 
     def __init__(self, dbapi: Any, connection: Any) -> None:
@@ -202,26 +197,44 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
         self._idle = False  # unknown until a trip says
         self._written_here = 0
         """Units that wrote on the loop's thread since one last wrote on the connection's."""
+        self._settings: Literal["here", "there"] | None = None
+        """Whose settings the connection has (`_HERE`, `_THERE`); `None`: unknown."""
+
+    async def trip(self, function: Callable[..., _T], *args: Any) -> _T:
+        """`function(sqlite3 connection, *args)` on the connection's thread, with its settings there
+        (a busy timeout, automatic checkpoints) in force: one trip. The caller holds the mutex."""
+        driver: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
+        pragmas = () if self._settings == "there" else _THERE
+        self._settings = None  # unknown until the trip is back
+        try:
+            result, in_transaction = await _on_thread(driver, pragmas, function, *args)
+        except BaseException:
+            self._idle = False  # unknown: the next commit or rollback makes its trip
+            raise
+        self._settings = "there"
+        self._idle = not in_transaction
+        return result
 
     async def run(self, function: Callable[..., _T], *args: Any, here: bool = False) -> _T:
         """`function(sqlite3 connection, *args)` on the connection's thread, or with `here` on the
         loop's when it can (see `run_on_thread`, `run_here`)."""
         driver: aiosqlite.Connection = self._connection  # pyright: ignore[reportAssignmentType]
-        try:
-            async with self._execute_mutex:
+        async with self._execute_mutex:
+            try:
                 done = self._run_here(driver, function, args) if here else None
-                if done is None:
-                    raw: sqlite3.Connection = driver._conn  # pyright: ignore[reportPrivateUsage]
-                    changes = raw.total_changes
-                    done = await _on_thread(driver, function, *args)
-                    if here and raw.total_changes != changes:
-                        self._written_here = 0  # written there: the WAL is checkpointed if due
-        except BaseException:
-            self._idle = False  # unknown: the next commit or rollback makes its trip
-            raise
-        result, in_transaction = done
-        self._idle = not in_transaction
-        return result
+            except BaseException:
+                self._idle = False
+                raise
+            if done is not None:
+                result, in_transaction = done
+                self._idle = not in_transaction
+                return result
+            raw: sqlite3.Connection = driver._conn  # pyright: ignore[reportPrivateUsage]
+            changes = raw.total_changes
+            result = await self.trip(function, *args)
+            if here and raw.total_changes != changes:
+                self._written_here = 0  # written there: the WAL is checkpointed if due
+            return result
 
     def _run_here(
         self, driver: aiosqlite.Connection, function: Callable[..., _T], args: tuple[Any, ...]
@@ -236,8 +249,13 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
             if isinstance(arg, list)
         ]
         changes = raw.total_changes
-        for pragma in _HERE:
-            raw.execute(pragma)
+        if self._settings != "here":
+            # Left in force after the unit: the next unit here needs them too, and a trip to the
+            # thread puts the thread's back first (`trip`).
+            self._settings = None
+            for pragma in _HERE:
+                raw.execute(pragma)
+            self._settings = "here"
         try:
             result = function(raw, *args)
         except sqlite3.OperationalError as error:
@@ -248,9 +266,6 @@ class _OneTripConnection(AsyncAdapt_aiosqlite_connection):
             for arg, length in lists:
                 del arg[length:]  # `function` runs again from the start, on the thread
             return None
-        finally:
-            for pragma in _THERE:
-                raw.execute(pragma)
         if raw.total_changes != changes:
             self._written_here += 1
         return result, raw.in_transaction

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +14,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .compiled import Compiled, fetch, per_dialect
+from .compiled import Compiled, fetch, per_dialect, write
 from .engine import reader, translate_errors
 from .errors import Conflict, NotFound
 from .instructions import release_unused
@@ -43,6 +43,14 @@ class Thread:
     """The newest event the stored messages reflect (see `ThreadRow.checkpoint_event_id`)."""
     agent: str | None = None
     """The agent a hand-off made the thread's speaker; `None`: the app's own agent."""
+
+
+@per_dialect
+def _create_statement(dialect: Dialect) -> Compiled:
+    """A new thread's insert, every field of `Thread` bound by its name."""
+    columns = {field.name: _threads.c[field.name] for field in fields(Thread)}
+    values = {name: sa.bindparam(name, type_=column.type) for name, column in columns.items()}
+    return Compiled.of(_threads.insert().values(values), dialect)
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,8 @@ class Threads:
         )
         with translate_errors(f"creating a thread for {user_id!r}"):
             try:
-                async with self._engine.begin() as connection:
-                    await connection.execute(_threads.insert().values(**thread.__dict__))
+                # One unit of work on the driver: on SQLite, run on the loop's thread.
+                await write(self._engine, _create_statement(self._engine.dialect), thread.__dict__)
             except exc.IntegrityError as error:
                 raise Conflict(f"thread {thread.thread_id!r} exists already") from error
         return thread

@@ -174,6 +174,20 @@ async def test_the_event_logs_writer_keeps_the_drivers_thread_unless_the_process
         await db.aclose()
 
 
+async def test_a_threads_creation_is_a_unit_on_the_loops_thread(
+    migrated_databases: MigratedDatabases,
+) -> None:
+    db = await Database.connect(await migrated_databases.empty("sqlite"))
+    try:
+        await db.threads.create(user_id="alice", title="warm")  # the pool's connection opened
+        with _counting_trips() as counted:
+            thread = await db.threads.create(user_id="alice", title="t")
+        assert counted == [0]
+        assert (await db.threads.get(thread.thread_id, user_id="alice")).title == "t"
+    finally:
+        await db.aclose()
+
+
 @contextmanager
 def _counting_trips() -> Iterator[list[int]]:
     """How many calls are queued to any aiosqlite connection's thread inside the block."""
@@ -189,3 +203,48 @@ def _counting_trips() -> Iterator[list[int]]:
         yield counted
     finally:
         aiosqlite.Connection._execute = queued  # type: ignore[method-assign]  # pyright: ignore[reportAttributeAccessIssue]
+
+
+class _Traced:
+    """A unit of work inserting a row, noting every statement its connection ran since the last one."""
+
+    def __init__(self) -> None:
+        self.statements: list[list[str]] = []
+
+    def __call__(self, connection: sqlite3.Connection, ran: list[str]) -> None:
+        connection.set_trace_callback(None)
+        if self.statements:
+            self.statements[-1].append("(unit)")
+        self.statements.append([])
+        try:
+            connection.execute("INSERT INTO items (value) VALUES ('v')")
+            connection.commit()
+        finally:
+            connection.set_trace_callback(self.statements[-1].append)
+
+
+async def test_units_in_a_row_on_the_loops_thread_switch_its_settings_once(engine: AsyncEngine) -> None:
+    traced = _Traced()
+    for _ in range(3):
+        await _unit(engine, run_here, traced, [])
+    await _unit(engine, run_on_thread, traced, [])
+    await _unit(engine, run_here, traced, [])
+    # Between units here, nothing but the units; the thread's trip puts its settings back first,
+    # and the next unit here takes the loop's again.
+    assert traced.statements[:-1] == [
+        ["(unit)"],
+        ["(unit)"],
+        ["PRAGMA busy_timeout=30000", "PRAGMA wal_autocheckpoint=1000", "(unit)"],
+        ["PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0", "(unit)"],
+    ]
+    assert await _unit(engine, run_here, _count) == 5
+
+
+async def test_a_statement_after_a_unit_here_has_the_threads_settings(engine: AsyncEngine) -> None:
+    await _unit(engine, run_here, _Insert(), [])
+    # The engine's one pooled connection, through SQLAlchemy: it waits for a lock, checkpoints.
+    async with engine.connect() as connection:
+        busy = await connection.exec_driver_sql("PRAGMA busy_timeout")
+        assert busy.scalar() == 30_000
+        checkpoints = await connection.exec_driver_sql("PRAGMA wal_autocheckpoint")
+        assert checkpoints.scalar() == 1_000

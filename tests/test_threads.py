@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import Database, NewRun
+from store import Conflict, Database, NewRun
 from store.threads import TITLE_LENGTH, title_from
 
 pytestmark = pytest.mark.anyio
@@ -32,6 +32,21 @@ async def test_a_thread_without_a_title_is_named_after_its_first_message(databas
             "I was charged twice for ORD-5678, can you refund the second…"
         )
         assert (await db.threads.get(titled.thread_id)).title == "Billing"
+    finally:
+        await db.aclose()
+
+
+async def test_a_thread_is_stored_as_created_and_its_id_is_taken_once(database_url: str) -> None:
+    db = await Database.connect(database_url)
+    try:
+        made = await db.threads.create(user_id="ann", title="Billing", thread_id="t-1")
+        assert await db.threads.get("t-1", user_id="ann") == made
+        with pytest.raises(Conflict, match="'t-1' exists already"):
+            await db.threads.create(user_id="bob", title="Mine now", thread_id="t-1")
+        assert await db.threads.get("t-1") == made
+        # The connection is usable after the refused insert (rolled back, nothing left open).
+        other = await db.threads.create(user_id="bob", title="Other")
+        assert await db.threads.get(other.thread_id, user_id="bob") == other
     finally:
         await db.aclose()
 
