@@ -282,7 +282,8 @@ class _Step:
             trace_id=trace_id,
         )
         self._save = self.checkpoints.save
-        self.delegations.carry = self.checkpoints.carried
+        if runtime.db.conversations.carrying_pays:
+            self.delegations.carry = self.checkpoints.carried
         self.response_count = 0
         self.outputs = OutputCalls()
 

@@ -79,6 +79,11 @@ class SqlConversationStore(ConversationStore):
         self._shared = Shared(
             engine, HistoryCache(budget_from_env() if history_cache_bytes is None else history_cache_bytes)
         )
+        self.carrying_pays = not self._shared.writes_inline
+        """Whether a save carrying another (`save_with(first=)`) costs less than the two saves: on
+        PostgreSQL, where each transaction is a commit's round trip and WAL flush; not on SQLite,
+        where a save alone commits in one call on the loop's thread, and two in one transaction go
+        through SQLAlchemy's, on aiosqlite's thread (figures in `docs/benchmarks.md`)."""
 
     @classmethod
     async def connect(

@@ -199,6 +199,19 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
     assert shown == {(kind, call): 1 for call in calls_shown for kind in ("tool_call", "tool_result")}
 
 
+@pytest.mark.usefixtures("no_slow_tools")
+async def test_a_sub_run_carries_its_parents_response_only_where_that_pays(database_url: str) -> None:
+    # On SQLite a save alone commits in one call on the loop's thread: two saves cost less there.
+    calls = Counter[str]()
+    async with open_runtime(desk(calls), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        saves = carried_saves(runtime, thread_id)
+        assert await run_step(runtime, run_id) == "completed"
+    carried = runtime.db.conversations.carrying_pays
+    assert carried == database_url.startswith("postgresql")
+    assert [first for _, first in saves if first is not None] == ([thread_id] if carried else [])
+
+
 async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url: str) -> None:
     calls = Counter[str]()
     async with open_runtime(desk(calls), database_url) as runtime:
@@ -273,6 +286,7 @@ async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint
     # sub-run's end carries it in its transaction, not a checkpoint of its own before the sub-run.
     calls = Counter[str]()
     async with open_runtime(desk(calls), database_url) as runtime:
+        runtime.db.conversations.carrying_pays = True  # on SQLite too, where it does not by default
         thread_id, run_id = await start(runtime)
         saves = carried_saves(runtime, thread_id)
         assert await run_step(runtime, run_id) == "completed"
@@ -308,6 +322,7 @@ async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
         return saved
 
     async with open_runtime(desk(calls), database_url) as runtime:
+        runtime.db.conversations.carrying_pays = True
         thread_id, run_id = await start(runtime)
         carried_saves(runtime, thread_id, cancelling)
         with pytest.raises(asyncio.CancelledError):
