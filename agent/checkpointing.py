@@ -20,7 +20,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Checkpoint, Database, PendingCall, Run, RunStatus, insert_pending
+from store import Checkpoint, Database, PendingCall, Run, RunStatus, Saving, insert_pending
 from stream import Sink
 
 from .eventlog import EventLogSink, new_events
@@ -135,6 +135,30 @@ class RunCheckpoints:
         async with self._effects:  # parallel calls: one checkpoint
             if self.owed:
                 await self.save(self.messages(), results=False)
+
+    @asynccontextmanager
+    async def carried(self, mark: int) -> AsyncGenerator[Saving | None]:
+        """The response waiting for its results' checkpoint (`can_wait`), as a save for a delegated
+        run's checkpoint to carry first in its transaction (`None`: none waits); stored once the
+        block ends without an error. Its calls' events are the carrier's to take; `mark` is the
+        newest event when the delegated run started, which the stored messages reflect."""
+        async with self._effects:  # no other checkpoint of it meanwhile
+            if self.owed and self.guard.blanking:
+                await self.save(self.messages(), results=False)  # its withdrawn text blanked with it
+            if not self.owed:
+                yield None
+                return
+            conversation = self.conversation
+            stored, deferred = conversation.messages, conversation.deferred_tool_requests
+            messages = self.messages()
+            self.guard.scrub(messages[len(stored) :])
+            conversation.messages, conversation.deferred_tool_requests = messages, None
+            try:
+                yield Saving(conversation, Checkpoint(run=self.run, event_id=mark, trace_id=self.trace_id))
+            except BaseException:
+                conversation.messages, conversation.deferred_tool_requests = stored, deferred
+                raise
+            self.owed = False
 
     async def sending(self) -> None:
         """A request is about to go to the model, as pydantic-ai finished it (stamped with its time,

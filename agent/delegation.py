@@ -5,7 +5,8 @@ hooks, timeouts, retries, the pause at deferred calls, its output guardrails), s
 tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
 top run does (a response before its tools run, a request as it goes out, a step of read-only calls
 with the next checkpoint, its end with its output kept) as a conversation of its own, kept
-with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`). A sub-run that
+with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`); its first
+checkpoint stores the top run's response calling it first, in its transaction. A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
 design note is "Several agents" in `docs/agent.md`.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,8 +37,8 @@ from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import AlsoWrite, Checkpoint, Database, Run, delegated_scope
-from stream import Sink, ToolResult
+from store import AlsoWrite, Checkpoint, Database, Run, Saving, delegated_scope
+from stream import Sink, ToolCall, ToolResult
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
@@ -87,8 +89,11 @@ class Delegations:
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict[str, "tuple[str, ...]"])
     """The chain of agents of each agent run going on, by its pydantic-ai run id."""
     before: Callable[[], Awaitable[None]] | None = None
-    """Awaited before a sub-run starts: the step stores the response calling its tool first (the
-    sub-run's conversation and output are keyed by that call)."""
+    """Awaited before a nested sub-run starts: the responses calling its tool and its parents' are
+    stored first (the sub-run's conversation and output are keyed by that call)."""
+    carry: Callable[[int], AbstractAsyncContextManager[Saving | None]] | None = None
+    """The run's response calling a delegating tool, if it waits for its results' checkpoint, as a
+    save the sub-run's first checkpoint carries in its transaction (`RunCheckpoints.carried`)."""
     running: dict[str, _SubRun] = field(default_factory=dict[str, "_SubRun"])
     """The sub-runs going on, by their pydantic-ai run id, outermost first."""
     started: set[str] = field(default_factory=set[str])
@@ -124,8 +129,12 @@ class Delegations:
         name: str | None,
     ) -> Any:
         parent = call_id(ctx)
-        if self.before is not None:
+        nested = ctx.run_id in self.running
+        if self.before is not None and (nested or self.carry is None):
             await self.before()
+        # The run's own response calling this tool is stored with the sub-run's first checkpoint,
+        # in its transaction, as it stood when the sub-run started (its mark).
+        mark = None if nested or self.carry is None else self.log.last_id
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
         done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(parent))
         if done is not None and done.status == "succeeded":
@@ -147,7 +156,7 @@ class Delegations:
         if requests is not None and deferred is not None and _undecided(requests, deferred):
             # Paused before its parent did (the run stopped in between): it still waits, as it was.
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
-        sub = _SubRun(self, path, parent, conversation)
+        sub = _SubRun(self, path, parent, conversation, mark)
         return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
     def keeping(self, parent: str, path: tuple[str, ...], output: object) -> AlsoWrite:
@@ -171,9 +180,17 @@ class _SubRun:
     """One delegated agent run: driven node by node, checkpointed as it goes, streamed with its tags."""
 
     def __init__(
-        self, delegations: Delegations, path: tuple[str, ...], parent: str, conversation: Conversation
+        self,
+        delegations: Delegations,
+        path: tuple[str, ...],
+        parent: str,
+        conversation: Conversation,
+        mark: int | None,
     ) -> None:
         self.delegations, self.path, self.parent, self.conversation = delegations, path, parent, conversation
+        self.mark = mark
+        """The run's newest event as the sub-run started, if its first checkpoint may carry the
+        run's response (`Delegations.carry`); `None`: that response was stored before it started."""
         self.schemas = ToolSchemas()
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
@@ -212,9 +229,32 @@ class _SubRun:
         ):
             return  # only its prompt: after a crash the parent call runs it again from the prompt
         self.guard.scrub(messages[self.base :])
+        carry, mark = delegations.carry, self.mark
+        if carry is None or mark is None:
+            await self._save(messages, deferred, output, None)
+            return
+        async with carry(mark) as first:
+            await self._save(messages, deferred, output, first)
+
+    async def _save(
+        self,
+        messages: list[ModelMessage],
+        deferred: DeferredToolRequests | None,
+        output: AlsoWrite | None,
+        first: Saving | None,
+    ) -> None:
+        """`save`'s transaction, carrying `first` (the run's response calling the delegating tool)."""
+        delegations, conversation = self.delegations, self.conversation
         answered = _answered(messages)
+        # Carried, the run's response's calls are stored here: their events too.
+        calls = set[str]() if first is None else _calls(first.conversation.messages[-1:])
         log = delegations.log
-        events = await log.take_through(lambda e: isinstance(e, ToolResult) and e.tool_call_id in answered)
+        events = await log.take_through(
+            lambda e: (
+                (isinstance(e, ToolResult) and e.tool_call_id in answered)
+                or (isinstance(e, ToolCall) and e.parent_tool_call_id is None and e.tool_call_id in calls)
+            )
+        )
         checkpoint = Checkpoint(run=delegations.run, event_id=None, events=new_events(events))
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
@@ -233,6 +273,7 @@ class _SubRun:
                 checkpoint=checkpoint,
                 also=also if guard.blanking else output,
                 scope=delegated_scope(delegations.thread_id),
+                first=first,
             )
         except BaseException:
             log.put_back(events)
@@ -355,6 +396,11 @@ def _answered(messages: Sequence[ModelMessage]) -> set[str]:
         for part in message.parts
         if isinstance(part, ToolReturnPart)
     }
+
+
+def _calls(messages: Sequence[ModelMessage]) -> set[str]:
+    """The ids of the calls the responses in `messages` make."""
+    return {call.tool_call_id for m in messages if isinstance(m, ModelResponse) for call in m.tool_calls}
 
 
 def _ends_in_text(messages: Sequence[ModelMessage]) -> bool:

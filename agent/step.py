@@ -282,6 +282,8 @@ class _Step:
             trace_id=trace_id,
         )
         self._save = self.checkpoints.save
+        if runtime.db.conversations.carrying_pays:
+            self.delegations.carry = self.checkpoints.carried
         self.response_count = 0
         self.outputs = OutputCalls()
         # Read by the queueing that claimed the run (its opening events name them), else once here.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     )
     from .cancellations import cancel_run, newest_event_id
     from .checkpoints import Checkpoint
-    from .conversations import AlsoWrite, PageCursor, SqlConversationStore
+    from .conversations import AlsoWrite, PageCursor, Saving, SqlConversationStore
     from .database import Database
     from .engine import ConnectionOptions, insert_new, normalize_url, reader, translate_errors
     from .errors import (
@@ -108,6 +108,7 @@ __all__ = (
     "RunKind",
     "RunStatus",
     "Runs",
+    "Saving",
     "SchemaTooNew",
     "SqlConversationStore",
     "StoreError",
@@ -161,7 +162,7 @@ _EXPORTS = {
     ),
     "cancellations": ("cancel_run", "newest_event_id"),
     "checkpoints": ("Checkpoint",),
-    "conversations": ("AlsoWrite", "PageCursor", "SqlConversationStore"),
+    "conversations": ("AlsoWrite", "PageCursor", "Saving", "SqlConversationStore"),
     "database": ("Database",),
     "engine": ("ConnectionOptions", "insert_new", "normalize_url", "reader", "translate_errors"),
     "errors": (

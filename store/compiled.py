@@ -14,6 +14,7 @@ connection when it broke), for `engine.translate_errors` to turn into the store'
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import sqlite3
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping, Sequence
@@ -209,7 +210,15 @@ async def begun(pooled: Any) -> None:
     """
     adapted = pooled.dbapi_connection
     if getattr(adapted, "_transaction", False) is None:
-        await adapted._start_transaction()
+        # A cancellation must not cut BEGIN short: the adapter would not know the transaction the
+        # server opened, nor roll it back, and the pool would hand out a connection inside it, whose
+        # next writes never commit. The BEGIN finishes, then the cancellation goes on.
+        starting = asyncio.ensure_future(adapted._start_transaction())
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            await asyncio.wait([starting])
+            raise
 
 
 async def checked_out(

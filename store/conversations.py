@@ -17,7 +17,8 @@ on each record, so the search for entries still in use stays within the family.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -45,7 +46,17 @@ from .migrate import upgrade
 from .primitives import ABSENT, AlsoWrite, Call, Known, PageCursor, Prefetch, Primitives, Shared
 from .tracing import store_span, traced
 
-__all__ = ("AlsoWrite", "PageCursor", "SqlConversationStore", "erase_conversation")
+__all__ = ("AlsoWrite", "PageCursor", "Saving", "SqlConversationStore", "erase_conversation")
+
+
+@dataclass(frozen=True)
+class Saving:
+    """A save for another's transaction to carry (`SqlConversationStore.save_with(first=)`)."""
+
+    conversation: Conversation
+    checkpoint: Checkpoint | None = None
+    also: AlsoWrite | None = None
+    scope: str | None = None
 
 
 class SqlConversationStore(ConversationStore):
@@ -68,6 +79,11 @@ class SqlConversationStore(ConversationStore):
         self._shared = Shared(
             engine, HistoryCache(budget_from_env() if history_cache_bytes is None else history_cache_bytes)
         )
+        self.carrying_pays = not self._shared.writes_inline
+        """Whether a save carrying another (`save_with(first=)`) costs less than the two saves: on
+        PostgreSQL, where each transaction is a commit's round trip and WAL flush; not on SQLite,
+        where a save alone commits in one call on the loop's thread, and two in one transaction go
+        through SQLAlchemy's, on aiosqlite's thread (figures in `docs/benchmarks.md`)."""
 
     @classmethod
     async def connect(
@@ -208,17 +224,41 @@ class SqlConversationStore(ConversationStore):
         checkpoint: Checkpoint | None = None,
         also: AlsoWrite | None = None,
         scope: str | None = None,
+        first: Saving | None = None,
     ) -> list[ConversationEntry]:
         """`save`, with a run's `checkpoint` and `also` in the same transaction: all commit, or none does.
 
         The conversation and the checkpoint are written in one trip (one statement on PostgreSQL);
-        `also` adds a transaction around them, and its own statements through SQLAlchemy.
+        `also` adds a transaction around them, and its own statements through SQLAlchemy. `first`:
+        another conversation's save (a delegated run's parent's), written before this one in the
+        same transaction; should it fail, both conversations are left as they were.
 
         Raises:
             LeaseLost: The checkpoint's run is no longer held by its worker; nothing was saved.
             NotFound: The checkpoint's run or thread was deleted; nothing was saved.
         """
-        return await self._save(conversation, Call(checkpoint=checkpoint, also=also), scope=scope)
+        if first is None:
+            return await self._save(conversation, Call(checkpoint=checkpoint, also=also), scope=scope)
+        committed: list[Callable[[], None]] = []
+        # A save advances its conversation's revision as it writes: on a rollback, both go back.
+        states = [(c, dict(vars(c))) for c in (first.conversation, conversation)]
+        try:
+            with translate_errors(f"saving conversation {conversation.conversation_id!r}"):
+                async with self._shared.engine.begin() as connection:
+                    carried = Call(checkpoint=first.checkpoint, also=first.also, connection=connection)
+                    carried.committed = committed
+                    await self._save(first.conversation, carried, scope=first.scope)
+                    call = Call(checkpoint=checkpoint, also=also, connection=connection)
+                    call.committed = committed
+                    entries = await self._save(conversation, call, scope=scope)
+        except BaseException:
+            for saved, state in states:
+                vars(saved).clear()
+                vars(saved).update(state)
+            raise
+        for remember in committed:
+            remember()
+        return entries
 
     def known_records(self) -> int:
         """How many conversations' records this store keeps in memory (for tests and monitoring)."""

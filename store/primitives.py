@@ -82,6 +82,10 @@ class Call:
     """A run's checkpoint, written in the save's own trip."""
     also: AlsoWrite | None = None
     """More writes in the save's transaction."""
+    connection: AsyncConnection | None = None
+    """The transaction the save joins (`SqlConversationStore.save_with(first=)`), committed by its caller."""
+    committed: list[Callable[[], None]] = field(default_factory=list[Callable[[], None]])
+    """With `connection`: what the save remembers of itself, for the caller to run once it commits."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,14 @@ class Primitives(ConversationStore):
                 # Before the save's own transaction: its shape stays the same with or without them.
                 await shared.instructions.claim(shared.engine, texts)
             try:
+                if call.connection is not None:
+                    await write(call.connection)
+                    if call.also is not None:
+                        await call.also(call.connection)
+                    # Remembered once the caller's transaction commits: it may yet roll back.
+                    history = saved()
+                    call.committed.append(lambda: self._remember(record, history))
+                    return
                 if call.also is not None:
                     async with shared.engine.begin() as connection:
                         await write(connection)
@@ -279,9 +291,13 @@ class Primitives(ConversationStore):
                 # The record exists already, its head names an entry a concurrent delete released,
                 # or a fork's source was deleted since it was read: all a conflict with another writer.
                 raise ConversationConflict(conversation_id) from error
-        shared.remember(record)
-        if cached is not None:
-            shared.histories.put(conversation_id, cached)
+        self._remember(record, cached)
+
+    def _remember(self, record: ConversationRecord, history: CachedHistory | None) -> None:
+        """A save committed: its record, and its history to cache (`None`: not cached)."""
+        self.shared.remember(record)
+        if history is not None:
+            self.shared.histories.put(record.conversation_id, history)
 
     def _history_saved(
         self,

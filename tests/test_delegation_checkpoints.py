@@ -170,7 +170,7 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
         kept = await runtime.db.ledger.get(thread_id, f"{PARENT}#delegated")
         events = await logged(runtime, thread_id)
     # The sub-run's model and tool ran once each step; the router's first model call ran again (its
-    # response calling `ask` was stored before the sub-run started, the recovery continues from it).
+    # response calling `ask` was stored with the sub-run's end, the recovery continues from it).
     assert calls == {"booking": 2, "look": 1, "router": 2}
     assert outer is not None
     assert inner is not None
@@ -197,6 +197,19 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
     # Every call and result shown once, the sub-run's result too, stored by its own checkpoint.
     calls_shown = [PARENT, "look_1", *(["final_result_1"] if structured else [])]
     assert shown == {(kind, call): 1 for call in calls_shown for kind in ("tool_call", "tool_result")}
+
+
+@pytest.mark.usefixtures("no_slow_tools")
+async def test_a_sub_run_carries_its_parents_response_only_where_that_pays(database_url: str) -> None:
+    # On SQLite a save alone commits in one call on the loop's thread: two saves cost less there.
+    calls = Counter[str]()
+    async with open_runtime(desk(calls), database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        saves = carried_saves(runtime, thread_id)
+        assert await run_step(runtime, run_id) == "completed"
+    carried = runtime.db.conversations.carrying_pays
+    assert carried == database_url.startswith("postgresql")
+    assert [first for _, first in saves if first is not None] == ([thread_id] if carried else [])
 
 
 async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url: str) -> None:
@@ -239,3 +252,96 @@ async def test_a_sub_runs_response_is_stored_before_its_tools_only_for_an_effect
     # Nothing lost: its prompt, the response calling the tool, its result and its answer.
     assert [m.kind for m in inner.messages] == ["request", "response"] * 2
     assert calls == {"router": 2, "booking": 2}
+
+
+def carried_saves(runtime: Runtime, thread_id: str, then: Any = None) -> list[tuple[str, str | None]]:
+    """Record each save of the thread's and the sub-run's conversations, as (whose, whose it
+    carried first); `then(carried)` runs around a save that carries one (see `cancelling`)."""
+    saves: list[tuple[str, str | None]] = []
+    conversations = runtime.db.conversations
+    save_with = conversations.save_with
+
+    async def recording(conversation: Any, **options: Any) -> Any:
+        first = options.get("first")
+        carried = None if first is None else first.conversation.conversation_id
+        saves.append((conversation.conversation_id, carried))
+        if then is None or carried is None:
+            return await save_with(conversation, **options)
+        return await then(save_with(conversation, **options))
+
+    conversations.save_with = recording  # pyright: ignore[reportAttributeAccessIssue]
+    return saves
+
+
+@pytest.fixture
+def no_slow_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool running past `SLOW_TOOL` has the response calling it stored meanwhile: on a loaded
+    machine, the delegating tool would, whatever it does."""
+    monkeypatch.setattr("agent.checkpointing.SLOW_TOOL", 3600.0)
+
+
+@pytest.mark.usefixtures("no_slow_tools")
+async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint(database_url: str) -> None:
+    # The response calling `ask` waits for a checkpoint, as a response calling tools does: the
+    # sub-run's end carries it in its transaction, not a checkpoint of its own before the sub-run.
+    calls = Counter[str]()
+    async with open_runtime(desk(calls), database_url) as runtime:
+        runtime.db.conversations.carrying_pays = True  # on SQLite too, where it does not by default
+        thread_id, run_id = await start(runtime)
+        saves = carried_saves(runtime, thread_id)
+        assert await run_step(runtime, run_id) == "completed"
+        outer = await runtime.db.conversations.load(thread_id)
+    inner = sub_conversation_id(thread_id, PARENT)
+    assert saves == [(inner, thread_id), (thread_id, None), (thread_id, None)]
+    assert outer is not None
+    assert [m.kind for m in outer.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2, "look": 1}
+
+
+@pytest.mark.usefixtures("no_slow_tools")
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
+    database_url: str, when: str
+) -> None:
+    # Cancelled as the sub-run's end is about to be stored with the router's response (nothing
+    # stored: both run again, each call and result shown once), or just after (both stored: the
+    # router continues from its call, the sub-run from its end, no model call or tool run again).
+    calls, cancelled = Counter[str](), list[bool]()
+
+    async def cancelling(saving: Any) -> Any:
+        # The first attempt's only: the recovery's saves go through.
+        task = asyncio.current_task()
+        assert task is not None
+        first = not cancelled
+        cancelled.append(True)
+        if first and when == "before":
+            task.cancel()
+        saved = await saving
+        if first and when == "after":
+            task.cancel()
+        return saved
+
+    async with open_runtime(desk(calls), database_url) as runtime:
+        runtime.db.conversations.carrying_pays = True
+        thread_id, run_id = await start(runtime)
+        carried_saves(runtime, thread_id, cancelling)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(run_step(runtime, run_id))
+        assert (await runtime.db.runs.get(run_id)).status == "queued"
+        assert await run_step(runtime, run_id) == "completed"
+        inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+        outer = await runtime.db.conversations.load(thread_id)
+        events = await logged(runtime, thread_id)
+    assert calls == (
+        {"router": 3, "booking": 4, "look": 2} if when == "before" else {"router": 2, "booking": 2, "look": 1}
+    )
+    assert outer is not None
+    assert inner is not None
+    assert [m.kind for m in outer.messages] == ["request", "response"] * 2
+    assert [m.kind for m in inner.messages] == ["request", "response"] * 2
+    shown = Counter(
+        (e.type, getattr(e, "tool_call_id", None)) for e in events if e.type in ("tool_call", "tool_result")
+    )
+    assert shown == {(kind, call): 1 for call in (PARENT, "look_1") for kind in ("tool_call", "tool_result")}
+    texts = [e for e in events if e.type == "text_done"]
+    assert [e.parent_tool_call_id for e in texts] == [PARENT, None]
