@@ -14,25 +14,41 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import Checkpoint, Database, PendingCall, Run, RunStatus, Saving, insert_pending
-from stream import Sink
+from store import (
+    CallsHeld,
+    Checkpoint,
+    Database,
+    Pause,
+    PendingCall,
+    Run,
+    RunStatus,
+    Saving,
+    get_approval,
+    insert_pending,
+)
+from stream import ApprovalRequired, RunFinished, Sink, ToolOutcomeUnknown
 
 from .eventlog import EventLogSink, new_events
 from .merge import unsaved
 from .records import RunRecords
 from .withdrawals import OutputGuard
 
-__all__ = ("SLOW_TOOL", "RunCheckpoints", "answers_last_response", "calls_only")
+__all__ = ("SLOW_TOOL", "ReusedToolCallId", "RunCheckpoints", "answers_last_response", "calls_only")
 
 SLOW_TOOL = 0.2
 """Seconds a tool may run before the response calling it is stored without waiting for its result:
 a slow tool's call is shown while it runs, and kept by a cancellation that cuts it short."""
+
+
+class ReusedToolCallId(Exception):
+    """The model gave a call the id of an earlier call of the thread."""
 
 
 def answers_last_response(node: object) -> bool:
@@ -77,9 +93,10 @@ class RunCheckpoints:
         records: RunRecords,
         stopping: asyncio.Event,
         trace_id: str | None,
+        user_id: str,
     ) -> None:
         self.db, self.run, self.log, self.out, self.guard = db, run, log, out, guard
-        self.records, self.stopping, self.trace_id = records, stopping, trace_id
+        self.records, self.stopping, self.trace_id, self.user_id = records, stopping, trace_id, user_id
         self.conversation = Conversation(conversation_id=run.thread_id)
         self.base = 0
         """How many messages of `conversation` the run started from; its checkpoints stored the rest."""
@@ -203,6 +220,9 @@ class RunCheckpoints:
         run, conversation = self.run, self.conversation
         # Events not stored yet go out in the checkpoint's own transaction.
         events = await self.log.take_pending(results=results)
+        # A pause holds its calls in the checkpoint's own trip (`store.Pause`); calls held before
+        # (an unknown outcome held again) and a withdrawn reply to blank go through SQLAlchemy.
+        fresh = not self.guard.blanking and all(call.outcome is None for call in approvals)
         checkpoint = Checkpoint(
             run=run,
             event_id=self.log.last_id,
@@ -211,21 +231,57 @@ class RunCheckpoints:
             finish=finish,
             error=error,
             trace_id=self.trace_id,
+            pause=Pause(approvals, self.user_id) if approvals and fresh else None,
         )
 
         async def also(connection: AsyncConnection) -> None:
-            # Rare (a pause, a withdrawn reply): through SQLAlchemy, in a transaction around the trip.
+            # Rare (a call held again, a withdrawn reply): in a transaction around the trip.
+            await _refuse_reused_ids(connection, run, approvals)
             await insert_pending(connection, run.thread_id, run.run_id, approvals, trace_id=self.trace_id)
             await self.guard.blank(connection)
 
         conversation.messages = messages
         conversation.deferred_tool_requests = deferred
         try:
-            await self.db.conversations.save_with(
-                conversation, checkpoint=checkpoint, also=also if approvals or self.guard.blanking else None
-            )
+            try:
+                await self.db.conversations.save_with(
+                    conversation, checkpoint=checkpoint, also=None if fresh else also
+                )
+            except CallsHeld:
+                # A call's id is taken in the thread (nothing was stored): held the general way,
+                # which keeps a call this run holds already and refuses another run's.
+                await self.db.conversations.save_with(
+                    conversation, checkpoint=replace(checkpoint, pause=None), also=also
+                )
+        except ReusedToolCallId:
+            # The pause's own events never show: the run fails instead (`run_step`).
+            self.log.put_back([e for e in events if not isinstance(e.event, _PAUSE_EVENTS)])
+            raise
         except BaseException:
             self.log.put_back(events)
             raise
         self.log.stored(events)
         await self.out.flush()
+
+
+_PAUSE_EVENTS = (ApprovalRequired, RunFinished, ToolOutcomeUnknown)
+
+
+async def _refuse_reused_ids(connection: AsyncConnection, run: Run, calls: Sequence[PendingCall]) -> None:
+    """Fail, rather than wait for nobody, when a call reuses the id of an earlier run's call.
+
+    Approvals, the ledger and records key a call by its id within the thread; providers mint
+    unique ids, and a model that repeats one (say on a regenerated turn) would find the earlier
+    call's decision instead of waiting for its own.
+    """
+    reused: list[str] = []
+    for call in calls:
+        if call.outcome is None:
+            held = await get_approval(connection, run.thread_id, call.tool_call_id)
+            if held is not None and held.run_id != run.run_id:
+                reused.append(call.tool_call_id)
+    if reused:
+        raise ReusedToolCallId(
+            f"the model reused tool call ids {sorted(reused)!r} of earlier calls in thread {run.thread_id!r}; "
+            "durable-chat needs them unique within a thread"
+        )

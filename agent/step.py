@@ -34,7 +34,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage, UsageLimits
 from pydantic_graph import End
 
-from store import Claimed, DatabaseUnavailable, LeaseLost, PendingCall, Run, RunStatus, StoredFile, now_utc
+from store import Claimed, DatabaseUnavailable, LeaseLost, Run, RunStatus, StoredFile, now_utc
 from stream import (
     AgentChanged,
     GuardrailTripped,
@@ -79,10 +79,6 @@ from .withdrawals import OutputGuard
 __all__ = ("run_step",)
 
 logger = logging.getLogger(__name__)
-
-
-class ReusedToolCallId(Exception):
-    """The model gave a call the id of an earlier call of the thread."""
 
 
 class _Stopped(Exception):
@@ -280,6 +276,7 @@ class _Step:
             records=self.records,
             stopping=runtime.stopping,
             trace_id=trace_id,
+            user_id=user_id,
         )
         self._save = self.checkpoints.save
         if runtime.db.conversations.carrying_pays:
@@ -459,7 +456,6 @@ class _Step:
             engine=self.db.engine,
             now=now_utc(),
         )
-        await self._refuse_reused_ids(calls)
         for call in calls:
             if call.outcome == "unknown":
                 await self.out.emit(
@@ -479,22 +475,6 @@ class _Step:
         await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
-
-    async def _refuse_reused_ids(self, calls: Sequence[PendingCall]) -> None:
-        """Fail, rather than wait for nobody, when a call reuses the id of an earlier run's call.
-
-        Approvals, the ledger and records key a call by its id within the thread; providers mint
-        unique ids, and a model that repeats one (say on a regenerated turn) would find the earlier
-        call's decision instead of waiting for its own.
-        """
-        ids = {call.tool_call_id for call in calls if call.outcome is None}
-        held = await self.db.approvals.list(thread_id=self.run.thread_id)
-        reused = sorted(a.tool_call_id for a in held if a.tool_call_id in ids and a.run_id != self.run.run_id)
-        if reused:
-            raise ReusedToolCallId(
-                f"the model reused tool call ids {reused!r} of earlier calls in thread {self.run.thread_id!r}; "
-                "durable-chat needs them unique within a thread"
-            )
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PendingCall,
         ReviewEventType,
         append_review_event,
+        get_approval,
         insert_pending,
         review_data,
     )
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .errors import (
         AlreadyDecided,
         ApprovalPending,
+        CallsHeld,
         Conflict,
         CorruptData,
         DatabaseUnavailable,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from .ledger import Execution, Ledger, idempotency_key
     from .migrate import current_revision, head_revision, run_environment, upgrade
     from .notifications import EVENTS_CHANNEL, EventListener, EventNotice
+    from .pauses import Pause
     from .queueing import Claim, NewRun
     from .records import NewRecord, Record, Records
     from .retention import delegated_scope
@@ -64,6 +67,7 @@ __all__ = (
     "ApprovalPending",
     "ApprovalStatus",
     "Approvals",
+    "CallsHeld",
     "Checkpoint",
     "Claim",
     "Claimed",
@@ -91,6 +95,7 @@ __all__ = (
     "NoActiveRun",
     "NotFound",
     "PageCursor",
+    "Pause",
     "PendingCall",
     "Purge",
     "QueueCursor",
@@ -128,6 +133,7 @@ __all__ = (
     "current_revision",
     "delegated_scope",
     "finish_run",
+    "get_approval",
     "head_revision",
     "idempotency_key",
     "insert_new",
@@ -157,6 +163,7 @@ _EXPORTS = {
         "PendingCall",
         "ReviewEventType",
         "append_review_event",
+        "get_approval",
         "insert_pending",
         "review_data",
     ),
@@ -168,6 +175,7 @@ _EXPORTS = {
     "errors": (
         "AlreadyDecided",
         "ApprovalPending",
+        "CallsHeld",
         "Conflict",
         "CorruptData",
         "DatabaseUnavailable",
@@ -186,6 +194,7 @@ _EXPORTS = {
     "ledger": ("Execution", "Ledger", "idempotency_key"),
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),
     "notifications": ("EVENTS_CHANNEL", "EventListener", "EventNotice"),
+    "pauses": ("Pause",),
     "queueing": ("Claim", "NewRun"),
     "records": ("NewRecord", "Record", "Records"),
     "retention": ("delegated_scope",),

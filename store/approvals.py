@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from .engine import insert_new, reader, translate_errors
 from .errors import AlreadyDecided, NotFound
 from .events import LoggedEvent, NewEvent, append_events
 from .ledger import mark_retry
+from .pauses import REVIEW_LOG_LOCK, PendingCall, dump_json, dump_metadata, pending_rows
 from .runs import insert_run
 from .schema import ApprovalRow, ApprovalStatus, ReviewEventRow, ThreadRow, metadata, now_utc, status_is
 from .threads import touch_thread
@@ -40,37 +41,9 @@ __all__ = (
 
 _approvals = metadata.tables[ApprovalRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
-_REVIEW_LOG_LOCK = 0x6463_7276_6C67
-"""The advisory lock that orders the review log's ids by commit (`append_review_event`)."""
 _review_events = metadata.tables[ReviewEventRow.__tablename__]
 
 JsonObject = dict[str, object]
-
-
-@dataclass(frozen=True)
-class PendingCall:
-    """A tool call to hold for a decision."""
-
-    tool_call_id: str
-    tool_name: str
-    args: JsonObject
-    args_schema: JsonObject | None = None
-    """The JSON schema of the tool's arguments as the model saw it."""
-    outcome: Literal["unknown"] | None = None
-    """`unknown`: the call ran before and its process died before it finished; holding it again
-    replaces its earlier decision (kept in `Approval.previous`)."""
-    metadata: JsonObject | None = None
-    """What the tool or the deferral said about the call, for its reviewer (JSON values only)."""
-    agent: str | None = None
-    """The delegated agent that asked for the call."""
-    path: tuple[str, ...] | None = None
-    """The chain of agents down to `agent`, outermost first."""
-    reviewers: str = "user"
-    """Who may decide: `user` (the thread's user) or a role."""
-    expires_at: datetime | None = None
-    """The deadline the server enforces, if any."""
-    on_expiry: JsonObject | None = None
-    """What happens at `expires_at` (see `ApprovalRow.on_expiry`); `None` is a rejection."""
 
 
 @dataclass(frozen=True)
@@ -266,29 +239,7 @@ async def insert_pending(
     """
     if not calls:
         return
-    now = now_utc()
-    rows = [
-        {
-            "thread_id": thread_id,
-            "tool_call_id": call.tool_call_id,
-            "run_id": run_id,
-            "tool_name": call.tool_name,
-            "args": _dump(call.args),
-            "status": "pending",
-            # A microsecond apart, so listing by time keeps the order the model made the calls in.
-            "created_at": now + timedelta(microseconds=index),
-            "trace_id": trace_id,
-            "args_schema": None if call.args_schema is None else _dump(call.args_schema),
-            "outcome": call.outcome,
-            "call_metadata": _dump_metadata(call.metadata),
-            "agent": call.agent,
-            "path": None if call.path is None else json.dumps(list(call.path)).encode(),
-            "reviewers": call.reviewers,
-            "expires_at": call.expires_at,
-            "on_expiry": None if call.on_expiry is None else _dump(call.on_expiry),
-        }
-        for index, call in enumerate(calls)
-    ]
+    rows = pending_rows(thread_id, run_id, calls, trace_id=trace_id, now=now_utc())
     await connection.execute(insert_new(connection.dialect.name, _approvals), rows)
     for call in calls:
         if call.outcome == "unknown":
@@ -351,15 +302,8 @@ async def _get(connection: AsyncConnection, thread_id: str, tool_call_id: str) -
     return None if row is None else _approval(row)
 
 
-def _dump(value: JsonObject) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _dump_metadata(value: JsonObject | None) -> bytes | None:
-    """`value` as stored; `ValueError` for what JSON cannot hold (NaN, infinities), never stored unreadable."""
-    if value is None:
-        return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+_dump = dump_json
+_dump_metadata = dump_metadata
 
 
 def _approval(row: RowMapping) -> Approval:
@@ -435,7 +379,7 @@ async def append_review_event(connection: AsyncConnection, type: ReviewEventType
     if connection.dialect.name == "postgresql" and approval.reviewers != "user":
         # Without it a lower id could commit after a higher one a poller already read past. SQLite
         # has one writer at a time anyway.
-        await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _REVIEW_LOG_LOCK})
+        await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": REVIEW_LOG_LOCK})
     user_id = (
         await connection.execute(
             sa.select(_threads.c.user_id).where(_threads.c.thread_id == approval.thread_id)

@@ -17,8 +17,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .errors import LeaseLost, NotFound
+from .errors import CallsHeld, LeaseLost, NotFound
 from .event_rows import NOW, THREAD_ID, NewEvent, event_values
+from .pauses import Pause, pause_values
 from .records import NewRecord
 from .refusals import Refusal
 from .run import Run
@@ -73,6 +74,8 @@ class Checkpoint:
     error: str | None = None
     trace_id: str | None = None
     """The trace of the run's attempt, kept on its row (a run claimed as it was queued has none yet)."""
+    pause: Pause | None = None
+    """The calls the run's end holds for decisions, with their review log rows (`pauses.py`)."""
     now: datetime = field(default_factory=now_utc)
 
     def values(self, *, postgres: bool) -> dict[str, Any]:
@@ -94,6 +97,8 @@ class Checkpoint:
                 "r_kinds": [record.kind for record in self.records],
                 "r_datas": [json_bytes(record.data) for record in self.records],
             }
+            if self.pause is not None:
+                values |= pause_values(self.pause, values)
         return values
 
 
@@ -113,6 +118,10 @@ def raise_refusal(reason: Refusal, checkpoint: Checkpoint) -> None:
         case "no thread":
             # Deleted meanwhile: failing rolls back the conversation saved with this checkpoint.
             raise NotFound(f"no thread {run.thread_id!r}")
+        case "held":
+            raise CallsHeld(
+                f"a call run {run.run_id!r} pauses for is held already in thread {run.thread_id!r}"
+            )
         case _:
             pass  # a conflict: the caller's to raise
 

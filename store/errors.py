@@ -64,6 +64,12 @@ class RunChanged(Conflict):
     code = "run_changed"
 
 
+class CallsHeld(Conflict):
+    """A pause's checkpoint stored nothing: a call it holds has an approval in the thread already."""
+
+    code = "calls_held"
+
+
 class LeaseLost(StoreError):
     """This worker no longer holds the run's lease: another worker took the run over.
 

@@ -133,6 +133,8 @@ class Statements:
     """PostgreSQL: the record writes with a run's checkpoint in the same statement."""
     checkpoint_alone: Compiled
     """PostgreSQL: a run's checkpoint without a conversation."""
+    paused: Mapping[RecordWrite, Compiled]
+    """PostgreSQL: the record writes with a run's checkpoint that holds calls (`pauses.py`)."""
 
 
 @per_dialect
@@ -140,16 +142,21 @@ def statements(dialect: Dialect) -> Statements:
     """The load's and the save's statements for `dialect`."""
     writes: dict[RecordWrite, Compiled]
     checkpointed: dict[RecordWrite, Compiled]
+    paused: dict[RecordWrite, Compiled]
     if dialect.name == "postgresql":
         writes = {name: Compiled.of(pg.save_statement(s), dialect) for name, s in _RECORD_WRITES.items()}
         checkpointed = {
             name: Compiled.of(pg.save_statement(s, with_checkpoint=True), dialect)
             for name, s in _RECORD_WRITES.items()
         }
+        paused = {
+            name: Compiled.of(pg.save_statement(s, with_checkpoint=True, with_pause=True), dialect)
+            for name, s in _RECORD_WRITES.items()
+        }
         alone = Compiled.of(pg.checkpointed(None), dialect)
     else:
         writes = {name: Compiled.of(s, dialect) for name, s in _RECORD_WRITES.items()}
-        checkpointed, alone = writes, writes["update"]  # unused: SQLite runs them apart
+        checkpointed, paused, alone = writes, writes, writes["update"]  # unused: SQLite runs them apart
     return Statements(
         record=Compiled.of(_RECORD, dialect),
         history=Compiled.of(HISTORY, dialect),
@@ -157,6 +164,7 @@ def statements(dialect: Dialect) -> Statements:
         writes=writes,
         checkpointed=checkpointed,
         checkpoint_alone=alone,
+        paused=paused,
     )
 
 
@@ -283,7 +291,11 @@ async def write(
         "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
     )
     if target.dialect.name != "sqlite" and checkpoint is not None:
-        record = compiled.checkpointed[how] if values is not None else compiled.checkpoint_alone
+        if values is None:
+            assert checkpoint.pause is None, "a pause is stored with its conversation"
+            record = compiled.checkpoint_alone
+        else:
+            record = (compiled.checkpointed if checkpoint.pause is None else compiled.paused)[how]
     else:
         record = compiled.writes[how]
     bound: dict[str, Any] = {}

@@ -21,6 +21,7 @@ from ..compiled import COMMIT, Compiled, begun
 from ..event_rows import HELD, NOW, THREAD_ID
 from ..history_trips import HeadRead, RecordSave
 from ..notifications import EVENTS_CHANNEL
+from ..pauses import pause_ctes
 from ..queue_statements import (
     RUN_COLUMNS,
     QueueOutcome,
@@ -142,12 +143,13 @@ async def insert_events(
 
 
 def save_statement(
-    record_write: Any, *, with_checkpoint: bool = False
+    record_write: Any, *, with_checkpoint: bool = False, with_pause: bool = False
 ) -> sa.Select[int] | sa.Select[int, int]:
     """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
 
     The record's foreign key to its head is checked at the end of the statement, when the entries
-    it names are in. `with_checkpoint`: a run's checkpoint too (`checkpointed`).
+    it names are in. `with_checkpoint`: a run's checkpoint too (`checkpointed`); `with_pause`: and
+    the calls its end holds (`pauses.pause_ctes`).
     """
     written = record_write.returning(_conversations.c.conversation_id).cte("written")
     rows = (
@@ -168,7 +170,7 @@ def save_statement(
         ).where(sa.exists(sa.select(written.c.conversation_id))),
     )
     if with_checkpoint:
-        return checkpointed(written, inserted.cte("inserted"))
+        return checkpointed(written, inserted.cte("inserted"), pause=with_pause)
     return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
 
 
@@ -234,11 +236,12 @@ def _records_insert() -> sa.Insert:
     )
 
 
-def checkpointed(written: sa.CTE | None, *more: sa.CTE) -> sa.Select[int, int]:
+def checkpointed(written: sa.CTE | None, *more: sa.CTE, pause: bool = False) -> sa.Select[int, int]:
     """PostgreSQL: the checkpoint's writes as CTEs beside `written` (a conversation's write) and `more`.
 
     One statement, which refuses itself unless the conversation was written (when `written` is
     given), the run counted under its lease and the thread touched: nothing of it is stored then.
+    `pause`: the calls the run's end holds too, refused (`held`) unless every one is new.
     """
     counted = COUNT_RUN.returning(_runs.c.run_id).cte("counted")
     touched = TOUCH_THREAD.returning(_threads.c.thread_id).cte("touched")
@@ -254,6 +257,10 @@ def checkpointed(written: sa.CTE | None, *more: sa.CTE) -> sa.Select[int, int]:
     lease_lost: tuple[sa.ColumnElement[bool], Refusal] = (count(counted) != 1, "lease lost")
     no_thread: tuple[sa.ColumnElement[bool], Refusal] = (count(touched) != 1, "no thread")
     reasons += [no_run, lease_lost, no_thread]
+    if pause:
+        held, requested = pause_ctes()
+        reasons.append((count(held) != sa.bindparam("a_count", type_=sa.Integer()), "held"))
+        more = (*more, held, requested)
     statement = sa.select(refuse_unless(*reasons), count(notify_cte()))
     for cte in (*more, events_insert().cte("logged"), _records_insert().cte("kept")):
         statement = statement.add_cte(cte)

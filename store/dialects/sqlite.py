@@ -21,6 +21,7 @@ from ..checkpoints import COUNT_RUN, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoin
 from ..compiled import COMMIT, Compiled, first_then_second, per_dialect
 from ..event_rows import NOW, THREAD_ID, NewEvent
 from ..history_trips import HeadRead, RecordSave
+from ..pauses import pause_work
 from ..queue_statements import (
     RUN_COLUMNS,
     QueueOutcome,
@@ -296,6 +297,7 @@ def checkpoint_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
         for record in checkpoint.records
     ]
     events = event_rows(statements.insert_event, values, checkpoint.events)
+    pause = None if checkpoint.pause is None else pause_work(checkpoint.pause, values, dialect)
     count_run, run_exists, touch_thread = (
         (statement.sql, statement.parameters(values))
         for statement in (statements.count_run, statements.run_exists, statements.touch_thread)
@@ -316,7 +318,7 @@ def checkpoint_work(checkpoint: Checkpoint, dialect: Dialect) -> SqliteWork:
         if events:
             ran.append(statements.insert_event.sql)
             connection.executemany(statements.insert_event.sql, events)
-        return None
+        return None if pause is None else pause(connection, ran)
 
     return run
 
