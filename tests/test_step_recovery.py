@@ -7,18 +7,27 @@ approval); the transfer is exactly-once by the ledger.
 from __future__ import annotations
 
 import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from inline_snapshot import snapshot
+from pydantic_ai import Agent, RunContext, Tool
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent import decide, run_step
-from store import NewRun
+from agent import ChatApp, RunScope, RuntimeOptions, decide, open_runtime, run_step
+from agent.opening import EVENT_BLOCK
+from store import Claimed, Database, NewRun, Worker
 from stream import CollectingSink, StreamEvent
 
-from .core_app import CoreFactory, moved
+from .agent_chains import by_history
+from .core_app import CoreDeps, CoreFactory, moved
 from .scripted import Calls, Script
 from .step_app import CrashingSink, crash_then_recover, shapes
+from .test_delegation import returns
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +147,121 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_facto
     assert await run_step(restarted.runtime, run.run_id) == "awaiting_approval"
     assert shapes(await restarted.messages(thread)) == shapes(await reference.messages(clean))
     assert len(script.requests) == 2
+
+
+# -- taken over while a tool runs --------------------------------------------------------------------
+
+LAPSING = RuntimeOptions(worker=Worker(lease=timedelta(milliseconds=1)))
+"""A worker whose lease lapses at once (nothing renews it here): any other worker may take its run over."""
+
+
+async def _take_over(heir: Database, run_id: str) -> Claimed:
+    """`heir` claims `run_id` as a worker's sweep does, once its owner's lease lapsed."""
+    started = await eventually(lambda: heir.runs.start_reserving(run_id, events=EVENT_BLOCK))
+    return Claimed(*started)
+
+
+def _stopped_quietly(caplog: pytest.LogCaptureFixture, run_id: str) -> None:
+    """The stale attempt stopped as one taken over does, and logged nothing else worth a look."""
+    noted = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert noted == [("agent.step", f"run {run_id} was taken over by another worker; this attempt stops")]
+
+
+async def test_a_run_taken_over_while_its_tool_runs_stops_there_and_its_heir_continues(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The stale worker's `settle` finds its run taken over as it touches the ledger: its response
+    # calling `settle` waited for the tool's result, so the ledger stores it first, and that
+    # checkpoint is fenced off. It is no tool failure: the attempt stops there.
+    script = Script([Calls([("settle", {"order_id": "ORD-5678"})])] * 2 + ["Settled."])
+    taken: list[Claimed] = []
+
+    async def settle(ctx: RunContext[CoreDeps], order_id: str) -> dict[str, str]:
+        """Settle the order."""
+        if not taken:
+            taken.append(await _take_over(heir.db, ctx.deps.scope.run_id))
+
+        async def effect(connection: AsyncConnection) -> dict[str, str]:
+            return {"settled": order_id}
+
+        return await ctx.deps.scope.ledger.once(ctx, effect)
+
+    stale = await core_factory(script, tools=[Tool(settle)], options=LAPSING)
+    heir = await core_factory(script, tools=[Tool(settle)])
+    thread = await stale.thread()
+    run = (
+        await stale.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Settle it"))
+    ).run
+    seen = CollectingSink()
+    assert await run_step(stale.runtime, run.run_id, sink=seen) == "running"  # the heir's now
+    # Its client saw the call, and no result: nothing a worker that lost the run would make up.
+    assert [e.type for e in seen.events] == ["run_started", "user_message", "tool_call"]
+    assert len(script.requests) == 1
+    _stopped_quietly(caplog, run.run_id)
+    assert await stale.messages(thread) == []
+    [claimed] = taken
+    assert await run_step(heir.runtime, run.run_id, claimed=claimed) == "completed"
+    assert shapes(await heir.messages(thread)) == [
+        "request: user-prompt",
+        "response: tool-call(settle)",
+        "request: tool-return(settle)",
+        "response: text",
+    ]
+    assert returns(await heir.messages(thread)) == [("settle", {"settled": "ORD-5678"})]
+    assert [(e.type, e.outcome) for e in await heir.log(thread) if e.type == "tool_result"] == [
+        ("tool_result", "success")
+    ]
+
+
+async def test_a_run_taken_over_inside_a_delegated_run_stops_there_and_its_heir_continues(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The inner agent's tool runs while the run is taken over; the sub-run's checkpoint as its next
+    # request goes out is fenced off. Neither the sub-run nor its parent call fails: the attempt stops.
+    heirs: list[Database] = []
+    taken: list[Claimed] = []
+
+    def app() -> ChatApp[RunScope]:
+        inner = Agent(by_history("inner", [[("look", {})], "inner done"]), name="inner", deps_type=RunScope)
+        outer = Agent(
+            by_history("outer", [[("ask", {"task": "go"})], "outer done"]), name="outer", deps_type=RunScope
+        )
+
+        @inner.tool
+        async def look(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+            """Look around."""
+            if not taken:
+                taken.append(await _take_over(heirs[0], ctx.deps.run_id))
+            return "looked"
+
+        @outer.tool
+        async def ask(ctx: RunContext[RunScope], task: str) -> Any:  # pyright: ignore[reportUnusedFunction]
+            """Ask the inner agent."""
+            return await ctx.deps.delegate(ctx, inner, task, deps=ctx.deps)
+
+        return ChatApp(agent=outer, deps=lambda scope: scope)
+
+    async with (
+        open_runtime(app(), database_url, options=LAPSING) as stale,
+        open_runtime(app(), database_url) as heir,
+    ):
+        heirs.append(heir.db)
+        thread = await stale.db.threads.create(user_id="ada", title="t")
+        run = (
+            await stale.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Go"))
+        ).run
+        seen = CollectingSink()
+        assert await run_step(stale, run.run_id, sink=seen) == "running"
+        shown = [
+            (e.type, e.agent) for e in seen.events if e.type in ("tool_call", "tool_result", "run_finished")
+        ]
+        # The inner result is shown or not, as the event log's writer found the run taken before it
+        # or after; the parent call's is not, nor any end.
+        assert shown[:2] == [("tool_call", "outer"), ("tool_call", "inner")]
+        assert shown[2:] in ([], [("tool_result", "inner")])
+        _stopped_quietly(caplog, run.run_id)
+        [claimed] = taken
+        assert await run_step(heir, run.run_id, claimed=claimed) == "completed"
+        conversation = await heir.db.conversations.load(thread.thread_id)
+    assert conversation is not None
+    assert returns(conversation.messages) == [("ask", "inner done")]
