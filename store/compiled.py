@@ -208,7 +208,15 @@ async def begun(pooled: Any) -> None:
     """
     adapted = pooled.dbapi_connection
     if getattr(adapted, "_transaction", False) is None:
-        await adapted._start_transaction()
+        try:
+            await adapted._start_transaction()
+        except BaseException:
+            # Cancelled with its BEGIN on the way (a client gone, a shutdown): the server may have
+            # opened a transaction that neither the adapter nor asyncpg closes (asyncpg nests the
+            # next one in it as a savepoint), so a later unit of work on this connection, a requeue
+            # say, would never commit. Its state unknown, it never goes back to the pool.
+            pooled.invalidate()
+            raise
 
 
 async def checked_out(
