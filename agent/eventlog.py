@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from store import DatabaseUnavailable, EventLog, LeaseLost, LoggedEvent, NewEvent, Run
 from stream import (
+    RunFinished,
     Sink,
     StoredEvent,
     StreamEvent,
@@ -216,6 +217,11 @@ class EventLogSink:
         dropped = self.held
         del self._unstored[len(self._unstored) - dropped :]
         return dropped
+
+    def drop_end(self) -> None:
+        """Forget a `run_finished` not stored yet: the run goes back to the queue without the end
+        it announced (its storing was cancelled), and its next attempt announces its own."""
+        self._unstored = [item for item in self._unstored if not isinstance(item.event, RunFinished)]
 
     async def take_pending(self, *, results: bool = True) -> list[StoredEvent]:
         """Hand over the events not stored yet, for the caller to store in its own transaction;

@@ -161,13 +161,13 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
     try:
         return await step.drive()
     except _Stopped:
-        await _requeue(runtime, run, out)
+        await _requeue(runtime, run, out, step.log)
         return "queued"
     except LeaseLost:
         return await _lost(runtime, run)
     except asyncio.CancelledError:
         # A cancelled task: keep the run for a later continuation, whatever happens here.
-        await asyncio.shield(_requeue(runtime, run, out))
+        await asyncio.shield(_requeue(runtime, run, out, step.log))
         raise
     except DatabaseUnavailable:
         # Not the run's fault (a database restart, say): it is not failed but left to be driven
@@ -175,7 +175,7 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         # putting it back in the queue may well fail here; the caller retries that too.
         logger.warning("run %s of thread %s lost its database; it will continue", run.run_id, run.thread_id)
         with contextlib.suppress(DatabaseUnavailable):
-            await _requeue(runtime, run, out)
+            await _requeue(runtime, run, out, step.log)
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
@@ -203,10 +203,12 @@ async def _lost(runtime: Runtime, run: Run) -> RunStatus:
     return (await runtime.db.runs.get(run.run_id)).status
 
 
-async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
+async def _requeue(runtime: Runtime, run: Run, out: Sink, log: EventLogSink) -> None:
     if await runtime.db.leases.taken_over([run.run_id]):
         # Another worker took the run over, or a user cancelled it: its events are not this attempt's to store.
         return
+    # An end whose storing was cancelled did not happen: its `run_finished` is not stored.
+    log.drop_end()
     try:
         await out.flush()
     except LeaseLost:

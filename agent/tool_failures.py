@@ -16,7 +16,9 @@ is a capability that turns both into `ToolFailed`:
   ends the run rather than waiting.
 
 `ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
-from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely.
+from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely. So does
+`store.LeaseLost` from a checkpoint a tool caused (the ledger's, a delegated run's): the run was
+taken over or cancelled, and the step stops there, as on any other write it loses (`agent.step`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecute
 from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded, UserError
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
+
+from store import LeaseLost
 
 __all__ = ("ToolFailures",)
 
@@ -117,8 +121,10 @@ class ToolFailures(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         error: Exception,
     ) -> Any:
-        if isinstance(error, UsageLimitExceeded):
-            raise error  # a sub-agent spent the turn's budget: the run ends politely (see agent.step)
+        if isinstance(error, UsageLimitExceeded | LeaseLost):
+            # A sub-agent spent the turn's budget: the run ends politely; or another worker (or a
+            # cancel) took the run: this attempt stops, storing nothing more (see agent.step).
+            raise error
         if isinstance(error, UserError) and "DeferredToolRequests" in str(error):
             # An agent run inside the tool with a plain `agent.run` met a call needing approval.
             logger.error(

@@ -211,13 +211,20 @@ async def begun(pooled: Any) -> None:
     adapted = pooled.dbapi_connection
     if getattr(adapted, "_transaction", False) is None:
         # A cancellation must not cut BEGIN short: the adapter would not know the transaction the
-        # server opened, nor roll it back, and the pool would hand out a connection inside it, whose
-        # next writes never commit. The BEGIN finishes, then the cancellation goes on.
+        # server opened, nor roll it back, and the pool would hand out a connection inside it (asyncpg
+        # nests the next one in it as a savepoint), whose next writes never commit. The BEGIN
+        # finishes, then the cancellation goes on; a BEGIN that did not finish leaves the
+        # connection's state unknown, and it never goes back to the pool.
         starting = asyncio.ensure_future(adapted._start_transaction())
         try:
             await asyncio.shield(starting)
-        except asyncio.CancelledError:
-            await asyncio.wait([starting])
+        except BaseException:
+            try:
+                if not starting.done():
+                    await asyncio.wait([starting])
+            finally:
+                if not starting.done() or starting.cancelled() or starting.exception() is not None:
+                    pooled.invalidate()
             raise
 
 

@@ -2,7 +2,9 @@
 
 Entries are shared along a family (a fork starts from its parent's entries), so deleting a
 conversation releases only the entries on its histories (its head and its branches' tips) that
-no other record of the family still reaches (see `store.conversations`' module docstring).
+no other record of the family still reaches (see `store.conversations`' module docstring). The
+instructions those entries named go with them when nothing else names them and no writer may
+still be about to (`store.instructions.release_erased`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import codec
+from .instructions import release_erased
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
 
 __all__ = ("erase_conversation",)
@@ -66,7 +69,11 @@ async def _release_entries(connection: AsyncConnection, tips: list[str], family_
         kept = _reachable("kept", "kept_tips")
         released = released.except_(sa.select(kept.c.entry_id))
         parameters["kept_tips"] = kept_tips
-    await connection.execute(_entries.delete().where(_entries.c.entry_id.in_(released)), parameters)
+    erased = await connection.execute(
+        _entries.delete().where(_entries.c.entry_id.in_(released)).returning(_entries.c.instructions_id),
+        parameters,
+    )
+    await release_erased(connection, {digest for (digest,) in erased if digest is not None})
 
 
 def _reachable(name: str, tips: str) -> sa.CTE:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import timedelta
 
 import pydantic_core
@@ -26,6 +26,7 @@ __all__ = (
     "encoded",
     "inflate",
     "named",
+    "release_erased",
     "release_unused",
     "tail",
 )
@@ -43,6 +44,9 @@ CLAIM_FOR = timedelta(hours=1)
 """How long a writer trusts the instructions it claimed to stay stored, before claiming them again."""
 KEEP_UNUSED = timedelta(days=1)
 """How long after its last claim a purge keeps an unused text: longer than any claim is trusted."""
+KEEP_CLAIMED = 2 * CLAIM_FOR
+"""How long after its last claim an erasure keeps a text it leaves unused: a writer may still trust
+its claim (for `CLAIM_FOR`, with room for the skew of its clock) and write a message naming it."""
 
 
 def digest_of(text: bytes) -> str:
@@ -125,6 +129,27 @@ class Instructions:
             rows = (await connection.execute(query)).all()
         for digest, text in rows:
             self.remember(digest, text)
+
+
+async def release_erased(connection: AsyncConnection, digests: Collection[str]) -> None:
+    """Delete the texts of `digests` (those of erased entries) that no entry names any more and no
+    writer claimed for `KEEP_CLAIMED`, in the caller's transaction.
+
+    Race-safe without locks: a writer names a text only under a claim it committed before, within
+    `CLAIM_FOR`; such a text is kept. A claim racing this delete either committed first (the row's
+    new `used_at` keeps it, on PostgreSQL through the row's recheck) or waits for it and stores the
+    text again.
+    """
+    if not digests:
+        return
+    named_by_entry = sa.exists().where(_entries.c.instructions_id == _instructions.c.instructions_id)
+    await connection.execute(
+        _instructions.delete().where(
+            _instructions.c.instructions_id.in_(sorted(digests)),
+            _instructions.c.used_at < now_utc() - KEEP_CLAIMED,
+            ~named_by_entry,
+        )
+    )
 
 
 async def release_unused(connection: AsyncConnection) -> int:

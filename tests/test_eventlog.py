@@ -193,10 +193,14 @@ async def test_a_checkpoint_takes_the_queued_events_after_the_write_in_flight(
     run, first_id = await _running(db)
     log, published = _logged(db)
     sink = _sink(log, published, run, first_id, interval=0)  # a transaction as soon as there is an event
+    log.gate = asyncio.Event()  # the writer's transaction stays in flight until it opens
     await sink.emit(_delta(run, 0))
-    await asyncio.sleep(0)  # the writer starts its transaction
+    with anyio.fail_after(20):
+        await log.held.wait()  # the writer's transaction is in flight
     await sink.emit(_delta(run, 1))
-    pending = await sink.take_pending()
+    taking = asyncio.create_task(sink.take_pending())  # runs before the writer wakes: it waits for it
+    log.gate.set()
+    pending = await taking
     # The write in flight committed and was published first; the checkpoint holds the rest.
     assert [stored.event_id for stored in published.events] == [first_id]
     assert [stored.event_id for stored in pending] == [first_id + 1]

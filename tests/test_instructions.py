@@ -12,7 +12,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 
 from store import CorruptData, SqlConversationStore, codec
-from store.instructions import KEEP_UNUSED, release_unused
+from store.instructions import KEEP_CLAIMED, KEEP_UNUSED, release_unused
 from store.schema import InstructionsRow, metadata, now_utc
 
 from .conftest import MigratedDatabases
@@ -139,3 +139,39 @@ async def test_releasing_keeps_the_named_and_the_lately_claimed(stores: Any) -> 
     kept = await (await stores()).load("kept")
     assert kept is not None
     assert _dump(kept.messages) == _dump(one)
+
+
+async def test_erasing_a_conversation_deletes_its_texts_that_nothing_else_names_nor_may_name(
+    stores: Any,
+) -> None:
+    store = await stores()
+    await store.save(Conversation(conversation_id="kept", messages=[_request("one")]))
+    gone = [
+        _request("two"),
+        reply("ok"),
+        _request("three", "Ada's own."),
+        reply("ok"),
+        _request("4", "Lately."),
+    ]
+    await store.save(Conversation(conversation_id="gone", messages=gone))
+    lately = codec.encode_entry(_request("", "Lately."))[1]
+    async with store.engine.begin() as connection:
+        # Claimed long ago, but "Lately.", which a writer claimed within a claim's trust.
+        await connection.execute(
+            _texts.update()
+            .where(_texts.c.instructions_id != lately)
+            .values(used_at=now_utc() - KEEP_CLAIMED - timedelta(minutes=1))
+        )
+    await store.delete("gone")
+    _, texts = await _stored(store)
+    # "Ada's own." went with the conversation; the prompt "kept" names too stays, and so does the
+    # text a writer may still name under its claim.
+    assert sorted(bytes(row[1]) for row in texts) == sorted(
+        [codec.encode_entry(_request(""))[2], b'"Lately."']
+    )
+    # That writer, trusting its claim, names it again in another conversation: it is there to load.
+    five = [_request("five", "Lately.")]
+    await store.save(Conversation(conversation_id="again", messages=five))
+    again = await (await stores()).load("again")
+    assert again is not None
+    assert _dump(again.messages) == _dump(five)

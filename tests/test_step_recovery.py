@@ -7,18 +7,28 @@ approval); the transfer is exactly-once by the ledger.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from inline_snapshot import snapshot
+from pydantic_ai import Agent, RunContext, Tool
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent import decide, run_step
-from store import NewRun
+from agent import ChatApp, RunScope, RuntimeOptions, decide, open_runtime, run_step
+from agent.opening import EVENT_BLOCK
+from store import Claimed, Database, NewRun, Run, Thread, Worker
 from stream import CollectingSink, StreamEvent
 
-from .core_app import CoreFactory, moved
-from .scripted import Calls, Script
-from .step_app import CrashingSink, crash_then_recover, shapes
+from .agent_chains import by_history
+from .core_app import CoreDeps, CoreFactory, moved
+from .scripted import Calls, Script, Step
+from .step_app import App, CrashingSink, crash_then_recover, shapes
+from .test_delegation import returns
+from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +148,244 @@ async def test_a_stopping_runtime_parks_runs_at_their_next_checkpoint(core_facto
     assert await run_step(restarted.runtime, run.run_id) == "awaiting_approval"
     assert shapes(await restarted.messages(thread)) == shapes(await reference.messages(clean))
     assert len(script.requests) == 2
+
+
+# -- taken over while a tool runs --------------------------------------------------------------------
+
+LAPSING = RuntimeOptions(worker=Worker(lease=timedelta(milliseconds=1)))
+"""A worker whose lease lapses at once (nothing renews it here): any other worker may take its run over."""
+
+
+async def _take_over(heir: Database, run_id: str) -> Claimed:
+    """`heir` claims `run_id` as a worker's sweep does, once its owner's lease lapsed."""
+    started = await eventually(lambda: heir.runs.start_reserving(run_id, events=EVENT_BLOCK))
+    return Claimed(*started)
+
+
+def _stopped_quietly(caplog: pytest.LogCaptureFixture, run_id: str) -> None:
+    """The stale attempt stopped as one taken over does, and logged nothing else worth a look."""
+    noted = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert noted == [("agent.step", f"run {run_id} was taken over by another worker; this attempt stops")]
+
+
+async def test_a_run_taken_over_while_its_tool_runs_stops_there_and_its_heir_continues(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The stale worker's `settle` finds its run taken over as it touches the ledger: its response
+    # calling `settle` waited for the tool's result, so the ledger stores it first, and that
+    # checkpoint is fenced off. It is no tool failure: the attempt stops there.
+    script = Script([Calls([("settle", {"order_id": "ORD-5678"})])] * 2 + ["Settled."])
+    taken: list[Claimed] = []
+
+    async def settle(ctx: RunContext[CoreDeps], order_id: str) -> dict[str, str]:
+        """Settle the order."""
+        if not taken:
+            taken.append(await _take_over(heir.db, ctx.deps.scope.run_id))
+
+        async def effect(connection: AsyncConnection) -> dict[str, str]:
+            return {"settled": order_id}
+
+        return await ctx.deps.scope.ledger.once(ctx, effect)
+
+    stale = await core_factory(script, tools=[Tool(settle)], options=LAPSING)
+    heir = await core_factory(script, tools=[Tool(settle)])
+    thread = await stale.thread()
+    run = (
+        await stale.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Settle it"))
+    ).run
+    seen = CollectingSink()
+    assert await run_step(stale.runtime, run.run_id, sink=seen) == "running"  # the heir's now
+    # Its client saw the call, and no result: nothing a worker that lost the run would make up.
+    assert [e.type for e in seen.events] == ["run_started", "user_message", "tool_call"]
+    assert len(script.requests) == 1
+    _stopped_quietly(caplog, run.run_id)
+    assert await stale.messages(thread) == []
+    [claimed] = taken
+    assert await run_step(heir.runtime, run.run_id, claimed=claimed) == "completed"
+    assert shapes(await heir.messages(thread)) == [
+        "request: user-prompt",
+        "response: tool-call(settle)",
+        "request: tool-return(settle)",
+        "response: text",
+    ]
+    assert returns(await heir.messages(thread)) == [("settle", {"settled": "ORD-5678"})]
+    assert [(e.type, e.outcome) for e in await heir.log(thread) if e.type == "tool_result"] == [
+        ("tool_result", "success")
+    ]
+
+
+async def test_a_run_taken_over_inside_a_delegated_run_stops_there_and_its_heir_continues(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The inner agent's tool runs while the run is taken over; the sub-run's checkpoint as its next
+    # request goes out is fenced off. Neither the sub-run nor its parent call fails: the attempt stops.
+    heirs: list[Database] = []
+    taken: list[Claimed] = []
+
+    def app() -> ChatApp[RunScope]:
+        inner = Agent(by_history("inner", [[("look", {})], "inner done"]), name="inner", deps_type=RunScope)
+        outer = Agent(
+            by_history("outer", [[("ask", {"task": "go"})], "outer done"]), name="outer", deps_type=RunScope
+        )
+
+        @inner.tool
+        async def look(ctx: RunContext[RunScope]) -> str:  # pyright: ignore[reportUnusedFunction]
+            """Look around."""
+            if not taken:
+                taken.append(await _take_over(heirs[0], ctx.deps.run_id))
+            return "looked"
+
+        @outer.tool
+        async def ask(ctx: RunContext[RunScope], task: str) -> Any:  # pyright: ignore[reportUnusedFunction]
+            """Ask the inner agent."""
+            return await ctx.deps.delegate(ctx, inner, task, deps=ctx.deps)
+
+        return ChatApp(agent=outer, deps=lambda scope: scope)
+
+    async with (
+        open_runtime(app(), database_url, options=LAPSING) as stale,
+        open_runtime(app(), database_url) as heir,
+    ):
+        heirs.append(heir.db)
+        thread = await stale.db.threads.create(user_id="ada", title="t")
+        run = (
+            await stale.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Go"))
+        ).run
+        seen = CollectingSink()
+        assert await run_step(stale, run.run_id, sink=seen) == "running"
+        shown = [
+            (e.type, e.agent) for e in seen.events if e.type in ("tool_call", "tool_result", "run_finished")
+        ]
+        # The inner result is shown or not, as the event log's writer found the run taken before it
+        # or after; the parent call's is not, nor any end.
+        assert shown[:2] == [("tool_call", "outer"), ("tool_call", "inner")]
+        assert shown[2:] in ([], [("tool_result", "inner")])
+        _stopped_quietly(caplog, run.run_id)
+        [claimed] = taken
+        assert await run_step(heir, run.run_id, claimed=claimed) == "completed"
+        conversation = await heir.db.conversations.load(thread.thread_id)
+    assert conversation is not None
+    assert returns(conversation.messages) == [("ask", "inner done")]
+
+
+# -- cancelled while its end is stored ---------------------------------------------------------------
+
+
+async def _waiting_on_a_lock(db: Database, table: str) -> bool | None:
+    """Whether a statement writing `table` waits for a row lock on PostgreSQL (`None`: not yet)."""
+    async with db.engine.connect() as connection:
+        waiting = (
+            await connection.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE :table"
+                ),
+                {"table": f"%{table}%"},
+            )
+        ).scalar_one()
+    return True if waiting else None
+
+
+async def _gone(waiting: Awaitable[bool | None]) -> bool | None:
+    return None if await waiting else True
+
+
+ENDS: dict[str, Step] = {
+    "completed": "Your balance is fine.",
+    "awaiting_approval": Calls([("transfer", {"to": "bob", "amount": 25.5})]),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("end", ["completed", "awaiting_approval"])
+async def test_a_run_cancelled_while_its_end_is_stored_is_ended_or_continues_exactly(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture, end: str
+) -> None:
+    # A client leaving (or a shutdown) cancels the step while the end's statement waits in the
+    # database (held here by a lock on the thread's row, which the end touches): a completion's one
+    # statement, a pause's transaction (its approvals beside the checkpoint).
+    reference, clean, app, thread, run = await _asked(core_factory, end)
+    if app.db.engine.dialect.name != "postgresql":
+        pytest.skip("a lock held from another connection stalls SQLite's writes on the loop's thread")
+    async with app.db.engine.connect() as blocker:
+
+        class HoldTheEnd(CollectingSink):
+            async def emit(self, event: StreamEvent) -> None:
+                await super().emit(event)
+                if event.type == "run_finished":  # emitted just before the end is stored
+                    await blocker.execute(
+                        sa.text("SELECT 1 FROM threads WHERE thread_id = :t FOR UPDATE"),
+                        {"t": thread.thread_id},
+                    )
+
+        task = asyncio.create_task(run_step(app.runtime, run.run_id, sink=HoldTheEnd()))
+        await eventually(lambda: _waiting_on_a_lock(app.db, "conversation_records"))
+        task.cancel()
+        # The cancel reaches the database: the statement stops waiting before the lock is let go.
+        await eventually(lambda: _gone(_waiting_on_a_lock(app.db, "conversation_records")))
+        await blocker.rollback()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Not stored: the run went back to the queue at its last checkpoint, and continues exactly.
+    assert (await app.db.runs.get(run.run_id)).status == "queued"
+    await _continues_as_if_never_cancelled(app, reference, run.run_id, thread, clean, end, caplog)
+
+
+@pytest.mark.parametrize("end", ["completed", "awaiting_approval"])
+async def test_a_run_cancelled_as_its_end_is_being_stored_is_ended_or_continues_exactly(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture, end: str
+) -> None:
+    # The cancel comes as the end's storing begins (the sink has the end's event, stored with it):
+    # it lands at the storing's first await, on SQLite as on PostgreSQL.
+    reference, clean, app, thread, run = await _asked(core_factory, end)
+
+    class CancelTheEnd(CollectingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "run_finished":
+                task.cancel()
+
+    task = asyncio.create_task(run_step(app.runtime, run.run_id, sink=CancelTheEnd()))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await app.db.runs.get(run.run_id)).status in ("queued", end)
+    await _continues_as_if_never_cancelled(app, reference, run.run_id, thread, clean, end, caplog)
+
+
+async def _asked(core_factory: CoreFactory, end: str) -> tuple[App, Thread, App, Thread, Run]:
+    """A reference run that ended `end` undisturbed, and the same question queued on a fresh app."""
+
+    def script() -> Script:
+        return Script([Calls([("lookup", {"key": "balance"})]), ENDS[end]], then=ENDS[end])
+
+    reference = await core_factory(script())
+    clean = await reference.thread()
+    await reference.send(clean, "How is my balance?")
+    app = await core_factory(script())
+    thread = await app.thread()
+    new = NewRun(thread_id=thread.thread_id, kind="message", content="How is my balance?")
+    return reference, clean, app, thread, (await app.db.runs.queue(new)).run
+
+
+async def _continues_as_if_never_cancelled(
+    app: App,
+    reference: App,
+    run_id: str,
+    thread: Thread,
+    clean: Thread,
+    end: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Driven again if queued, the run ends as `reference`'s did, its conversation and events alike,
+    with nothing logged at WARNING or above."""
+    if (await app.db.runs.get(run_id)).status == "queued":
+        assert await run_step(app.runtime, run_id) == end
+    assert (await app.db.runs.get(run_id)).status == end
+    assert shapes(await app.messages(thread)) == shapes(await reference.messages(clean))
+    # One end, the last event, and the lookup's result shown once (text streamed before the cancel
+    # stays shown, and the answer the model gives again follows it in parts of its own).
+    kinds = [e.type for e in await app.log(thread)]
+    assert (kinds.count("run_finished"), kinds[-1], kinds.count("tool_result")) == (1, "run_finished", 1)
+    assert [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info
+    ] == []
