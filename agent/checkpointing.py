@@ -12,6 +12,7 @@ The design note is "A run, node by node" in `docs/agent.md`.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -57,6 +58,11 @@ def answers_last_response(node: object) -> bool:
         return False
     response: ModelResponse = node.model_response  # pyright: ignore[reportUnknownMemberType]
     return not response.tool_calls
+
+
+def _changed(messages: list[ModelMessage], stored: list[ModelMessage]) -> bool:
+    """Whether `messages` differ from `stored` in length or in any message's identity (walked in C)."""
+    return len(messages) != len(stored) or not all(map(operator.is_, messages, stored))
 
 
 def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str] | None = None) -> bool:
@@ -212,10 +218,7 @@ class RunCheckpoints:
         stored = self.conversation.messages
         self.guard.scrub(messages[len(stored) :])
         records = self.records.drain() if results else []  # a record is stored with its call's result
-        changed = len(messages) != len(stored) or any(
-            a is not b for a, b in zip(messages, stored, strict=True)
-        )
-        if not changed and not records and finish is None:
+        if not records and finish is None and not _changed(messages, stored):
             return
         run, conversation = self.run, self.conversation
         # Events not stored yet go out in the checkpoint's own transaction.

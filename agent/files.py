@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -185,34 +186,31 @@ class FileResolver:
         self._files = files
         self._known = {stored.file_id: stored for stored in known}
         self._resolved: dict[str, UserContent] = {}
-        # Messages found to hold no reference, by identity (held, so no id is reused): a run's later
-        # requests resend the same history, which is then not scanned again.
-        self._plain: dict[int, ModelMessage] = {}
+        # The last request's messages when none held a reference: a run's later requests resend
+        # them (the same objects), and only what follows them is looked at again.
+        self._plain: list[ModelMessage] = []
 
     async def resolve(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """`messages` with every reference resolved; the same list when none holds one."""
         plain = self._plain
-        for message in messages:
-            if id(message) not in plain and self._refers(message):
-                break
-        else:
+        known = len(plain)
+        if known > len(messages) or not all(map(operator.is_, messages[:known], plain)):  # walked in C
+            known = 0
+        referring = _referring(messages[known:])
+        if not referring:
+            self._plain = list(messages)
             return messages
-        await self._load(attachments_in([m for m in messages if id(m) not in plain]))
+        self._plain = []
+        await self._load(attachments_in([m for m in messages if id(m) in referring]))
         resolved: list[ModelMessage] = []
         for message in messages:
-            if isinstance(message, ModelRequest) and id(message) not in plain and _refers(message):
+            if id(message) in referring:
                 parts = [
                     self._part(part) if isinstance(part, UserPromptPart) else part for part in message.parts
                 ]
                 message = replace(message, parts=parts)
             resolved.append(message)
         return resolved
-
-    def _refers(self, message: ModelMessage) -> bool:
-        if _refers(message):
-            return True
-        self._plain[id(message)] = message
-        return False
 
     def _part(self, part: UserPromptPart) -> UserPromptPart:
         if isinstance(part.content, str):
@@ -254,12 +252,18 @@ def _content(stored: StoredFile, data: bytes) -> UserContent:
     return f"[file: {stored.name}]\n{data.decode('utf-8', errors='replace')}"
 
 
-def _refers(message: ModelMessage) -> bool:
-    if not isinstance(message, ModelRequest):
-        return False
-    return any(
-        isinstance(part, UserPromptPart)
+def _referring(messages: list[ModelMessage]) -> set[int]:
+    """The identities of the requests of `messages` holding a file reference.
+
+    One comprehension over every part, no call per message: each model request resends the whole
+    history, and only a prompt of several items (text and files) can hold a reference.
+    """
+    return {
+        id(message)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
         and not isinstance(part.content, str)
         and any(attachment_of(item) is not None for item in part.content)
-        for part in message.parts
-    )
+    }

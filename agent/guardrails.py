@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import functools
 import inspect
+import operator
 import re
 import unicodedata
 from collections.abc import Awaitable, Sequence
@@ -356,8 +357,15 @@ def blocked_turn(prompt: str, guardrail: Guardrail, *, run_id: str) -> list[Mode
 
 
 def without_blocked_turns(messages: list[ModelMessage]) -> list[ModelMessage]:
-    """`messages` without the blocked turns: each guardrail reply and the request it answered."""
-    kept: list[ModelMessage] = []
+    """`messages` without the blocked turns: each guardrail reply and the request it answered (the
+    same list when there is none)."""
+    if not _any_blocked(messages):
+        return messages
+    return _kept_after([], messages)
+
+
+def _kept_after(kept: list[ModelMessage], messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """`kept` (what was kept of the messages before `messages`), then what is kept of `messages`."""
     for message in messages:
         if isinstance(message, ModelResponse) and message.metadata and BLOCKED_BY in message.metadata:
             if kept and isinstance(kept[-1], ModelRequest):
@@ -367,13 +375,31 @@ def without_blocked_turns(messages: list[ModelMessage]) -> list[ModelMessage]:
     return kept
 
 
+def _any_blocked(messages: Sequence[ModelMessage]) -> bool:
+    # A comprehension, no call per message: every model request resends the whole history.
+    return bool(
+        [
+            message
+            for message in messages
+            if isinstance(message, ModelResponse) and message.metadata and BLOCKED_BY in message.metadata
+        ]
+    )
+
+
 @dataclass
 class HideBlockedTurns(AbstractCapability[Any]):
     """Keeps blocked turns out of what the model reads, while the conversation keeps them for the user.
 
     An injection attempt the input guardrails stopped would otherwise reach the model on the next
     turn, as history. Only the request sent changes (`before_model_request`), not the stored history.
+    A run's later requests resend the history its first one sent: only the messages after the ones
+    seen before (the same objects) are looked at again, so a run's hooks have one of their own.
     """
+
+    _seen: list[ModelMessage] = field(default_factory=list[ModelMessage], repr=False)
+    """The messages of the last request."""
+    _kept: list[ModelMessage] | None = field(default=None, repr=False)
+    """What was kept of them; `None`: all of them (no blocked turn)."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -382,8 +408,22 @@ class HideBlockedTurns(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        request_context.messages = without_blocked_turns(request_context.messages)
+        request_context.messages = self.without_blocked_turns(request_context.messages)
         return request_context
+
+    def without_blocked_turns(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        """`without_blocked_turns(messages)`, looking only at the messages after those seen before."""
+        seen, kept = self._seen, self._kept
+        known = len(seen)
+        if known > len(messages) or not all(map(operator.is_, messages[:known], seen)):  # walked in C
+            known, kept = 0, None
+        rest = messages[known:]
+        self._seen = list(messages)
+        if kept is None and not _any_blocked(rest):
+            self._kept = None
+            return messages
+        self._kept = _kept_after(list(messages[:known]) if kept is None else list(kept), rest)
+        return list(self._kept)
 
 
 HIDE_BLOCKED_TURNS = HideBlockedTurns()

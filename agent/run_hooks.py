@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -28,7 +28,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from .arguments import ToolSchemas
 from .files import FileResolver
-from .guardrails import HIDE_BLOCKED_TURNS
+from .guardrails import HideBlockedTurns
 from .retries import ModelRetries
 from .tool_failures import ToolFailures
 
@@ -50,6 +50,8 @@ class RunHooks(AbstractCapability[Any]):
     """Resolves the thread's file references in each request (`agent.files`); the history keeps them."""
     tool_running: Callable[[], AbstractAsyncContextManager[None]] | None = None
     """Entered around each tool's execution (the step stores a slow tool's call while it runs)."""
+    blocked: HideBlockedTurns = field(default_factory=HideBlockedTurns)
+    """The run's own: it remembers the history its requests sent."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -58,7 +60,7 @@ class RunHooks(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        request_context = await HIDE_BLOCKED_TURNS.before_model_request(ctx, request_context)
+        request_context = await self.blocked.before_model_request(ctx, request_context)
         if self.files is not None:
             request_context.messages = await self.files.resolve(request_context.messages)
         return request_context

@@ -9,6 +9,7 @@ accepts, the second accepts too, the same.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from web.ai_sdk.endpoints import ChatBody
-from web.bodies import ApproveBody, MessageBody, RenameBody
+from web.bodies import ApproveBody, MessageBody, RenameBody, maybe_not_finite
 
 TEXT = st.text(max_size=8) | st.sampled_from(["", "x", "\x00", "\u2028", "\ufeff", "user", "text"])
 JSON = st.recursive(
@@ -101,3 +102,21 @@ def test_the_ai_sdk_body_is_read_alike_both_ways(value: object, ensure_ascii: bo
 def test_the_native_bodies_are_read_alike_both_ways(value: object, ensure_ascii: bool) -> None:
     for model in (MessageBody, RenameBody, ApproveBody):
         agree(model, value, ensure_ascii)
+
+
+_NOT_FINITE = re.compile(rb"NaN|Infinity|\d[eE]|\d{300}")
+"""What `maybe_not_finite` finds, as a regular expression (slow: tried at every byte)."""
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [b"NaN", b"Infinity", b"Na", b"Inf", b"e", b"E", b"0", b"7", b"9" * 299, b" ", b"\\u"]
+        )
+        | st.binary(max_size=6),
+        max_size=12,
+    )
+)
+def test_a_body_goes_the_slow_way_when_the_regular_expression_says_so(pieces: list[bytes]) -> None:
+    raw = b"".join(pieces)
+    assert maybe_not_finite(raw) == (_NOT_FINITE.search(raw) is not None)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from inline_snapshot import snapshot
-from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from agent import (
     GuardrailContext,
@@ -22,7 +22,7 @@ from agent import (
     default_guardrails,
     injection_guardrail,
 )
-from agent.guardrails import RATE_REPLY, leak_guardrail
+from agent.guardrails import BLOCKED_BY, RATE_REPLY, HideBlockedTurns, leak_guardrail, without_blocked_turns
 from store import RunStatus, Thread
 from stream import CollectingSink, TextDelta, transcript
 from worker import Runner
@@ -306,3 +306,55 @@ async def test_a_message_queued_by_the_runner_is_counted_in_its_own_transaction(
     ]
     assert len(script.requests) == 3
     assert RATE_REPLY in str(await app.messages(first))
+
+
+# -- blocked turns hidden from the model, request after request -------------------------------------
+
+
+class _Counted(ModelResponse):
+    """A response that counts how often its `metadata` is read (class-wide)."""
+
+    reads = 0
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "metadata":
+            _Counted.reads += 1
+        return super().__getattribute__(name)
+
+
+def _history(turns: int, blocked: set[int] = frozenset()) -> list[ModelMessage]:
+    messages: list[ModelMessage] = []
+    for turn in range(turns):
+        metadata = {BLOCKED_BY: "rate"} if turn in blocked else {"agent": "core"}
+        messages += [
+            ModelRequest(parts=[UserPromptPart(f"question {turn}")]),
+            _Counted(parts=[TextPart(f"answer {turn}")], metadata=metadata),
+        ]
+    return messages
+
+
+def test_a_runs_later_request_looks_only_at_the_messages_its_earlier_one_did_not_send() -> None:
+    hide = HideBlockedTurns()
+    history = _history(500)
+    _Counted.reads = 0
+    assert hide.without_blocked_turns(history) is history
+    assert _Counted.reads >= 500
+    _Counted.reads = 0
+    later = [*history, *_history(1)]
+    assert hide.without_blocked_turns(later) is later
+    assert _Counted.reads <= 2
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.sets(st.integers(0, 5)), st.booleans()), min_size=1, max_size=4)
+)
+def test_request_after_request_it_hides_what_the_function_hides(
+    requests: list[tuple[int, set[int], bool]],
+) -> None:
+    hide, history = HideBlockedTurns(), list[ModelMessage]()
+    for turns, blocked, asking in requests:
+        # A later request extends the earlier one's history (which may end with a request the
+        # next message's blocked reply answers), or is another history altogether.
+        added = [*_history(turns, blocked), *([ModelRequest(parts=[UserPromptPart("?")])] if asking else [])]
+        history = [*history, *added] if turns % 2 else added
+        assert hide.without_blocked_turns(history) == without_blocked_turns(history)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -38,7 +37,21 @@ __all__ = (
 
 Body = TypeVar("Body", bound=BaseModel)
 
-_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|\d[eE]|\d{300}")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 300
+
+
+def maybe_not_finite(raw: bytes) -> bool:
+    """Whether `raw` may hold a number pydantic's JSON parser reads as infinity: `NaN`, `Infinity`, a
+    digit before an exponent, or 300 digits in a row (as `NaN|Infinity|\\d[eE]|\\d{300}` finds).
+
+    Byte searches in C, every digit made a `0` first: the AI SDK resends the whole conversation each
+    turn, and that regular expression, tried at every byte, cost more than validating the body.
+    """
+    if b"NaN" in raw or b"Infinity" in raw:
+        return True
+    digits = raw.translate(_DIGITS_AS_ZERO)
+    return b"0e" in digits or b"0E" in digits or _LONG_NUMBER in digits
 
 
 class _Strict(BaseModel):
@@ -100,7 +113,7 @@ async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> B
         # wrong as it always has. A `\u` escape may spell unstorable text, which only it looks for.
         # Nor one that may hold a non-finite number: that parser reads `NaN`, `Infinity`, and `1e400`
         # as infinity (a body naming them in a string merely goes the way below).
-        if b"\\u" not in raw and _MAYBE_NOT_FINITE.search(raw) is None:
+        if b"\\u" not in raw and not maybe_not_finite(raw):
             try:
                 return model.model_validate_json(raw)
             except ValidationError:
