@@ -54,7 +54,6 @@ def test_trace_prints_a_paused_run_with_its_decision_then_the_resume(tmp_path: P
             "      execute_tool lookup_order  N ms",
             "      chat demo  N ms",
             "        store.checkpoint  N ms",
-            "    store.list_approvals  N ms",
             "    store.checkpoint  N ms",
             "  approval  N ms",
             "    store.decide  N ms",

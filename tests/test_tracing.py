@@ -131,7 +131,6 @@ async def test_a_paused_and_resumed_run_is_traced_end_to_end(
             "    execute_tool lookup",
             "    chat scripted",
             "      store.checkpoint",
-            "  store.list_approvals",
             "  store.checkpoint",
             "approval",
             "  store.decide",
