@@ -46,12 +46,15 @@ class ToolLedger:
         run_id: str,
         *,
         before: Callable[[], Awaitable[None]] | None = None,
+        owner: str | None = None,
     ) -> None:
         self._ledger = ledger
         self._thread_id = thread_id
         self._run_id = run_id
         self._before = before
         """Awaited before a call touches the ledger: the step stores the response calling it first."""
+        self._owner = owner
+        """The worker driving the run: a call claims its row only while it holds the run (`store.ledger`)."""
 
     def idempotency_key(self, ctx: RunContext[Any]) -> str:
         """The key an external API deduplicates this call's retries by."""
@@ -66,6 +69,7 @@ class ToolLedger:
 
         Raises:
             ToolFailed: The call was started as an external effect instead.
+            store.LeaseLost: The run was taken over or cancelled: `effect` did not run, the step stops.
         """
         tool_call_id = call_id(ctx)
         if self._before is not None:
@@ -77,6 +81,7 @@ class ToolLedger:
             tool_name=ctx.tool_name or "",
             effect=effect,
             encode=_json,
+            owner=self._owner,
         )
         if earlier is None:
             return result
@@ -94,7 +99,11 @@ class ToolLedger:
         if self._before is not None:
             await self._before()
         go, execution = await self._ledger.start(
-            self._thread_id, tool_call_id, run_id=self._run_id, tool_name=ctx.tool_name or ""
+            self._thread_id,
+            tool_call_id,
+            run_id=self._run_id,
+            tool_name=ctx.tool_name or "",
+            owner=self._owner,
         )
         if not go:
             if execution.status == "started":

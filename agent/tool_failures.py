@@ -17,8 +17,10 @@ is a capability that turns both into `ToolFailed`:
 
 `ModelRetry` and `ToolFailed` raised on purpose keep their meaning, and so does `UsageLimitExceeded`
 from a sub-agent (`record_feedback`): the turn's budget is spent and the run ends politely. So does
-`store.LeaseLost` from a checkpoint a tool caused (the ledger's, a delegated run's): the run was
-taken over or cancelled, and the step stops there, as on any other write it loses (`agent.step`).
+`store.LeaseLost` from a write a tool caused (the ledger's claim, a delegated run's checkpoint): the
+run was taken over or cancelled, and the step stops there, as on any other write it loses; and
+`store.DatabaseUnavailable` (the ledger, records, files or a delegated run found the database down):
+the run is left to continue from its last checkpoint, as anywhere else in the step (`agent.step`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pydantic_ai.exceptions import ToolFailed, UsageLimitExceeded, UserError
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 
-from store import LeaseLost
+from store import DatabaseUnavailable, LeaseLost
 
 __all__ = ("ToolFailures",)
 
@@ -121,9 +123,10 @@ class ToolFailures(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         error: Exception,
     ) -> Any:
-        if isinstance(error, UsageLimitExceeded | LeaseLost):
-            # A sub-agent spent the turn's budget: the run ends politely; or another worker (or a
-            # cancel) took the run: this attempt stops, storing nothing more (see agent.step).
+        if isinstance(error, UsageLimitExceeded | LeaseLost | DatabaseUnavailable):
+            # A sub-agent spent the turn's budget: the run ends politely; another worker (or a
+            # cancel) took the run: this attempt stops, storing nothing more; or the database is
+            # away: the run continues from its last checkpoint once it answers (see agent.step).
             raise error
         if isinstance(error, UserError) and "DeferredToolRequests" in str(error):
             # An agent run inside the tool with a plain `agent.run` met a call needing approval.

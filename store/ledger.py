@@ -14,6 +14,11 @@ Two patterns (`docs/your-agent.md` shows both from a tool's side):
   again means its process died in between: the effect may or may not have happened, and only a
   human can tell. `Ledger.retry` (a reviewer's approval) lets it run once more, with the same
   idempotency key.
+
+With the run's `owner`, a claim (the row `once` inserts first, `start`'s `started`) is fenced by the
+run's lease, as its checkpoints are: it is made only while that worker holds the run running, else
+`LeaseLost` and nothing runs. On PostgreSQL the claim holds the run's row (`FOR SHARE`) until its
+transaction ends, so a takeover or a cancel waits for an effect that began under the lease.
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .engine import insert_new, reader, translate_errors
-from .errors import Conflict, CorruptData, NotFound
-from .schema import ToolExecutionRow, ToolExecutionStatus, metadata, now_utc
+from .errors import Conflict, CorruptData, LeaseLost, NotFound
+from .schema import RunRow, ToolExecutionRow, ToolExecutionStatus, metadata, now_utc, status_is
 
 __all__ = ("Execution", "Ledger", "idempotency_key", "mark_retry")
 
 _ledger = metadata.tables[ToolExecutionRow.__tablename__]
+_runs = metadata.tables[RunRow.__tablename__]
 
 T = TypeVar("T")
 
@@ -84,8 +90,11 @@ class Ledger:
         tool_name: str,
         effect: Callable[[AsyncConnection], Awaitable[T]],
         encode: Callable[[T], object] = lambda value: value,
+        owner: str | None = None,
     ) -> tuple[T | None, Execution | None]:
         """Run `effect` on a connection whose transaction also records its result, unless it ran before.
+
+        With `owner`, only while that worker holds the run `run_id` running (see the module).
 
         Returns:
             `(result, None)` when the effect ran now; `(None, execution)` when it had run before
@@ -94,14 +103,17 @@ class Ledger:
         Raises:
             NotFound: The thread does not exist (or was deleted meanwhile).
             Conflict: The tool call was recorded for another tool.
+            LeaseLost: `owner` no longer holds the run; the effect did not run.
         """
         # `succeeded` with its result set before the commit: never visible to others without it.
-        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "succeeded", now_utc())
+        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "succeeded", now_utc(), owner)
         with translate_errors(f"{tool_name} for tool call {tool_call_id!r} of thread {thread_id!r}"):
             try:
                 async with self._engine.begin() as connection:
                     if (await connection.execute(claim)).first() is None:
-                        # Committed by an earlier or concurrent call (this insert waited for it).
+                        # Committed by an earlier or concurrent call (this insert waited for it), or
+                        # fenced off: the run is no longer `owner`'s.
+                        await _held(connection, run_id, owner)
                         return None, await _existing(connection, thread_id, tool_call_id, tool_name)
                     result = await effect(connection)
                     await connection.execute(
@@ -141,9 +153,10 @@ class Ledger:
         await connection.execute(statement)
 
     async def start(
-        self, thread_id: str, tool_call_id: str, *, run_id: str, tool_name: str
+        self, thread_id: str, tool_call_id: str, *, run_id: str, tool_name: str, owner: str | None = None
     ) -> tuple[bool, Execution]:
-        """Record that an external effect starts, committed before it does.
+        """Record that an external effect starts, committed before it does; with `owner`, only while
+        that worker holds the run `run_id` running (see the module).
 
         Returns:
             `(True, row)` when the caller may go ahead: the call is new, or a reviewer decided to
@@ -153,9 +166,10 @@ class Ledger:
         Raises:
             NotFound: The thread does not exist.
             Conflict: The tool call was recorded for another tool.
+            LeaseLost: `owner` no longer holds the run; nothing was recorded.
         """
         now = now_utc()
-        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "started", now)
+        claim = self._claim(thread_id, tool_call_id, run_id, tool_name, "started", now, owner)
         retry = (
             _ledger.update()
             .where(_key(thread_id, tool_call_id), _ledger.c.status == "retrying")
@@ -167,6 +181,7 @@ class Ledger:
                 async with self._engine.begin() as connection:
                     fresh = (await connection.execute(claim)).first() is not None
                     if not fresh:
+                        await _held(connection, run_id, owner)
                         fresh = (await connection.execute(retry)).first() is not None
                     return fresh, await _existing(connection, thread_id, tool_call_id, tool_name)
             except exc.IntegrityError as error:
@@ -180,23 +195,34 @@ class Ledger:
         tool_name: str,
         status: ToolExecutionStatus,
         now: datetime,
+        owner: str | None,
     ) -> sa.Insert:
-        """A call's first row, returning its key; nothing when the call has a row already."""
-        return (
-            insert_new(self._engine.dialect.name, _ledger)
-            .values(
-                thread_id=thread_id,
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                tool_name=tool_name,
-                status=status,
-                result=None,
-                attempts=1,
-                created_at=now,
-                updated_at=now,
+        """A call's first row, returning its key; nothing when the call has a row already, or (with
+        `owner`) when that worker does not hold the run running."""
+        row: dict[str, object] = {
+            "thread_id": thread_id,
+            "tool_call_id": tool_call_id,
+            "run_id": run_id,
+            "tool_name": tool_name,
+            "status": status,
+            "result": None,
+            "attempts": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+        insert = insert_new(self._engine.dialect.name, _ledger)
+        if owner is None:
+            return insert.values(**row).returning(_ledger.c.tool_call_id)
+        # One statement: the row comes from the run's, while it is held (SQLite: under the write
+        # lock the insert takes; PostgreSQL: the run's row locked until the transaction ends).
+        held = (
+            sa.select(*(sa.literal(value, _ledger.c[name].type).label(name) for name, value in row.items()))
+            .where(
+                _runs.c.run_id == run_id, _runs.c.lease_owner == owner, status_is(_runs.c.status, "running")
             )
-            .returning(_ledger.c.tool_call_id)
+            .with_for_update(read=True)
         )
+        return insert.from_select(list(row), held).returning(_ledger.c.tool_call_id)
 
     async def finish(
         self,
@@ -230,6 +256,18 @@ async def mark_retry(connection: AsyncConnection, thread_id: str, tool_call_id: 
         .where(_key(thread_id, tool_call_id), _ledger.c.status == "started")
         .values(status="retrying", updated_at=now_utc())
     )
+
+
+async def _held(connection: AsyncConnection, run_id: str, owner: str | None) -> None:
+    """Raise unless `owner` holds the run `run_id` running (nothing to check without an owner)."""
+    if owner is None:
+        return
+    query = sa.select(_runs.c.lease_owner, _runs.c.status).where(_runs.c.run_id == run_id)
+    found = (await connection.execute(query)).first()
+    if found is None:
+        raise NotFound(f"no run {run_id!r}: its thread was deleted")
+    if found.lease_owner != owner or found.status != "running":
+        raise LeaseLost(f"run {run_id!r} is no longer held by worker {owner!r}")
 
 
 def _key(thread_id: str, tool_call_id: str) -> sa.ColumnElement[bool]:

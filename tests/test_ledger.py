@@ -14,7 +14,7 @@ from inline_snapshot import snapshot
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent import InvalidArguments, Runtime, decide, open_runtime, run_step
-from store import Conflict, Ledger, NewRun, NotFound, Thread, idempotency_key
+from store import Conflict, LeaseLost, Ledger, NewRun, NotFound, Thread, idempotency_key
 from stream import CollectingSink
 
 from .core_app import TRANSFERS, FakeApi, balance, core_app
@@ -100,6 +100,48 @@ async def test_a_call_recorded_for_another_tool_or_an_unknown_thread_is_refused(
         await ledger.start(thread.thread_id, "c1", run_id="r", tool_name="book")
     with pytest.raises(NotFound, match="no thread 'nope'"):
         await ledger.start("nope", "c1", run_id="r", tool_name="book")
+
+
+async def test_a_claim_for_a_run_its_worker_no_longer_holds_is_refused_before_anything_runs(
+    database_url: str, stack: AsyncExitStack
+) -> None:
+    runtime, thread = await booking_app(stack, database_url, FakeApi())
+    queued = (
+        await runtime.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))
+    ).run
+    started = await runtime.db.runs.start_reserving(queued.run_id, events=1)
+    assert started is not None
+    run_id, owner = queued.run_id, started[0].lease_owner
+    assert owner is not None
+    ledger = Ledger(runtime.db.engine)
+    made: list[str] = []
+
+    async def send(connection: AsyncConnection) -> dict[str, object]:
+        made.append("sent")
+        return {"sent": 5}
+
+    stale = "a worker whose run was taken over"
+    with pytest.raises(LeaseLost, match=f"no longer held by worker {stale!r}"):
+        await ledger.once(
+            thread.thread_id, "c1", run_id=run_id, tool_name="transfer", effect=send, owner=stale
+        )
+    with pytest.raises(LeaseLost):
+        await ledger.start(thread.thread_id, "c2", run_id=run_id, tool_name="book", owner=stale)
+    assert made == []
+    assert await ledger.get(thread.thread_id, "c1") is None
+    assert await ledger.get(thread.thread_id, "c2") is None
+    # The run's owner goes ahead; a call it made, asked again by the stale worker, is refused too.
+    assert await ledger.once(
+        thread.thread_id, "c1", run_id=run_id, tool_name="transfer", effect=send, owner=owner
+    ) == ({"sent": 5}, None)
+    assert (await ledger.start(thread.thread_id, "c2", run_id=run_id, tool_name="book", owner=owner))[0]
+    with pytest.raises(LeaseLost):
+        await ledger.once(
+            thread.thread_id, "c1", run_id=run_id, tool_name="transfer", effect=send, owner=stale
+        )
+    with pytest.raises(LeaseLost):
+        await ledger.start(thread.thread_id, "c2", run_id=run_id, tool_name="book", owner=stale)
+    assert made == ["sent"]
 
 
 def test_the_idempotency_key_is_stable_per_call_and_differs_between_calls() -> None:

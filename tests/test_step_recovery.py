@@ -12,19 +12,21 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 import sqlalchemy as sa
 from inline_snapshot import snapshot
 from pydantic_ai import Agent, RunContext, Tool
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent import ChatApp, RunScope, RuntimeOptions, decide, open_runtime, run_step
+from agent import ChatApp, RunScope, RuntimeOptions, cancel, decide, open_runtime, run_step
 from agent.opening import EVENT_BLOCK
-from store import Claimed, Database, NewRun, Run, Thread, Worker
+from store import Claimed, Database, DatabaseUnavailable, NewRun, Run, Thread, Worker
 from stream import CollectingSink, StreamEvent
 
 from .agent_chains import by_history
-from .core_app import CoreDeps, CoreFactory, moved
+from .core_app import TRANSFERS, CoreDeps, CoreFactory, moved
 from .scripted import Calls, Script, Step
 from .step_app import App, CrashingSink, crash_then_recover, shapes
 from .test_delegation import returns
@@ -266,6 +268,129 @@ async def test_a_run_taken_over_inside_a_delegated_run_stops_there_and_its_heir_
         conversation = await heir.db.conversations.load(thread.thread_id)
     assert conversation is not None
     assert returns(conversation.messages) == [("ask", "inner done")]
+
+
+@pytest.mark.parametrize("lost_to", ["an heir", "a cancel"])
+async def test_a_run_lost_before_its_next_effect_leaves_that_effect_to_its_owner(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture, lost_to: str
+) -> None:
+    # Two calls of `settle`, one after the other: the first stores the response calling both (the
+    # ledger's checkpoint) and acts; then the run is taken over, or cancelled. The second call has
+    # no checkpoint left to store, so only the ledger's claim, fenced by the run's lease as
+    # checkpoints are, stops the stale worker before it acts on a run that is no longer its own.
+    script = Script(
+        [Calls([("settle", {"order_id": "ORD-1"}), ("settle", {"order_id": "ORD-2"})]), "Settled."]
+    )
+    made: list[tuple[int, str]] = []  # the attempt and the order of every effect made
+    taken: list[Claimed] = []
+    lost: list[bool] = []
+
+    async def settle(ctx: RunContext[CoreDeps], order_id: str) -> dict[str, str]:
+        """Settle the order."""
+        scope = ctx.deps.scope
+
+        async def effect(connection: AsyncConnection) -> dict[str, str]:
+            made.append((scope.attempt, order_id))
+            return {"settled": order_id}
+
+        settled = await scope.ledger.once(ctx, effect)
+        if scope.attempt == 1 and not lost:
+            lost.append(True)
+            if lost_to == "an heir":
+                taken.append(await _take_over(heir.db, scope.run_id))
+            else:
+                await cancel(heir.db, scope.thread_id)
+        return settled
+
+    stale = await core_factory(script, tools=[Tool(settle, sequential=True)], options=LAPSING)
+    heir = await core_factory(script, tools=[Tool(settle, sequential=True)])
+    thread = await stale.thread()
+    run = (
+        await stale.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Settle both"))
+    ).run
+    ended = await run_step(stale.runtime, run.run_id)
+    assert made == [(1, "ORD-1")]  # not ORD-2: the stale worker got `LeaseLost` before acting
+    _stopped_quietly(caplog, run.run_id)
+    if lost_to == "a cancel":
+        assert ended == "cancelled"
+        return
+    assert ended == "running"  # the heir's now
+    [claimed] = taken
+    assert await run_step(heir.runtime, run.run_id, claimed=claimed) == "completed"
+    assert made == [(1, "ORD-1"), (2, "ORD-2")]  # each once, the second by the run's owner
+    assert returns(await heir.messages(thread)) == [
+        ("settle", {"settled": "ORD-1"}),
+        ("settle", {"settled": "ORD-2"}),
+    ]
+    assert len(script.requests) == 2
+
+
+# -- the database lost while a tool runs ------------------------------------------------------------
+
+
+async def _end_backend(url: str, connection: AsyncConnection) -> None:
+    """PostgreSQL ends the server process of `connection`, as a restart ends every connection."""
+    pid = (await connection.execute(sa.text("SELECT pg_backend_pid()"))).scalar_one()
+    admin = await asyncpg.connect(make_url(url).set(drivername="postgresql").render_as_string(False))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)  # waits until it is gone
+    finally:
+        await admin.close()
+
+
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_database_lost_inside_a_tool_leaves_the_run_to_continue_from_its_checkpoint(
+    core_factory: CoreFactory, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The connection of the ledger's transaction ends while the effect runs (SQLite has no server to
+    # lose it to): `store.DatabaseUnavailable` inside the tool. That is no tool failure for the model
+    # to hear of: the run goes back to the queue at its last checkpoint (the response calling
+    # `settle`, stored by the ledger first), and its next attempt makes the effect, once.
+    script = Script([Calls([("settle", {"order_id": "ORD-5678"})]), "Settled."])
+    cut: list[bool] = []
+
+    async def settle(ctx: RunContext[CoreDeps], order_id: str) -> dict[str, str]:
+        """Settle the order."""
+
+        async def effect(connection: AsyncConnection) -> dict[str, str]:
+            if not cut:
+                cut.append(True)
+                await _end_backend(database_url, connection)
+            await connection.execute(
+                TRANSFERS.insert().values(tool_call_id=ctx.tool_call_id, to=order_id, cents=1)
+            )
+            return {"settled": order_id}
+
+        return await ctx.deps.scope.ledger.once(ctx, effect)
+
+    app = await core_factory(script, tools=[Tool(settle)])
+    thread = await app.thread()
+    run = (
+        await app.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Settle it"))
+    ).run
+    seen = CollectingSink()
+    with pytest.raises(DatabaseUnavailable):
+        await run_step(app.runtime, run.run_id, sink=seen)
+    # The model was not asked again with a failed result, and no client saw one.
+    assert len(script.requests) == 1
+    assert [e.type for e in seen.events] == ["run_started", "user_message", "tool_call"]
+    noted = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert noted == [
+        ("agent.step", f"run {run.run_id} of thread {thread.thread_id} lost its database; it will continue")
+    ]
+    assert (await app.db.runs.get(run.run_id)).status == "queued"
+    assert shapes(await app.messages(thread)) == ["request: user-prompt", "response: tool-call(settle)"]
+    assert await moved(app) == []
+    # Driven again (as the worker does once the database answers), it continues from there.
+    assert await run_step(app.runtime, run.run_id) == "completed"
+    assert len(script.requests) == 2
+    assert returns(await app.messages(thread)) == [("settle", {"settled": "ORD-5678"})]
+    assert await moved(app) == [("ORD-5678", 1)]
+    logged = await app.log(thread)
+    assert [e.type for e in logged].count("tool_call") == 1  # shown once, by the first attempt
+    assert [(e.type, e.outcome) for e in logged if e.type == "tool_result"] == [("tool_result", "success")]
 
 
 # -- cancelled while its end is stored ---------------------------------------------------------------
