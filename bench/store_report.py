@@ -1,18 +1,49 @@
-"""The store benchmark's results as markdown tables with verdicts, for the terminal and the store section."""
+"""The store benchmark's results, and their markdown tables with verdicts for the store section."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from bench.harness.reports import table
-from bench.harness.stats import times
-from bench.store_workloads import Part, Results, Settings
+from bench.harness.stats import median, paired_ratio, times
+from bench.store_systems import Timing
 
+Part = Literal["load", "save", "total"]
 FAIR_FLOOR_LIMIT = 1.5
 FLAT_SAVE_LIMIT = 1.3
 ASYNC_FLOOR_LIMIT = 1.5
+
+
+@dataclass
+class Results:
+    names: dict[str, str] = field(default_factory=dict[str, str])
+    """Each measured system's display name by its key."""
+    unavailable: dict[str, str] = field(default_factory=dict[str, str])
+    """Why a system wasn't measured, or stopped being measured, by its key."""
+    timings: dict[str, dict[int, dict[int, Timing]]] = field(
+        default_factory=dict[str, dict[int, dict[int, Timing]]]
+    )
+    """Per system, per history size, per round: one turn's timing."""
+
+    def skip(self, key: str, reason: str) -> None:
+        self.unavailable[key] = reason
+        print(f"  {self.names.get(key, key)}: {reason}", flush=True)
+
+    def sizes(self) -> list[int]:
+        return sorted({size for by_size in self.timings.values() for size in by_size})
+
+    def _parts(self, key: str, size: int, part: Part) -> dict[int, float]:
+        return {round_: getattr(t, part) for round_, t in self.timings.get(key, {}).get(size, {}).items()}
+
+    def median(self, key: str, size: int, part: Part) -> float:
+        return median(self._parts(key, size, part).values())
+
+    def ratio(self, key: str, other: str, size: int, part: Part, *, other_size: int | None = None) -> float:
+        """`key`'s time over `other`'s, paired by round: at `size`, or against `other_size` for `other`."""
+        return paired_ratio(self._parts(key, size, part), self._parts(other, other_size or size, part))
 
 
 @dataclass(frozen=True)
@@ -93,20 +124,15 @@ def _timing_table(results: Results, part: Part) -> list[str]:
     return table(["messages", *(results.names[key] for key in keys), *(title for title, *_ in ratios)], rows)
 
 
-def _section(section: Section, settings: Settings) -> list[str]:
+def _section(section: Section, repeats: int) -> list[str]:
     results = section.results
     lines = [f"### {section.title}", ""]
     if section.pragmas:
         pragmas = ", ".join(f"{name}={value}" for name, value in section.pragmas.items())
         lines += [f"Journal settings (ours, and the sqlite3 floors likewise): {pragmas}.", ""]
-    rates = [
-        [name, f"{rate:,.0f}", times(results.throughput_ratio("ours", key))]
-        for key, name in results.names.items()
-        if not math.isnan(rate := results.turns_per_second(key))
-    ]
     return [
         *lines,
-        f"One turn (load the whole history, append, save), median ms of {settings.repeats} rounds:",
+        f"One turn (load the whole history, append, save), median ms of {repeats} rounds:",
         "",
         *_timing_table(results, "total"),
         "",
@@ -114,23 +140,18 @@ def _section(section: Section, settings: Settings) -> list[str]:
         "",
         *_timing_table(results, "save"),
         "",
-        f"{settings.conversations} conversations x {settings.turns} turns, all at once; median of "
-        f"{settings.concurrent_runs} run(s):",
-        "",
-        *table("system | turns/s | ours / system", rates),
-        "",
         *(f"- {results.names.get(key, key)}: {reason}" for key, reason in results.unavailable.items()),
         *([""] if results.unavailable else []),
     ]
 
 
-def render(sections: Sequence[Section], settings: Settings, environment_lines: Sequence[str]) -> list[str]:
+def render(sections: Sequence[Section], repeats: int, environment_lines: Sequence[str]) -> list[str]:
     return [
         "### Environment",
         "",
         *environment_lines,
         "",
-        *(line for section in sections for line in _section(section, settings)),
+        *(line for section in sections for line in _section(section, repeats)),
         "### Targets",
         "",
         "Ratios are medians of paired ratios: turns of the same round.",
