@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from bench.harness.databases import Dialect, connected, postgres_database, postg
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
-from bench.harness.turns import bench_runtime, drain
+from bench.harness.turns import Turn, alternate, bench_runtime, drain
 from store import Database, now_utc
 from web import Settings, WebhookSender, create_app, issue_token
 
@@ -104,42 +103,37 @@ async def _plans(url: str, db: Database) -> dict[str, str]:
     return plans
 
 
-async def _time(call: Any) -> float:
-    started = time.perf_counter()
-    await call()
-    return time.perf_counter() - started
+CALLS: dict[str, Callable[[Database], Awaitable[object]]] = {
+    "queue": lambda db: db.reviews.queue({"support"}, status="pending", limit=21),
+    "sweep": lambda db: db.reviews.due(now_utc()),
+    "both": lambda db: db.reviews.queue(ROLES, status="pending", limit=21),
+    "decided": lambda db: db.reviews.queue(ROLES, status="decided", limit=21),
+}
+"""What each round times on every database, in this order; the table's columns are in `COLUMNS`'."""
+COLUMNS = ("queue", "both", "decided", "sweep")
 
 
 async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], dict[str, str]]:
     async with AsyncExitStack() as stack:
         dbs = [await _filled(server, n, stack) for n in sizes]
         plans = await _plans(*dbs[-1])
-        kinds = ("queue", "both", "decided", "sweep")
-        samples: dict[tuple[int, str], list[float]] = {(n, k): [] for n in sizes for k in kinds}
-        for _ in range(rounds):
+        samples: dict[tuple[int, str], dict[int, float]] = {(n, kind): {} for n in sizes for kind in CALLS}
+        for number in range(rounds):
             for n, (_, db) in zip(sizes, dbs, strict=True):
-                queue = await _time(lambda db=db: db.reviews.queue({"support"}, status="pending", limit=21))
-                sweep = await _time(lambda db=db: db.reviews.due(now_utc()))
-                samples[(n, "queue")].append(queue)
-                both = await _time(lambda db=db: db.reviews.queue(ROLES, status="pending", limit=21))
-                samples[(n, "both")].append(both)
-                decided = await _time(lambda db=db: db.reviews.queue(ROLES, status="decided", limit=21))
-                samples[(n, "decided")].append(decided)
-                samples[(n, "sweep")].append(sweep)
+                for kind, call in CALLS.items():
+                    started = time.perf_counter()
+                    await call(db)
+                    samples[(n, kind)][number] = time.perf_counter() - started
         due = len(await dbs[-1][1].reviews.due(now_utc()))
     assert due == DUE, f"the sweep found {due} due calls, not {DUE}"
-
-    def against_smallest(n: int, kind: str) -> str:
-        rounds = dict(enumerate(samples[(n, kind)]))
-        return times(paired_ratio(rounds, dict(enumerate(samples[(sizes[0], kind)]))))
-
     rows = [
         (
             f"{n:,}",
             f"{n // 10:,}",
             *(
-                f"{ms(median(samples[(n, kind)]), 2)} ({against_smallest(n, kind)})"
-                for kind in ("queue", "both", "decided", "sweep")
+                f"{ms(median(samples[n, kind].values()), 2)}"
+                f" ({times(paired_ratio(samples[n, kind], samples[sizes[0], kind]))})"
+                for kind in COLUMNS
             ),
         )
         for n in sizes
@@ -231,18 +225,13 @@ async def webhook_cost(blocks: int, pairs: int) -> list[str]:
             async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
                 while hanging.count == 0:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
-            mine: dict[int, float] = {}
-            theirs: dict[int, float] = {}
+            took: dict[str, dict[int, float]] = {"hooked": {}, "plain": {}}
             for pair in range(blocks * pairs):  # A/B, then B/A: each side goes first every other pair
-                user = f"u{pair}"
-                if pair % 2:
-                    theirs[pair] = await _turn(plain, user)
-                    mine[pair] = await _turn(hooked, user)
-                else:
-                    mine[pair] = await _turn(hooked, user)
-                    theirs[pair] = await _turn(plain, user)
+                for side in ("plain", "hooked") if pair % 2 else ("hooked", "plain"):
+                    took[side][pair] = await _turn(hooked if side == "hooked" else plain, f"u{pair}")
             held = hanging.count
     assert held > 0, "the hanging endpoint was never called"
+    mine, theirs = took["hooked"], took["plain"]
     ratios = [mine[n] / theirs[n] for n in mine]
     by_block = [
         paired_ratio({n: mine[n] for n in block}, {n: theirs[n] for n in block})
@@ -303,38 +292,36 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
                 bench_runtime(app, database, Path(directory), "pause", server)
             )
             endpoint = await stack.enter_async_context(_Endpoint(answer=True))
-            sender = WebhookSender(
-                runtime.db, [endpoint.url], WEBHOOK_SECRET
-            )  # polling each second, as served
+            # Polling each second, as served.
+            sender = WebhookSender(runtime.db, [endpoint.url], WEBHOOK_SECRET)
             await sender.start()
             stack.push_async_callback(sender.aclose)
 
-            async def ours() -> float:
+            async def ours() -> Turn:
                 thread = await runtime.db.threads.create(user_id="bench", title="bench")
-                started = time.perf_counter()
-                opened = await queue_run(
-                    runtime, thread.thread_id, "message", content="Refund ORD-9012", claim=True
-                )
-                status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
-                assert status == "awaiting_approval", status
-                return time.perf_counter() - started
 
-            async def bare() -> float:
-                started = time.perf_counter()
+                async def turn() -> None:  # queued and run: the pause's whole cost
+                    opened = await queue_run(
+                        runtime, thread.thread_id, "message", content="Refund ORD-9012", claim=True
+                    )
+                    status = await run_step(
+                        runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span
+                    )
+                    assert status == "awaiting_approval", status
+
+                return turn
+
+            async def bare() -> None:
                 result = await agent.run(
                     "Refund ORD-9012", output_type=[str, DeferredToolRequests], event_stream_handler=drain
                 )
                 assert isinstance(result.output, DeferredToolRequests), result.output
-                return time.perf_counter() - started
 
-            mine: dict[int, float] = {}
-            theirs: dict[int, float] = {}
-            for number in range(warmup + repeats):
-                for side in ("ours", "bare") if number % 2 == 0 else ("bare", "ours"):
-                    gc.collect()
-                    took = await (ours() if side == "ours" else bare())
-                    if number >= warmup:
-                        (mine if side == "ours" else theirs)[number] = took
+            async def prepared() -> Turn:
+                return bare
+
+            samples = await alternate({"ours": ours, "bare": prepared}, warmup, repeats, database)
+            mine, theirs = samples["ours"], samples["bare"]
             async with asyncio.timeout(60):  # every pause's webhook delivered
                 while endpoint.count < warmup + repeats:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
@@ -372,11 +359,7 @@ async def main(argv: Sequence[str]) -> int:
     quick = bool(arguments.quick)
     sizes = [1_000, 10_000] if quick else sorted(arguments.sizes)
     if not arguments.postgres:
-        print(
-            "bench.review needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL",
-            file=sys.stderr,
-        )
-        return 2
+        options.error("needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL")
     clock = Clock()
     load_at_start = os.getloadavg()[0]
     version = await postgres_version(arguments.postgres)
