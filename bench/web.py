@@ -8,13 +8,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from bench.harness.databases import Dialect, available
 from bench.harness.options import parser, publish
-from bench.harness.phases import Phase, Plan, errors, find, run_plan
+from bench.harness.phases import Phase, errors, find, run_phase
 from bench.harness.reports import SERVER_PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder, raise_open_files_limit, snapshot
 from bench.harness.stats import median, ms_short, percentile
@@ -89,17 +92,30 @@ def render(report: Report, environment_lines: Sequence[str]) -> str:
 
 
 async def run(arguments: argparse.Namespace, report: Report, notes: list[str], logs: Path) -> str | None:
+    """Every phase in order, each cut to leave 15 s to every later one within `BUDGET`; a phase that
+    cannot run is noted, not fatal."""
     databases, version = await available(arguments.postgres, notes)
     levels = arguments.users or (QUICK_LEVELS if arguments.quick else LEVELS)
     # Alternate which database goes first, so a drift in the machine's load spreads over both.
     order: list[tuple[int, Dialect]] = [
         (users, db) for i, users in enumerate(levels) for db in databases[:: 1 if i % 2 == 0 else -1]
     ]
-    plan = Plan(order, BUDGET, TURNS, DEFAULT_TURNS, SECONDS_PER_TURN, alone_turns=ALONE_TURNS)
     source = snapshot(logs / "src")
-    report.phases += await run_plan(
-        plan, arguments.turns, report.failures, postgres=arguments.postgres, logs=logs, source=source
-    )
+    budget_end = time.monotonic() + BUDGET
+    for number, (users, system) in enumerate(order):
+        each = arguments.turns or TURNS.get(users, DEFAULT_TURNS)
+        if number == 0 or order[number - 1][0] != users:
+            print(f"{users} concurrent users, {each} turns each:", flush=True)
+        left = budget_end - time.monotonic() - 15 * (len(order) - number - 1)
+        deadline = max(20.0, min(users * each * SECONDS_PER_TURN, left))
+        try:
+            phase = await run_phase(
+                system, users, each, deadline, arguments.postgres, logs, source, ALONE_TURNS
+            )
+            report.phases.append(phase)
+        except (RuntimeError, OSError, SQLAlchemyError) as error:
+            print(f"  {system}, {users} users: FAILED: {error}", flush=True)
+            report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
     return version
 
 

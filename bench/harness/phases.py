@@ -1,16 +1,12 @@
-"""Phases of `bench.web`: ours on a fresh server and database at one level of users, one phase after
-another within a time budget, a phase that cannot run noted rather than fatal."""
+"""Phases of `bench.web`: ours on a fresh server and database at one level of users, and what went wrong."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from .clients import Load, LoadResult, Measured, measure, run_load, trouble_lines
 from .databases import Dialect, scratch_database
@@ -85,43 +81,6 @@ async def run_phase(
     for kind, count in load.errors.items():
         print(f"    error {kind} x{count}: {load.error_samples[kind]}", flush=True)
     return phase
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Phases to run in order, (users, system) each, within `budget` seconds."""
-
-    phases: Sequence[tuple[int, Dialect]]
-    budget: float
-    turns: dict[int, int]
-    """Turns per user at each level of users (`default_turns` elsewhere), unless `--turns`."""
-    default_turns: int
-    seconds_per_turn: float
-    """How long a phase's turns may take, per turn, before they are cut (as errors)."""
-    alone_turns: int = 0
-
-
-async def run_plan(
-    plan: Plan, turns: int | None, failures: list[str], *, postgres: str | None, logs: Path, source: Path
-) -> list[Phase]:
-    """Every phase of `plan`, each cut to leave 15 s to every later one within the budget."""
-    phases: list[Phase] = []
-    budget_end = time.monotonic() + plan.budget
-    for number, (users, system) in enumerate(plan.phases):
-        each = turns or plan.turns.get(users, plan.default_turns)
-        if number == 0 or plan.phases[number - 1][0] != users:
-            print(f"{users} concurrent users, {each} turns each:", flush=True)
-        left = budget_end - time.monotonic() - 15 * (len(plan.phases) - number - 1)
-        deadline = max(20.0, min(users * each * plan.seconds_per_turn, left))
-        try:
-            phases.append(
-                await run_phase(system, users, each, deadline, postgres, logs, source, plan.alone_turns)
-            )
-        except (RuntimeError, OSError, SQLAlchemyError) as error:
-            label = f"{system}, {users} users"
-            print(f"  {label}: FAILED: {error}", flush=True)
-            failures.append(f"{label}: {str(error)[-600:]}")
-    return phases
 
 
 def errors(phases: Sequence[Phase], failures: Sequence[str], heading: str) -> list[str]:
