@@ -3,7 +3,6 @@ watched (CPU and memory from /proc, trouble in their logs), each from a copy of 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -16,13 +15,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from starlette.types import ASGIApp
 
 from .reports import ROOT
 
@@ -62,31 +60,6 @@ def adapter_argv(database_url: str, *, app: str = "shop") -> list[str]:
     """pydantic-ai's own adapter serving the shop's agent, or the plain app's (`bench.harness.adapter`)."""
     argv = [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
     return [*argv, "--app", app] if app != "shop" else argv
-
-
-def baseline_main(
-    doc: str | None,
-    create_app: Callable[[str, str], ASGIApp],
-    *,
-    apps: Mapping[str, Callable[[str, str], ASGIApp]] | None = None,
-) -> None:
-    """A baseline server's command: `create_app(secret, --db URL)` on uvicorn at `--port N`, the secret
-    from $DURABLE_CHAT_SECRET, no lifespan (as `python -m cli serve` has none of theirs to run).
-    With `apps`, `--app NAME` picks one of them instead."""
-    import uvicorn  # the servers' own dependency, not the benchmarks'
-
-    parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument(
-        "--db", default="", help="the database with the shop's business tables (the adapter's)"
-    )
-    if apps:
-        parser.add_argument("--app", choices=list(apps))
-    arguments = parser.parse_args()
-    factory = apps[arguments.app] if apps and arguments.app else create_app
-    app = factory(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 
 def snapshot(target: Path) -> Path:
