@@ -203,9 +203,7 @@ def new_thread(index: int, turn: int, per_thread: int) -> bool:
 async def _user(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
-    """A user: ready before the start (`before_start`), then its turns; with `load.turns_per_thread`, a new
-    thread (within the round) every so many turns (`new_thread`), a user starting one at its turn 0 being
-    given none before the start."""
+    """A user: ready before the start (`before_start`), then its turns, a new thread when `new_thread` says."""
     user = (_Native if load.protocol == "native" else _AiSdk)(client, user_id, load, result)
     per_thread = load.turns_per_thread
 
@@ -332,9 +330,9 @@ def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None
             return f"ids {ids} after {last_id}"
         previous = event_id
     deltas = types[len(_HEAD) : -2]
-    if tuple(types[: len(_HEAD)]) != _HEAD or types[-2:] != ["text_done", "run_finished"] or not deltas:
-        return f"event types {types}"
-    if any(delta != "text_delta" for delta in deltas):
+    if (tuple(types[: len(_HEAD)]), types[-2:]) != (_HEAD, ["text_done", "run_finished"]) or (
+        not deltas or any(delta != "text_delta" for delta in deltas)
+    ):
         return f"event types {types}"
     if any(event.data.get("run_id") != run_id for event in events):
         return f"an event of another run than {run_id}"
@@ -462,28 +460,21 @@ async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float
 
     `settle`: seconds after the last turn before the servers' CPU is read (a trace exporter's batch).
     """
-    marks: dict[str, float] = {}
-    ticks: list[tuple[int, int]] = []
+    before: list[tuple[float, float, float, float, tuple[int, int]]] = []
 
     def start() -> None:
-        marks.update(
-            server=sum(server.cpu_seconds() for server in servers),
-            client=time.process_time(),
-            server_wait=core_wait(servers[0].pid),
-            client_wait=core_wait("self"),
+        cpu = sum(server.cpu_seconds() for server in servers)
+        before.append(
+            (cpu, time.process_time(), core_wait(servers[0].pid), core_wait("self"), machine_ticks())
         )
-        ticks.append(machine_ticks())
 
     result = await run_load([server.base_url for server in servers], load, on_start=start)
-    client_cpu = time.process_time() - marks.get("client", 0.0)
-    waits = (
-        core_wait(servers[0].pid) - marks.get("server_wait", 0.0),
-        core_wait("self") - marks.get("client_wait", 0.0),
-    )
+    server_cpu, client_cpu, server_wait, client_wait, (start_busy, start_total) = before[0]
+    client_cpu = time.process_time() - client_cpu
+    waits = (core_wait(servers[0].pid) - server_wait, core_wait("self") - client_wait)
     busy, total = machine_ticks()
-    start_busy, start_total = ticks[0] if ticks else (busy, total)
     await asyncio.sleep(settle)
-    server_cpu = sum(server.cpu_seconds() for server in servers) - marks.get("server", 0.0)
+    server_cpu = sum(server.cpu_seconds() for server in servers) - server_cpu
     machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
     return Measured(result, server_cpu, client_cpu, *waits, machine_busy=machine)
 
