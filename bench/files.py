@@ -58,42 +58,35 @@ async def upload(logs: Path, repeats: int) -> list[str]:
     big = await _uploads(logs, "big", repeats=0, small_first=False, size=3 * UPLOAD_MB * MB)
     warm = await _uploads(logs, "warm", repeats=repeats, small_first=True)
     direct = await _direct(logs, repeats)
-    upload_rate = UPLOAD_MB / median(warm.seconds)
-    direct_rate = UPLOAD_MB / median(direct)
-    return [
-        *table(
-            ["20 MB upload", "value"],
-            [
-                ["server memory: a fresh server's first 20 MB upload over idle", _mb(cold.first)],
-                ["server memory: a fresh server's first 60 MB upload over idle", _mb(big.first)],
-                [
-                    f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle",
-                    _mb(warm.small),
-                ],
-                ["server memory: the 20 MB upload after it (target ≤ 2 MB)", _mb(warm.first)],
-                ["server memory: each later 20 MB upload over before it (max of runs)", _mb(max(warm.later))],
-                ["upload throughput (median)", f"{upload_rate:.0f} MB/s"],
-                ["the same bytes to the backend directly (median)", f"{direct_rate:.0f} MB/s"],
-                ["direct / upload (target ≤ 2x)", f"{direct_rate / upload_rate:.2f}x"],
-            ],
-            "lr",
-        ),
+    upload_rate, direct_rate = UPLOAD_MB / median(warm.seconds), UPLOAD_MB / median(direct)
+    rows = [
+        ("server memory: a fresh server's first 20 MB upload over idle", cold.first),
+        ("server memory: a fresh server's first 60 MB upload over idle", big.first),
+        (f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle", warm.small),
+        ("server memory: the 20 MB upload after it (target ≤ 2 MB)", warm.first),
+        ("server memory: each later 20 MB upload over before it (max of runs)", max(warm.later)),
     ]
-
-
-def _mb(kilobytes: float) -> str:
-    return f"{kilobytes / 1024:.1f} MB"
+    return table(
+        ["20 MB upload", "value"],
+        [
+            *([label, f"{kilobytes / 1024:.1f} MB"] for label, kilobytes in rows),
+            ["upload throughput (median)", f"{upload_rate:.0f} MB/s"],
+            ["the same bytes to the backend directly (median)", f"{direct_rate:.0f} MB/s"],
+            ["direct / upload (target ≤ 2x)", f"{direct_rate / upload_rate:.2f}x"],
+        ],
+        "lr",
+    )
 
 
 @dataclass
 class _Uploads:
+    """kB the resident set grew by (peak over before) at the `WARM_UP_MB` upload, the first and each
+    later one of 20 MB; the seconds of each later one."""
+
     small: float = 0.0
-    """kB the resident set grew by over a `WARM_UP_MB` upload (peak over idle)."""
     first: float = 0.0
-    """kB the first 20 MB upload grew it by (peak over before it)."""
     later: list[float] = field(default_factory=list[float])
     seconds: list[float] = field(default_factory=list[float])
-    """Of every 20 MB upload after the first."""
 
 
 async def _uploads(
@@ -237,9 +230,7 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     them, as after a restart), beside the same turn with the bytes in memory and nothing stored."""
     async with bench_runtime(shop_app(delay=0), "SQLite", logs, "step", None) as runtime:
         db = runtime.db
-        other = await Database.connect(
-            db.engine.url
-        )  # another server process: nothing of its uploads in hand
+        other = await Database.connect(db.engine.url)  # another server process: none of its uploads in hand
         times: dict[Side, list[float]] = {}
         ratios: dict[Side, list[float]] = {}  # each turn over the unpersisted one right after it
         try:
@@ -276,18 +267,19 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     rows: list[list[str]] = []
     for count in (TURN_FILES, 0):
         what = f"{count} files of 1 MB" if count else "no files"
-        for side in ("ours", "restarted", "bare"):
-            if (side, count) in times:
-                rows.append([f"{what}: {_SIDES[side]}", f"{median(times[side, count]) * 1000:.1f} ms"])
-        for side in ("ours", "restarted"):
-            if (side, count) in times:
-                target = " (target ≤ 1.3x)" if count and side == "ours" else ""
-                rows.append(
-                    [
-                        f"{what}: ratio, {side} / unpersisted{target}",
-                        f"{median(ratios[side, count]):.2f}x",
-                    ]
-                )
+        rows += [
+            [f"{what}: {_SIDES[side]}", f"{median(times[side, count]) * 1000:.1f} ms"]
+            for side in ("ours", "restarted", "bare")
+            if (side, count) in times
+        ]
+        rows += [
+            [
+                f"{what}: ratio, {side} / unpersisted{' (target ≤ 1.3x)' if count and side == 'ours' else ''}",
+                f"{median(ratios[side, count]):.2f}x",
+            ]
+            for side in ("ours", "restarted")
+            if (side, count) in times
+        ]
     return [
         *table(["the demo's turn (median)", "value"], rows, "lr"),
         "",
@@ -311,15 +303,15 @@ def _new_file(thread_id: str, data: bytes, name: str = "invoice.pdf") -> NewFile
 async def _stored_bytes(db: Database) -> int:
     """Bytes of file chunks and conversation entries the database holds."""
     async with db.engine.connect() as connection:
-        chunks = (
-            await connection.execute(sa.text("SELECT coalesce(sum(length(data)), 0) FROM file_chunks"))
-        ).scalar()
-        entries = (
-            await connection.execute(
-                sa.text("SELECT coalesce(sum(length(message)), 0) FROM conversation_entries")
+        return int(
+            await connection.scalar(
+                sa.text(
+                    "SELECT (SELECT coalesce(sum(length(data)), 0) FROM file_chunks)"
+                    " + (SELECT coalesce(sum(length(message)), 0) FROM conversation_entries)"
+                )
             )
-        ).scalar()
-    return int(chunks or 0) + int(entries or 0)
+            or 0
+        )
 
 
 async def main(argv: list[str]) -> None:
