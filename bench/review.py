@@ -22,12 +22,18 @@ import sqlalchemy as sa
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from sqlalchemy import event
 from starlette.applications import Starlette
 
 from agent import ApprovalReview, ChatApp, Review, queue_run, run_step
 from agent.demo import staffed_shop_app
-from bench.harness.databases import Dialect, connected, postgres_database, postgres_version
+from bench.harness.databases import (
+    Dialect,
+    connected,
+    explain,
+    postgres_database,
+    postgres_version,
+    statements,
+)
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
@@ -83,24 +89,14 @@ async def _filled(server: str, calls: int, stack: Any) -> tuple[str, Database]:
 
 async def _plans(url: str, db: Database) -> dict[str, str]:
     """PostgreSQL's plan of each statement the store runs for the queue and the sweep."""
-    ran: list[tuple[str, Any]] = []
 
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "approvals" in statement:
-            ran.append((statement, parameters))
-
-    event.listen(sa.Engine, "before_cursor_execute", capture)
-    try:
+    async def run() -> None:
         await db.reviews.queue(ROLES, status="pending", limit=21)
         await db.reviews.due(now_utc())
-    finally:
-        event.remove(sa.Engine, "before_cursor_execute", capture)
-    plans: dict[str, str] = {}
-    async with connected(url) as connection:
-        for name, (statement, parameters) in zip(("queue", "sweep"), ran[-2:], strict=True):
-            rows = await connection.exec_driver_sql("EXPLAIN " + statement, parameters)
-            plans[name] = "\n".join(row[0] for row in rows)
-    return plans
+
+    ran = [sent for sent in await statements(run) if sent[0].lstrip().upper().startswith("SELECT")]
+    ran = [sent for sent in ran if "approvals" in sent[0]]
+    return {name: await explain(url, *sent) for name, sent in zip(("queue", "sweep"), ran[-2:], strict=True)}
 
 
 CALLS: dict[str, Callable[[Database], Awaitable[object]]] = {
@@ -361,13 +357,12 @@ async def main(argv: Sequence[str]) -> int:
     if not arguments.postgres:
         options.error("needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL")
     clock = Clock()
-    load_at_start = os.getloadavg()[0]
     version = await postgres_version(arguments.postgres)
     queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
     hook_lines = await webhook_cost(*((1, 4) if quick else (BLOCKS, PAIRS)))
     pause_lines = await pause_costs(arguments.postgres, *((1, 3) if quick else (WARMUP, REPEATS)))
     notes = [
-        f"{ROUNDS} rounds; the machine is shared and loaded (load average {load_at_start:.1f} at the start,"
+        f"{ROUNDS} rounds; the machine is shared and loaded (load average {clock.load_start:.1f} at the start,"
         f" {os.getloadavg()[0]:.1f} at the end): read the ratios, not the times"
     ]
     text = [
