@@ -135,23 +135,19 @@ async def _peak_rss(server: ServerProcess, done: asyncio.Event) -> int:
 
 
 async def _direct(logs: Path, repeats: int) -> list[float]:
-    db = await Database.connect(f"sqlite+aiosqlite:///{logs / 'direct.db'}")
-    try:
-        seconds: list[float] = []
+    seconds: list[float] = []
+    async with await Database.connect(f"sqlite+aiosqlite:///{logs / 'direct.db'}") as db:
         for index in range(repeats + 1):
             data = pdf(UPLOAD_MB * MB)
             started = time.perf_counter()
             await db.files.blobs.put(f"bench/{index}", io.BytesIO(data), len(data))
             if index:  # the first is a warm-up
                 seconds.append(time.perf_counter() - started)
-        return seconds
-    finally:
-        await db.aclose()
+    return seconds
 
 
 async def turn_and_storage(logs: Path, repeats: int) -> list[str]:
-    db = await Database.connect(f"sqlite+aiosqlite:///{logs / 'turn.db'}")
-    try:
+    async with await Database.connect(f"sqlite+aiosqlite:///{logs / 'turn.db'}") as db:
         plain = await db.threads.create(user_id="bench", title="plain")
         attached = await db.threads.create(user_id="bench", title="attached")
         before = await _stored_bytes(db)
@@ -188,8 +184,6 @@ async def turn_and_storage(logs: Path, repeats: int) -> list[str]:
             started = time.perf_counter()
             await resolver.resolve(loaded.messages)
             resolving.append(time.perf_counter() - started)
-    finally:
-        await db.aclose()
     plain_ms, attached_ms = median(share["plain"]) * 1000, median(share["attached"]) * 1000
     return [
         *table(
@@ -230,10 +224,10 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     them, as after a restart), beside the same turn with the bytes in memory and nothing stored."""
     async with bench_runtime(shop_app(delay=0), "SQLite", logs, "step", None) as runtime:
         db = runtime.db
-        other = await Database.connect(db.engine.url)  # another server process: none of its uploads in hand
         times: dict[Side, list[float]] = {}
         ratios: dict[Side, list[float]] = {}  # each turn over the unpersisted one right after it
-        try:
+        # Another server process: none of its uploads in hand.
+        async with await Database.connect(db.engine.url) as other:
             for index in range(repeats + 1):  # the first round is a warm-up
                 for count, uploader in ((0, db), (TURN_FILES, db), (TURN_FILES, other)):
                     side = "ours" if uploader is db else "restarted"
@@ -262,8 +256,6 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
                         times.setdefault((side, count), []).append(took["ours"])
                         times.setdefault(("bare", count), []).append(took["bare"])
                         ratios.setdefault((side, count), []).append(took["ours"] / took["bare"])
-        finally:
-            await other.aclose()
     rows: list[list[str]] = []
     for count in (TURN_FILES, 0):
         what = f"{count} files of 1 MB" if count else "no files"

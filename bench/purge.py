@@ -51,8 +51,7 @@ async def _grow(url: str, start: int, stop: int) -> None:
 async def _measure(url: str) -> tuple[float, int, str]:
     """The dry run's median seconds, how many threads it found, and the plans of what it sent (its first
     batch's statement, then the count of the threads it skips)."""
-    db = await Database.connect(url)
-    try:
+    async with await Database.connect(url) as db:
         times: list[float] = []
         found = 0
         for _ in range(ROUNDS):
@@ -63,8 +62,6 @@ async def _measure(url: str) -> tuple[float, int, str]:
         # Every engine's statements: the dry run reads through the store's reader engine.
         sent = await statements(lambda: db.threads.purge(OLDER_THAN, batch=200, dry_run=True))
         return median(times), found, "\n\n".join([await explain(url, *each) for each in (sent[0], sent[-1])])
-    finally:
-        await db.aclose()
 
 
 async def main(argv: list[str]) -> None:

@@ -97,48 +97,36 @@ async def _play(url: str, data_dir: Path, threads: int) -> list[str]:
     return ids
 
 
+_SIZES = {
+    "sqlite": "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize) FROM dbstat s "
+    "LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1",
+    "postgresql": "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+}
+
+
 async def _sizes(url: str) -> dict[str, int]:
     """Bytes on disk of each table, its indexes (and TOAST) included."""
-    db = await Database.connect(url)
-    try:
-        async with db.engine.connect() as connection:
-            if connection.dialect.name == "sqlite":
-                await connection.execute(sa.text("PRAGMA wal_checkpoint(TRUNCATE)"))
-                rows = await connection.execute(
-                    sa.text(
-                        "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize) FROM dbstat s "
-                        "LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1"
-                    )
-                )
-            else:
-                rows = await connection.execute(
-                    sa.text(
-                        "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
-                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                        "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-                    )
-                )
-            return {str(name): int(size) for name, size in rows.all()}
-    finally:
-        await db.aclose()
+    async with await Database.connect(url) as db, db.engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            await connection.execute(sa.text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        rows = await connection.execute(sa.text(_SIZES[connection.dialect.name]))
+        return {str(name): int(size) for name, size in rows.all()}
 
 
 @dataclass
 class Conversations:
-    """What the threads' conversations hold, summed over the threads."""
+    """What the threads' conversations hold, summed over the threads: their own JSON (as a load returns
+    them), of it the instructions of every request (the same text each time), and their logs' events."""
 
     json: int = 0
-    """Their own JSON, as a load returns them."""
     instructions: int = 0
-    """Of it, the instructions of every request (the same text each time)."""
     events: int = 0
-    """Events the threads' logs hold."""
 
 
 async def _conversations(url: str, ids: list[str]) -> Conversations:
-    db = await Database.connect(url)
-    try:
-        found = Conversations()
+    found = Conversations()
+    async with await Database.connect(url) as db:
         for thread_id in ids:
             conversation = await db.conversations.load(thread_id)
             assert conversation is not None
@@ -150,9 +138,7 @@ async def _conversations(url: str, ids: list[str]) -> Conversations:
                 if isinstance(message, ModelRequest) and message.instructions is not None
             )
             found.events += len(await db.events.read(thread_id))
-        return found
-    finally:
-        await db.aclose()
+    return found
 
 
 async def _vacuum(url: str) -> None:
@@ -163,12 +149,9 @@ async def _vacuum(url: str) -> None:
 
 async def _compact(url: str) -> None:
     """Compact the log as the server does past the replay window: every finished run's text deltas."""
-    db = await Database.connect(url)
-    try:
+    async with await Database.connect(url) as db:
         while (await db.events.compact(now_utc() + timedelta(seconds=1)))[0]:
             pass
-    finally:
-        await db.aclose()
 
 
 Grown = dict[str, float]

@@ -98,11 +98,8 @@ async def available(
 
 async def prepare_shop(url: str) -> None:
     """Our schema and the demo shop's tables and data, as `durable-chat serve` makes them at start."""
-    db = await Database.connect(url)
-    try:
+    async with await Database.connect(url) as db:
         await shop_app(delay=0).start(db.engine)
-    finally:
-        await db.aclose()
 
 
 async def statements(run: Callable[[], Awaitable[object]]) -> list[tuple[str, Any]]:
