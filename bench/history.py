@@ -21,7 +21,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from agent import ChatApp, Runtime
-from bench.harness.bare import run_bare
+from bench.harness.bare import bare_turn
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.pinning import SERVER_CORE, pin_this_process
@@ -29,7 +29,7 @@ from bench.harness.plain_app import build_agent
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import median, ms, times
-from bench.harness.turns import PROMPT, Turn, bare_scope, bench_runtime, queued
+from bench.harness.turns import Turn, bench_runtime, queued
 
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
@@ -144,15 +144,7 @@ class Bench:
             # otherwise (a deep copy's, or ones made in code).
             loaded = await self.messages(self.long_thread)
             messages = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(loaded))
-        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
-        conversation = Conversation(messages=messages)
-
-        async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation)
-            if "ORD-5678" not in output:
-                raise RuntimeError(f"the turn with nothing stored answered {output!r}")
-
-        return turn
+        return bare_turn(self.runtime, messages)
 
     async def prepare(self, side: str) -> Turn:
         if side.startswith("ours"):

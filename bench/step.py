@@ -21,13 +21,13 @@ from pydantic_ai.messages import ModelMessage
 
 from agent import Runtime
 from agent.demo import shop_app
-from bench.harness.bare import INSTALL, Harness, run_bare
+from bench.harness.bare import INSTALL, Harness, bare_turn
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import NAN, median, ms, times
-from bench.harness.turns import PROMPT, Turn, alternate, bare_scope, bench_runtime, queued
+from bench.harness.turns import Turn, alternate, bench_runtime, queued
 
 EARLIER_TURNS = (
     "Hello there",
@@ -148,16 +148,8 @@ class Bench:
 
     async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
-        conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
-        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
         extra = [self.harness.capability()] if harness and self.harness is not None else []
-
-        async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra)
-            if "ORD-5678" not in output:
-                raise RuntimeError(f"the turn with no persistence answered {output!r}")
-
-        return turn
+        return bare_turn(self.runtime, copy.deepcopy(self.history) if long else [], extra)
 
 
 async def measure(bench: Bench, warmup: int, repeats: int, title: str) -> list[Case]:

@@ -16,6 +16,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import (
     FunctionToolResultEvent,
+    ModelMessage,
     PartDeltaEvent,
     PartEndEvent,
     PartStartEvent,
@@ -47,7 +48,28 @@ from stream import (
     UserMessage,
 )
 
+from .turns import PROMPT, Turn, bare_scope
+
 INSTALL = "pip install --no-deps pydantic-ai-harness"
+
+
+def bare_turn(
+    runtime: Runtime,
+    messages: Sequence[ModelMessage] = (),
+    extra: Sequence[AbstractCapability[Any]] = (),
+    files: Sequence[UserContent] = (),
+) -> Turn:
+    """`PROMPT` by `run_bare` on `messages` in memory, prepared (its scope and conversation made now); its
+    answer must name the order."""
+    scope = bare_scope(runtime.db.ledger, runtime.db.engine)
+    conversation = Conversation(messages=list(messages))
+
+    async def turn() -> None:
+        output = await run_bare(runtime, scope, PROMPT, conversation, extra, files)
+        if "ORD-5678" not in output:
+            raise RuntimeError(f"the turn with nothing stored answered {output!r}")
+
+    return turn
 
 
 async def run_bare(
