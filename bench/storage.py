@@ -24,6 +24,7 @@ from agent import ChatApp
 from agent.demo.app import INSTRUCTIONS
 from bench.harness.databases import connected, postgres_database
 from bench.harness.options import parser, publish
+from bench.harness.plain_app import deltas
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, folder
 from store import Database, now_utc
@@ -41,23 +42,13 @@ SYSTEM_PROMPT = (INSTRUCTIONS + "\n") * 4
 """About 3 KB of instructions, as the issue's app had."""
 
 
-def _deltas(text: str, count: int) -> list[str]:
-    words = text.split(" ")
-    size = -(-len(words) // count)
-    return [" ".join(words[i : i + size]) + " " for i in range(0, len(words), size)]
-
-
 async def _model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    last = messages[-1]
-    if any(isinstance(part, ToolReturnPart) for part in getattr(last, "parts", [])):
-        for delta in _deltas(ANSWER, 12):
+    if any(isinstance(part, ToolReturnPart) for part in getattr(messages[-1], "parts", [])):
+        for delta in deltas(ANSWER):
             yield delta
         return
-    yield {
-        0: DeltaToolCall(
-            name="lookup", json_args='{"key": "balance"}', tool_call_id=f"call-{uuid.uuid4().hex[:12]}"
-        )
-    }
+    call_id = f"call-{uuid.uuid4().hex[:12]}"
+    yield {0: DeltaToolCall(name="lookup", json_args='{"key": "balance"}', tool_call_id=call_id)}
 
 
 def plain_app() -> ChatApp[None]:

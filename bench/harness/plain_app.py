@@ -50,8 +50,13 @@ def _answer(order_id: str) -> list[str]:
     """About 60 words about the order (as `lookup_order` found it), in `ANSWER_DELTAS` deltas."""
     order = lookup_order(order_id)
     head = f"Your order {order.get('order_id', '?')} ({order.get('item', 'an item')}) is {order.get('status', 'unknown')}. "
-    words = (head + _FILLER).split(" ")
-    size = -(-len(words) // ANSWER_DELTAS)
+    return deltas(head + _FILLER)
+
+
+def deltas(text: str, count: int = ANSWER_DELTAS) -> list[str]:
+    """`text` in `count` deltas of as many words each (the last shorter)."""
+    words = text.split(" ")
+    size = -(-len(words) // count)
     return [" ".join(words[n : n + size]) + " " for n in range(0, len(words), size)]
 
 
