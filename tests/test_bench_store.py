@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.harness.databases import scratch_database
-from bench.store import Settings, run_per_size
+from bench.store import Results, Section, Settings, checks, render, run_per_size
 from bench.store_messages import history, realistic_turn
-from bench.store_report import Results, Section, checks, render
 from bench.store_systems import Contender, Ours, PydanticStoreBackend, Timing
 from bench.store_systems import contenders as store_contenders
 from store import SqlConversationStore
