@@ -477,19 +477,3 @@ async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float
     server_cpu = sum(server.cpu_seconds() for server in servers) - server_cpu
     machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
     return Measured(result, server_cpu, client_cpu, *waits, machine_busy=machine)
-
-
-def trouble_lines(label: str, result: LoadResult, statuses: dict[str, int], log: Sequence[str]) -> list[str]:
-    """A report's list items for what went wrong in one measurement: the clients' errors by kind, the
-    access log's non-2xx answers by status, and (a few of) the servers' log lines."""
-    kinds = [
-        f"{kind} x{count} (e.g. {result.error_samples[kind][:200]!r})"
-        for kind, count in result.errors.items()
-    ]
-    kinds += [f"{status} x{count}" for status, count in sorted(statuses.items())]
-    if not kinds and not log:
-        return []
-    return [
-        f"- {label}: " + "; ".join(kinds),
-        *(f"  - server log: `{line[:300]}`" for line in dict.fromkeys(log)),
-    ][:9]
