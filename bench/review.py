@@ -24,7 +24,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from starlette.applications import Starlette
 
-from agent import ApprovalReview, ChatApp, Review, queue_run, run_step
+from agent import ChatApp, Review, queue_run, run_step
 from agent.demo import staffed_shop_app
 from bench.harness.databases import (
     Dialect,
@@ -274,16 +274,14 @@ def _pausing_agent() -> Agent[Any, str]:
     return agent
 
 
-def _for_support(call: ApprovalReview) -> Review:
-    return Review(by="support", expires_after=timedelta(hours=4))
-
-
 async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) -> list[str]:
     """A turn that pauses for a reviewer, its webhook sent, against the same turn by pydantic-ai alone."""
     agent = _pausing_agent()
     with tempfile.TemporaryDirectory() as directory:
         async with AsyncExitStack() as stack:
-            app = ChatApp(agent=agent, review=_for_support)
+            app = ChatApp(
+                agent=agent, review=lambda call: Review(by="support", expires_after=timedelta(hours=4))
+            )
             runtime = await stack.enter_async_context(
                 bench_runtime(app, database, Path(directory), "pause", server)
             )
@@ -334,20 +332,6 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
     ]
 
 
-async def pause_costs(server: str, warmup: int, repeats: int) -> list[str]:
-    rows = [await pause_cost(database, server, warmup, repeats) for database in ("SQLite", "PostgreSQL")]
-    return [
-        *table(
-            "database | a turn pausing for support, its webhook sent, median ms | pydantic-ai alone, nothing"
-            " stored, median ms | ratio (median of rounds) | rounds' middle half | target",
-            rows,
-            "lrrrrl",
-        ),
-        "",
-        f"{repeats} rounds after {warmup} to warm up, each side first in every other round.",
-    ]
-
-
 async def main(argv: Sequence[str]) -> int:
     options = parser("bench.review", __doc__, postgres="required")
     options.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
@@ -360,7 +344,11 @@ async def main(argv: Sequence[str]) -> int:
     version = await postgres_version(arguments.postgres)
     queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
     hook_lines = await webhook_cost(*((1, 4) if quick else (BLOCKS, PAIRS)))
-    pause_lines = await pause_costs(arguments.postgres, *((1, 3) if quick else (WARMUP, REPEATS)))
+    warmup, repeats = (1, 3) if quick else (WARMUP, REPEATS)
+    pauses = [
+        await pause_cost(database, arguments.postgres, warmup, repeats)
+        for database in ("SQLite", "PostgreSQL")
+    ]
     notes = [
         f"{ROUNDS} rounds; the machine is shared and loaded (load average {clock.load_start:.1f} at the start,"
         f" {os.getloadavg()[0]:.1f} at the end): read the ratios, not the times"
@@ -379,7 +367,14 @@ async def main(argv: Sequence[str]) -> int:
         "",
         *hook_lines,
         "",
-        *pause_lines,
+        *table(
+            "database | a turn pausing for support, its webhook sent, median ms | pydantic-ai alone, nothing"
+            " stored, median ms | ratio (median of rounds) | rounds' middle half | target",
+            pauses,
+            "lrrrrl",
+        ),
+        "",
+        f"{repeats} rounds after {warmup} to warm up, each side first in every other round.",
         "",
         f"Run in {clock.seconds:.0f} s.",
     ]
