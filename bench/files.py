@@ -11,7 +11,6 @@ import io
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -53,18 +52,19 @@ def pdf(size: int) -> bytes:
 
 
 async def upload(logs: Path, repeats: int) -> list[str]:
-    cold = await _uploads(logs, "cold", repeats=0, small_first=False)
+    size = UPLOAD_MB * MB
+    ((cold, _),) = await _uploads(logs, "cold", [size])
     # The same first upload with 3x the bytes: a streaming server grows by the same one-off amount.
-    big = await _uploads(logs, "big", repeats=0, small_first=False, size=3 * UPLOAD_MB * MB)
-    warm = await _uploads(logs, "warm", repeats=repeats, small_first=True)
+    ((big, _),) = await _uploads(logs, "big", [3 * size])
+    (small, _), (first, _), *later = await _uploads(logs, "warm", [WARM_UP_MB * MB, size, *[size] * repeats])
     direct = await _direct(logs, repeats)
-    upload_rate, direct_rate = UPLOAD_MB / median(warm.seconds), UPLOAD_MB / median(direct)
+    upload_rate, direct_rate = UPLOAD_MB / median(took for _, took in later), UPLOAD_MB / median(direct)
     rows = [
-        ("server memory: a fresh server's first 20 MB upload over idle", cold.first),
-        ("server memory: a fresh server's first 60 MB upload over idle", big.first),
-        (f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle", warm.small),
-        ("server memory: the 20 MB upload after it (target ≤ 2 MB)", warm.first),
-        ("server memory: each later 20 MB upload over before it (max of runs)", max(warm.later)),
+        ("server memory: a fresh server's first 20 MB upload over idle", cold),
+        ("server memory: a fresh server's first 60 MB upload over idle", big),
+        (f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle", small),
+        ("server memory: the 20 MB upload after it (target ≤ 2 MB)", first),
+        ("server memory: each later 20 MB upload over before it (max of runs)", max(kb for kb, _ in later)),
     ]
     return table(
         ["20 MB upload", "value"],
@@ -78,24 +78,11 @@ async def upload(logs: Path, repeats: int) -> list[str]:
     )
 
 
-@dataclass
-class _Uploads:
-    """kB the resident set grew by (peak over before) at the `WARM_UP_MB` upload, the first and each
-    later one of 20 MB; the seconds of each later one."""
-
-    small: float = 0.0
-    first: float = 0.0
-    later: list[float] = field(default_factory=list[float])
-    seconds: list[float] = field(default_factory=list[float])
-
-
-async def _uploads(
-    logs: Path, name: str, *, repeats: int, small_first: bool, size: int = UPLOAD_MB * MB
-) -> _Uploads:
-    """A fresh server's uploads of `size`: the first (after a `WARM_UP_MB` one if `small_first`), then `repeats` more."""
+async def _uploads(logs: Path, name: str, sizes: list[int]) -> list[tuple[float, float]]:
+    """A fresh server's uploads of `sizes` bytes, one after another: the kB each grew its resident set by
+    (its peak over before it), and its seconds."""
     url = f"sqlite+aiosqlite:///{logs / f'upload-{name}.db'}"
     headers = {"Authorization": f"Bearer {issue_token(SECRET, 'bench')}"}
-    found = _Uploads()
     async with (
         serving(f"ours-{name}", ours_argv(url), server_env(_LIMITS), logs) as server,
         httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=120) as client,
@@ -115,14 +102,7 @@ async def _uploads(
             answer.raise_for_status()
             return peak - baseline, took
 
-        if small_first:
-            found.small, _ = await measured(pdf(WARM_UP_MB * MB))
-        found.first, _ = await measured(pdf(size))
-        for _ in range(repeats):
-            growth, took = await measured(pdf(size))
-            found.later.append(growth)
-            found.seconds.append(took)
-    return found
+        return [await measured(pdf(size)) for size in sizes]
 
 
 async def _peak_rss(server: ServerProcess, done: asyncio.Event) -> int:
