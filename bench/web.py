@@ -137,11 +137,10 @@ class Report:
         """(target, measured, met) for every database measured at `STREAMS_TARGET` users."""
         rows: list[tuple[str, str, bool]] = []
         for system in dict.fromkeys(p.system for p in self.phases):
-            held = next(
-                (p for p in self.phases if (p.system, p.load.users) == (system, STREAMS_TARGET)), None
-            )
-            if held is not None:
-                load, wanted = held.load, held.load.users * held.load.turns_per_user
+            held = [p.load for p in self.phases if (p.system, p.load.users) == (system, STREAMS_TARGET)]
+            if held:
+                load = held[0]
+                wanted = load.users * load.turns_per_user
                 measured = f"{load.streams_open}/{load.users} streams open, {load.completed_turns}/{wanted} turns, {load.error_count} errors"
                 ok = (
                     not load.errors
@@ -193,10 +192,9 @@ async def run(arguments: argparse.Namespace, report: Report, notes: list[str], l
         left = budget_end - time.monotonic() - 15 * (len(order) - number - 1)
         deadline = max(20.0, min(users * each * SECONDS_PER_TURN, left))
         try:
-            phase = await run_phase(
-                system, users, each, deadline, arguments.postgres, logs, source, ALONE_TURNS
+            report.phases.append(
+                await run_phase(system, users, each, deadline, arguments.postgres, logs, source)
             )
-            report.phases.append(phase)
         except (RuntimeError, OSError, SQLAlchemyError) as error:
             print(f"  {system}, {users} users: FAILED: {error}", flush=True)
             report.failures.append(f"{system}, {users} users: {str(error)[-600:]}")
