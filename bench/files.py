@@ -27,12 +27,11 @@ from pydantic_ai.messages import (
 
 from agent import FileResolver, ThreadFiles, file_reference
 from agent.demo import shop_app
-from bench.harness.bare import bare_turn
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, ServerProcess, folder, ours_argv, server_env, serving
 from bench.harness.stats import median
-from bench.harness.turns import bench_runtime, queued
+from bench.harness.turns import bare_turn, bench_runtime, queued
 from store import Database, NewFile
 from web import issue_token
 

@@ -21,7 +21,6 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from agent import ChatApp, Runtime
-from bench.harness.bare import bare_turn
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.pinning import SERVER_CORE, pin_this_process
@@ -29,7 +28,7 @@ from bench.harness.plain_app import build_agent
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import median, ms, times
-from bench.harness.turns import Turn, bench_runtime, queued
+from bench.harness.turns import Turn, bare_turn, bench_runtime, queued
 
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""

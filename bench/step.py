@@ -1,7 +1,7 @@
 """What durability costs a step: `run_step` against the same agent run with no persistence.
 
 The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
-`StepPersistence` as a third side on SQLite when installed (`bench.harness.bare`).
+`StepPersistence` as a third side on SQLite when installed (`bench.harness.turns`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from pydantic_ai.messages import ModelMessage
 
 from agent import Runtime
 from agent.demo import shop_app
-from bench.harness.bare import INSTALL, Harness, bare_turn
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import NAN, median, ms, times
-from bench.harness.turns import Turn, alternate, bench_runtime, queued
+from bench.harness.turns import INSTALL, Harness, Turn, alternate, bare_turn, bench_runtime, queued
 
 EARLIER_TURNS = (
     "Hello there",
