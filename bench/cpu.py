@@ -17,7 +17,6 @@ from bench.cpu_report import AI_SDK, BASELINE, NATIVE, SIDES, Report, Round, ren
 from bench.harness.clients import Load, Measured, Protocol, measure
 from bench.harness.databases import Dialect, available, prepare_shop, scratch_database
 from bench.harness.options import parser, publish
-from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import Clock, command_line, environment
 from bench.harness.servers import (
     PLAIN_APP,
@@ -26,6 +25,8 @@ from bench.harness.servers import (
     adapter_argv,
     folder,
     ours_argv,
+    pin_this_process,
+    pinned,
     raise_open_files_limit,
     server_env,
     serving,

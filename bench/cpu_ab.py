@@ -16,7 +16,6 @@ from pathlib import Path
 from bench.harness.clients import Load, measure
 from bench.harness.databases import scratch_database
 from bench.harness.options import parser
-from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import ROOT
 from bench.harness.servers import (
     PLAIN_APP,
@@ -24,6 +23,8 @@ from bench.harness.servers import (
     ServerProcess,
     folder,
     ours_argv,
+    pin_this_process,
+    pinned,
     server_env,
     serving,
     snapshot,

@@ -23,10 +23,9 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from agent import ChatApp, Runtime
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
-from bench.harness.pinning import SERVER_CORE, pin_this_process
 from bench.harness.plain_app import build_agent
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
-from bench.harness.servers import folder
+from bench.harness.servers import SERVER_CORE, folder, pin_this_process
 from bench.harness.stats import median, ms, times
 from bench.harness.turns import Turn, bare_turn, bench_runtime, queued
 

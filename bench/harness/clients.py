@@ -23,8 +23,7 @@ import httpx
 
 from web import issue_token
 
-from .pinning import core_wait, machine_ticks
-from .servers import SECRET, ServerProcess
+from .servers import SECRET, ServerProcess, core_wait, machine_ticks
 from .stats import ratio
 
 PROMPT = "Where is ORD-5678?"

@@ -1,5 +1,9 @@
 """Servers as processes: ours (`python -m cli serve`) and the baselines, started on a free port and
-watched (CPU and memory from /proc, trouble in their logs), each from a copy of the source tree."""
+watched (CPU and memory from /proc, trouble in their logs), each from a copy of the source tree.
+
+The machine's cores change speed for seconds at a time and are shared with other work: a server pinned
+to its own core (`taskset`) has its CPU per turn measured apart from the clients', pinned to the other.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +35,35 @@ _PACKAGES = ("agent", "bench", "cli", "store", "stream", "web")
 _TICKS = os.sysconf("SC_CLK_TCK")
 _ACCESS = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" (\d{3})')
 _TROUBLE = re.compile(r"ERROR|CRITICAL|WARNING|Traceback|(Error|Exception)\b")
+
+
+SERVER_CORE, CLIENT_CORE = 1, 0
+
+
+def pinned(argv: Sequence[str], core: int = SERVER_CORE) -> list[str]:
+    """`argv` run on `core` only (unchanged when `taskset` is missing)."""
+    return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") else list(argv)
+
+
+def pin_this_process(core: int = CLIENT_CORE) -> None:
+    """Keep this process (the clients) on `core`, when the machine has more than one."""
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, {core})
+
+
+def core_wait(pid: int | str) -> float:
+    """Seconds the process's main thread was runnable but waiting for a core (`/proc/PID/schedstat`)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_ticks() -> tuple[int, int]:
+    """All cores' busy and total clock ticks so far (`/proc/stat`), whoever used them."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
