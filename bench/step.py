@@ -174,14 +174,15 @@ async def run(arguments: argparse.Namespace, report: Report, notes: list[str], l
     databases, version = await available(arguments.postgres, notes)
     for database in databases:
         async with AsyncExitStack() as stack:
-            runtime = await stack.enter_async_context(
-                bench_runtime(shop_app(delay=0), database, logs, "step", arguments.postgres)
+            app = shop_app(delay=0)
+            bench = Bench(
+                await stack.enter_async_context(
+                    bench_runtime(app, database, logs, "step", arguments.postgres)
+                )
             )
-            bench = Bench(runtime)
             await bench.play_history()
-            if (
-                database == "SQLite"
-            ):  # its SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's
+            # The harness's SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's.
+            if database == "SQLite":
                 bench.harness, missing = Harness.open(logs)
                 if bench.harness is not None:
                     stack.callback(bench.harness.close)
