@@ -53,13 +53,7 @@ class Phase:
 
 
 async def run_phase(
-    system: Dialect,
-    users: int,
-    turns: int,
-    deadline: float,
-    postgres: str | None,
-    logs: Path,
-    source: Path,
+    system: Dialect, users: int, turns: int, deadline: float, postgres: str | None, logs: Path, source: Path
 ) -> Phase:
     """A fresh server (and database) warmed up by a turn, one user's `ALONE_TURNS`, then `users` users'
     `turns` each."""
