@@ -1,8 +1,5 @@
-"""Flat in history (issue 29, target 2): a turn of the plain app on a ~1,000-message thread against
-one on a fresh thread, ours (`run_step`) and the same agent with nothing stored side by side.
-
-The measurement's method is prose in `docs/benchmarks.md` (section `history`).
-"""
+"""Flat in history (issue 29, target 2): a turn of the plain app on a ~1,000-message thread against one
+on a fresh thread, ours (`run_step`) and the same agent with nothing stored (method: `docs/benchmarks.md`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What durability costs a step: `run_step` against the same agent run with no persistence.
-
-The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
-`StepPersistence` as a third side on SQLite when installed (`bench.harness.turns`).
-"""
+"""What durability costs a step: `run_step` against the same agent run with no persistence, turn by turn in
+one process, with pydantic-ai-harness's `StepPersistence` as a third side on SQLite when installed."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 turn (load the whole history, append, save) at each size, every system in this process, interleaved.
 
 What is alive before the timing starts is frozen out of the garbage collector: otherwise each full
-collection walks all of it inside whichever system's turn triggers it. The systems are in
-`bench.store_systems`.
+collection walks all of it inside whichever system's turn triggers it.
 """
 
 from __future__ import annotations

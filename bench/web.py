@@ -1,7 +1,5 @@
-"""Concurrent users over HTTP and SSE against a real server: 50, 200 and 500 users, SQLite and PostgreSQL.
-
-Each phase on a fresh server and a fresh database, from a copy of the source tree taken at the start.
-"""
+"""Concurrent users over HTTP and SSE against a real server: 50, 200 and 500 users, SQLite and PostgreSQL;
+each phase on a fresh server and database, from a copy of the source tree taken at the start."""
 
 from __future__ import annotations
 
