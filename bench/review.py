@@ -87,16 +87,16 @@ async def _filled(server: str, calls: int, stack: Any) -> tuple[str, Database]:
     return url, db
 
 
-async def _plans(url: str, db: Database) -> dict[str, str]:
-    """PostgreSQL's plan of each statement the store runs for the queue and the sweep."""
+async def _plans(url: str, db: Database) -> str:
+    """PostgreSQL's plans of the statements the store runs for the queue, then the sweep."""
 
     async def run() -> None:
         await db.reviews.queue(ROLES, status="pending", limit=21)
         await db.reviews.due(now_utc())
 
-    ran = [sent for sent in await statements(run) if sent[0].lstrip().upper().startswith("SELECT")]
-    ran = [sent for sent in ran if "approvals" in sent[0]]
-    return {name: await explain(url, *sent) for name, sent in zip(("queue", "sweep"), ran[-2:], strict=True)}
+    ran = [(sql, args) for sql, args in await statements(run) if sql.lstrip().upper().startswith("SELECT")]
+    queue, sweep = [sent for sent in ran if "approvals" in sent[0]][-2:]
+    return f"{await explain(url, *queue)}\n\n{await explain(url, *sweep)}"
 
 
 CALLS: dict[str, Callable[[Database], Awaitable[object]]] = {
@@ -109,7 +109,7 @@ CALLS: dict[str, Callable[[Database], Awaitable[object]]] = {
 COLUMNS = ("queue", "both", "decided", "sweep")
 
 
-async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], dict[str, str]]:
+async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], str]:
     async with AsyncExitStack() as stack:
         dbs = [await _filled(server, n, stack) for n in sizes]
         plans = await _plans(*dbs[-1])
@@ -360,9 +360,7 @@ async def main(argv: Sequence[str]) -> int:
         f"Plans at {sizes[-1]:,} approvals (`EXPLAIN` of the statements the store ran):",
         "",
         "```",
-        *plans["queue"].splitlines(),
-        "",
-        *plans["sweep"].splitlines(),
+        *plans.splitlines(),
         "```",
         "",
         *hook_lines,
