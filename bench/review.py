@@ -24,7 +24,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from starlette.applications import Starlette
 
-from agent import ChatApp, Review, queue_run, run_step
+from agent import ChatApp, Review
 from agent.demo import staffed_shop_app
 from bench.harness.databases import (
     Dialect,
@@ -37,7 +37,7 @@ from bench.harness.databases import (
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
-from bench.harness.turns import Turn, alternate, bench_runtime, drain
+from bench.harness.turns import Turn, alternate, bench_runtime, drain, queued
 from store import Database, now_utc
 from web import Settings, WebhookSender, create_app, issue_token
 
@@ -291,19 +291,10 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
             await sender.start()
             stack.push_async_callback(sender.aclose)
 
-            async def ours() -> Turn:
-                thread = await runtime.db.threads.create(user_id="bench", title="bench")
-
-                async def turn() -> None:  # queued and run: the pause's whole cost
-                    opened = await queue_run(
-                        runtime, thread.thread_id, "message", content="Refund ORD-9012", claim=True
-                    )
-                    status = await run_step(
-                        runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span
-                    )
-                    assert status == "awaiting_approval", status
-
-                return turn
+            async def ours() -> Turn:  # queued and run within the turn: the pause's whole cost
+                return await queued(
+                    runtime, None, "Refund ORD-9012", expect="awaiting_approval", queue_in_turn=True
+                )
 
             async def bare() -> None:
                 result = await agent.run(

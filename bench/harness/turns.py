@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent import (
     ChatApp,
     GuardrailContext,
+    Opened,
     PauseAtDeferredCalls,
     RunHooks,
     RunRecords,
@@ -92,19 +93,23 @@ async def queued(
     content: str = PROMPT,
     *,
     expect: str = "completed",
+    queue_in_turn: bool = False,
     **queue: Any,
 ) -> Turn:
-    """A turn of `thread_id` (a new thread if `None`), queued and claimed as the server's POST does;
-    calling it runs the step, which must end `expect`."""
+    """A turn of `thread_id` (a new thread if `None`), queued and claimed as the server's POST does (within
+    the turn if `queue_in_turn`); calling it runs the step, which must end `expect`."""
     if thread_id is None:
         thread_id = (await runtime.db.threads.create(user_id="bench", title="bench")).thread_id
-    opened = await queue_run(runtime, thread_id, "message", content=content, claim=True, **queue)
-    assert opened.claimed is not None
+
+    async def opened() -> Opened:
+        return await queue_run(runtime, thread_id, "message", content=content, claim=True, **queue)
+
+    ready = None if queue_in_turn else await opened()
 
     async def turn() -> None:
-        if (
-            status := await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
-        ) != expect:
+        run = ready if ready is not None else await opened()
+        assert run.claimed is not None
+        if (status := await run_step(runtime, run.run.run_id, claimed=run.claimed, span=run.span)) != expect:
             raise RuntimeError(f"ours ended {status!r}, not {expect!r}")
 
     return turn
