@@ -129,9 +129,6 @@ class _Gate:
         if self.arrived >= self.users:
             self.all_arrived.set()
 
-    def running(self) -> bool:
-        return time.perf_counter() < self.stop_at
-
 
 async def run_load(
     base_url: str | Sequence[str], load: Load, *, on_start: Callable[[], None] | None = None
@@ -218,7 +215,7 @@ async def _user(
             gate.arrive(ready=True)
             await gate.go.wait()
             done = 0
-            while gate.running() and (load.turns is None or done < load.turns):
+            while time.perf_counter() < gate.stop_at and (load.turns is None or done < load.turns):
                 if fresh(done) and not await user.new_thread():
                     return
                 if not await user.turn(result):
