@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp, RunScope
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
+from bench.harness.plain_app import answered
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import median, ms, paired_ratio, times
@@ -33,8 +34,7 @@ def _scripted(first: tuple[str, dict[str, Any]], answer: str) -> FunctionModel:
     """Calls `first`, then answers `answer` word by word once the call's result is in."""
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-        last = messages[-1]
-        if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+        if answered(messages):
             for word in answer.split(" "):
                 yield word + " "
             return

@@ -17,14 +17,14 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp
 from agent.demo.app import INSTRUCTIONS
 from bench.harness.databases import connected, postgres_database
 from bench.harness.options import parser, publish
-from bench.harness.plain_app import deltas
+from bench.harness.plain_app import answered, deltas
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, folder
 from store import Database, now_utc
@@ -43,7 +43,7 @@ SYSTEM_PROMPT = (INSTRUCTIONS + "\n") * 4
 
 
 async def _model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    if any(isinstance(part, ToolReturnPart) for part in getattr(messages[-1], "parts", [])):
+    if answered(messages):
         for delta in deltas(ANSWER):
             yield delta
         return
