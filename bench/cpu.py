@@ -17,7 +17,6 @@ from bench.cpu_report import AI_SDK, BASELINE, NATIVE, SIDES, Report, Round, ren
 from bench.harness.clients import Load, Measured, Protocol, measure
 from bench.harness.databases import Dialect, available, prepare_shop, scratch_database
 from bench.harness.options import parser, publish
-from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import Clock, command_line, environment
 from bench.harness.servers import (
     PLAIN_APP,
@@ -26,11 +25,14 @@ from bench.harness.servers import (
     adapter_argv,
     folder,
     ours_argv,
+    pin_this_process,
+    pinned,
     raise_open_files_limit,
     server_env,
     serving,
     snapshot,
 )
+from bench.harness.stats import rotated
 
 LEVELS, QUICK_LEVELS = (20, 200), (20,)
 ROUNDS, QUICK_ROUNDS = 3, 2
@@ -96,7 +98,7 @@ async def run_database(
         for side in SIDES:  # warm-up: imports, first connections, caches
             await play(by_side[side], side, 2, turns=3)
         for turn in range(QUICK_ALONE_TURNS if quick else ALONE_TURNS):
-            for side in SIDES[turn % 3 :] + SIDES[: turn % 3]:
+            for side in rotated(SIDES, turn):
                 result = (await play(by_side[side], side, 1, turns=1)).result
                 report.alone.setdefault((database, side), []).extend(result.first_delta)
                 _count(report, database, side, result.errors, result.error_samples)
@@ -109,13 +111,11 @@ async def run_database(
                     notes = f"{database}, {users} users: {number} of {rounds} rounds, the time budget's share ({share:.0f} s) spent"
                     report.notes.append(notes)
                     break
-                for side in SIDES[number % 3 :] + SIDES[: number % 3]:
+                for side in rotated(SIDES, number):
                     m = await play(by_side[side], side, users, seconds=seconds, per_thread=per_thread)
-                    load = m.result
+                    load, busy = m.result, m.result.elapsed or 1e-9
                     _count(report, database, side, load.errors, load.error_samples)
-                    found = Round.of(database, users, side, number, m)
-                    report.rounds.append(found)
-                    busy = load.elapsed or 1e-9
+                    report.rounds.append(found := Round(database, users, side, number, m))
                     print(
                         f"{database:<10} {users:>3} users round {number} {side:<22} {load.completed_turns:>4} turns "
                         f"{load.turns_per_second:6.1f}/s, CPU {found.cpu_per_turn * 1000:.1f} ms/turn, server busy "

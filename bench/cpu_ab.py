@@ -16,7 +16,6 @@ from pathlib import Path
 from bench.harness.clients import Load, measure
 from bench.harness.databases import scratch_database
 from bench.harness.options import parser
-from bench.harness.pinning import pin_this_process, pinned
 from bench.harness.reports import ROOT
 from bench.harness.servers import (
     PLAIN_APP,
@@ -24,6 +23,8 @@ from bench.harness.servers import (
     ServerProcess,
     folder,
     ours_argv,
+    pin_this_process,
+    pinned,
     server_env,
     serving,
     snapshot,
@@ -71,15 +72,12 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
         for number in range(arguments.rounds):
             for name in rotated(names, number):
                 measured = await measure([servers[name]], timed, settle=1.2)
-                if measured.result.errors:
-                    print(
-                        f"{name}: errors {dict(measured.result.errors)} {measured.result.error_samples}",
-                        flush=True,
-                    )
-                cpu[name].append(measured.server_cpu / max(measured.result.completed_turns, 1))
+                load = measured.result
+                if load.errors:
+                    print(f"{name}: errors {dict(load.errors)} {load.error_samples}", flush=True)
+                cpu[name].append(measured.server_cpu / max(load.completed_turns, 1))
                 print(
-                    f"round {number} {name:<14} {measured.result.completed_turns:4d} turns {cpu[name][-1] * 1000:6.2f} ms/turn",
-                    flush=True,
+                    f"round {number} {name:<14} {load.completed_turns:4d} turns {cpu[name][-1] * 1000:6.2f} ms/turn"
                 )
         for number in range(arguments.alone):
             for name in rotated(names, number):

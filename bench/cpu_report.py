@@ -24,36 +24,17 @@ FIRST_DELTA_LIMIT_MS = 5.0
 
 @dataclass(frozen=True)
 class Round:
-    """One side's round: its server's CPU and the turns completed in it."""
+    """One side's round: the load it ran and its server's CPU."""
 
     database: str
     users: int
     side: str
     number: int
-    server_cpu: float
-    client_cpu: float
-    elapsed: float
-    turns: int
-    first_delta: tuple[float, ...] = ()
-    errors: int = 0
-    server_wait: float = 0.0
-    """Seconds the server's loop thread was runnable but off its core (other work on the machine)."""
-    client_wait: float = 0.0
+    measured: Measured
 
     @property
     def cpu_per_turn(self) -> float:
-        return ratio(self.server_cpu, self.turns)
-
-    @classmethod
-    def of(cls, database: str, users: int, side: str, number: int, m: Measured) -> Round:
-        load = m.result
-        return cls(
-            *(database, users, side, number, m.server_cpu, m.client_cpu, load.elapsed, load.completed_turns),
-            tuple(load.first_delta),
-            load.error_count,
-            m.server_wait,
-            m.client_wait,
-        )
+        return self.measured.cpu_per_turn
 
 
 @dataclass
@@ -86,25 +67,20 @@ def render_cpu(report: Report, environment_lines: Sequence[str], *, plain: bool 
         for side in SIDES:
             if not (rounds := report.of(database, users, side)):
                 continue
-            turns, cpu = sum(r.turns for r in rounds), sum(r.server_cpu for r in rounds)
-            elapsed = sum(r.elapsed for r in rounds) or 1e-9
+            m = [r.measured for r in rounds]
+            turns, cpu = sum(x.result.completed_turns for x in m), sum(x.server_cpu for x in m)
+            elapsed = sum(x.result.elapsed for x in m) or 1e-9
             per_turn = ratio(cpu, turns)
-            deltas = [d for r in rounds for d in r.first_delta]
+            deltas = [d for x in m for d in x.result.first_delta]
+            waits = [sum(x.server_wait for x in m) / elapsed, sum(x.client_wait for x in m) / elapsed]
             rows.append(
                 [
-                    database,
-                    users,
-                    side,
-                    len(rounds),
-                    turns,
-                    ms(per_turn),
-                    f"{ratio(1, per_turn):.0f}",
-                    f"{turns / elapsed:.0f}",
-                    f"{cpu / elapsed:.0%}",
-                    f"{sum(r.client_cpu for r in rounds) / elapsed:.0%}",
-                    f"{sum(r.server_wait for r in rounds) / elapsed:.0%} / {sum(r.client_wait for r in rounds) / elapsed:.0%}",
+                    *(database, users, side, len(rounds), turns, ms(per_turn), f"{ratio(1, per_turn):.0f}"),
+                    *(f"{turns / elapsed:.0f}", f"{cpu / elapsed:.0%}"),
+                    f"{sum(x.client_cpu for x in m) / elapsed:.0%}",
+                    f"{waits[0]:.0%} / {waits[1]:.0%}",
                     f"{ms(median(deltas))} / {ms(percentile(deltas, 0.99))}",
-                    sum(r.errors for r in rounds),
+                    sum(x.result.error_count for x in m),
                 ]
             )
     targets: list[Sequence[object]] = []
@@ -155,7 +131,7 @@ def render_first_delta(report: Report) -> list[str]:
         [database, users, side, ms(median(deltas)), ms(percentile(deltas, 0.99))]
         for database, users in report.cells()
         for side in SIDES
-        if (deltas := [d for r in report.of(database, users, side) for d in r.first_delta])
+        if (deltas := [d for r in report.of(database, users, side) for d in r.measured.result.first_delta])
     ]
     return [
         *table(

@@ -14,20 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp, RunScope
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
+from bench.harness.plain_app import answered
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.servers import folder
 from bench.harness.stats import median, ms, paired_ratio, times
 from bench.harness.turns import PROMPT, Turn, alternate, bench_runtime, drain, queued
 
 TARGET = 1.3
-
-
 WARMUP, REPEATS = 3, 30
 
 
@@ -35,8 +34,7 @@ def _scripted(first: tuple[str, dict[str, Any]], answer: str) -> FunctionModel:
     """Calls `first`, then answers `answer` word by word once the call's result is in."""
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-        last = messages[-1]
-        if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+        if answered(messages):
             for word in answer.split(" "):
                 yield word + " "
             return
@@ -46,8 +44,8 @@ def _scripted(first: tuple[str, dict[str, Any]], answer: str) -> FunctionModel:
     return FunctionModel(stream_function=stream, model_name="bench-delegation")
 
 
-def agents() -> tuple[Agent[Any, str], Agent[Any, str]]:
-    """The router and its sub-agent; the router's tool delegates durably when its deps is a `RunScope`."""
+def router_agent() -> Agent[Any, str]:
+    """The router, whose tool delegates to its sub-agent durably when its deps is a `RunScope`."""
     orders = Agent(
         _scripted(("lookup_order", {"order_id": "ORD-5678"}), "ORD-5678 shipped, tracking TRK-111."),
         name="orders",
@@ -70,7 +68,7 @@ def agents() -> tuple[Agent[Any, str], Agent[Any, str]]:
         result = await orders.run(task, deps=ctx.deps, usage=ctx.usage, event_stream_handler=drain)
         return result.output
 
-    return router, orders
+    return router
 
 
 async def run(
@@ -78,7 +76,7 @@ async def run(
 ) -> tuple[list[list[str]], str | None]:
     """Per database: median ours, median bare, the median of each round's ratio, the sides alternating."""
     databases, version = await available(arguments.postgres, notes, quick=arguments.quick)
-    router, _ = agents()
+    router = router_agent()
     app = ChatApp(agent=router, deps=lambda scope: scope, read_only_tools={"lookup_order"})
     rows: list[list[str]] = []
     for database in databases:
@@ -96,16 +94,8 @@ async def run(
             samples = await alternate(sides, warmup, repeats, database)
         ours, theirs = samples["ours"], samples["bare"]
         ratio = paired_ratio(ours, theirs)
-        verdict = "meets" if ratio <= TARGET else "misses"
-        rows.append(
-            [
-                database,
-                ms(median(ours.values())),
-                ms(median(theirs.values())),
-                times(ratio),
-                f"{verdict} ≤ {TARGET}x",
-            ]
-        )
+        verdict = f"{'meets' if ratio <= TARGET else 'misses'} ≤ {TARGET}x"
+        rows.append([database, ms(median(ours.values())), ms(median(theirs.values())), times(ratio), verdict])
     return rows, version
 
 
@@ -118,11 +108,7 @@ def main() -> int:
     lines = environment(
         command_line("bench.delegation", sys.argv[1:]),
         postgres=version,
-        notes=[
-            f"Settings: {warmup} warm-up + {repeats} measured rounds",
-            *notes,
-            clock.line(),
-        ],
+        notes=[f"Settings: {warmup} warm-up + {repeats} measured rounds", *notes, clock.line()],
     )
     text = section(lines) + table(
         "database | durable-chat (ms) | pydantic-ai alone (ms) | ratio | target", rows, "_rrr"

@@ -11,7 +11,6 @@ import io
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -28,12 +27,11 @@ from pydantic_ai.messages import (
 
 from agent import FileResolver, ThreadFiles, file_reference
 from agent.demo import shop_app
-from bench.harness.bare import run_bare
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, ServerProcess, folder, ours_argv, server_env, serving
 from bench.harness.stats import median
-from bench.harness.turns import PROMPT, bare_scope, bench_runtime, queued
+from bench.harness.turns import bare_turn, bench_runtime, queued
 from store import Database, NewFile
 from web import issue_token
 
@@ -53,56 +51,37 @@ def pdf(size: int) -> bytes:
 
 
 async def upload(logs: Path, repeats: int) -> list[str]:
-    cold = await _uploads(logs, "cold", repeats=0, small_first=False)
+    size = UPLOAD_MB * MB
+    ((cold, _),) = await _uploads(logs, "cold", [size])
     # The same first upload with 3x the bytes: a streaming server grows by the same one-off amount.
-    big = await _uploads(logs, "big", repeats=0, small_first=False, size=3 * UPLOAD_MB * MB)
-    warm = await _uploads(logs, "warm", repeats=repeats, small_first=True)
+    ((big, _),) = await _uploads(logs, "big", [3 * size])
+    (small, _), (first, _), *later = await _uploads(logs, "warm", [WARM_UP_MB * MB, size, *[size] * repeats])
     direct = await _direct(logs, repeats)
-    upload_rate = UPLOAD_MB / median(warm.seconds)
-    direct_rate = UPLOAD_MB / median(direct)
-    return [
-        *table(
-            ["20 MB upload", "value"],
-            [
-                ["server memory: a fresh server's first 20 MB upload over idle", _mb(cold.first)],
-                ["server memory: a fresh server's first 60 MB upload over idle", _mb(big.first)],
-                [
-                    f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle",
-                    _mb(warm.small),
-                ],
-                ["server memory: the 20 MB upload after it (target ≤ 2 MB)", _mb(warm.first)],
-                ["server memory: each later 20 MB upload over before it (max of runs)", _mb(max(warm.later))],
-                ["upload throughput (median)", f"{upload_rate:.0f} MB/s"],
-                ["the same bytes to the backend directly (median)", f"{direct_rate:.0f} MB/s"],
-                ["direct / upload (target ≤ 2x)", f"{direct_rate / upload_rate:.2f}x"],
-            ],
-            "lr",
-        ),
+    upload_rate, direct_rate = UPLOAD_MB / median(took for _, took in later), UPLOAD_MB / median(direct)
+    rows = [
+        ("server memory: a fresh server's first 20 MB upload over idle", cold),
+        ("server memory: a fresh server's first 60 MB upload over idle", big),
+        (f"server memory: a fresh server's first upload, {WARM_UP_MB} MB, over idle", small),
+        ("server memory: the 20 MB upload after it (target ≤ 2 MB)", first),
+        ("server memory: each later 20 MB upload over before it (max of runs)", max(kb for kb, _ in later)),
     ]
+    return table(
+        ["20 MB upload", "value"],
+        [
+            *([label, f"{kilobytes / 1024:.1f} MB"] for label, kilobytes in rows),
+            ["upload throughput (median)", f"{upload_rate:.0f} MB/s"],
+            ["the same bytes to the backend directly (median)", f"{direct_rate:.0f} MB/s"],
+            ["direct / upload (target ≤ 2x)", f"{direct_rate / upload_rate:.2f}x"],
+        ],
+        "lr",
+    )
 
 
-def _mb(kilobytes: float) -> str:
-    return f"{kilobytes / 1024:.1f} MB"
-
-
-@dataclass
-class _Uploads:
-    small: float = 0.0
-    """kB the resident set grew by over a `WARM_UP_MB` upload (peak over idle)."""
-    first: float = 0.0
-    """kB the first 20 MB upload grew it by (peak over before it)."""
-    later: list[float] = field(default_factory=list[float])
-    seconds: list[float] = field(default_factory=list[float])
-    """Of every 20 MB upload after the first."""
-
-
-async def _uploads(
-    logs: Path, name: str, *, repeats: int, small_first: bool, size: int = UPLOAD_MB * MB
-) -> _Uploads:
-    """A fresh server's uploads of `size`: the first (after a `WARM_UP_MB` one if `small_first`), then `repeats` more."""
+async def _uploads(logs: Path, name: str, sizes: list[int]) -> list[tuple[float, float]]:
+    """A fresh server's uploads of `sizes` bytes, one after another: the kB each grew its resident set by
+    (its peak over before it), and its seconds."""
     url = f"sqlite+aiosqlite:///{logs / f'upload-{name}.db'}"
     headers = {"Authorization": f"Bearer {issue_token(SECRET, 'bench')}"}
-    found = _Uploads()
     async with (
         serving(f"ours-{name}", ours_argv(url), server_env(_LIMITS), logs) as server,
         httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=120) as client,
@@ -122,14 +101,7 @@ async def _uploads(
             answer.raise_for_status()
             return peak - baseline, took
 
-        if small_first:
-            found.small, _ = await measured(pdf(WARM_UP_MB * MB))
-        found.first, _ = await measured(pdf(size))
-        for _ in range(repeats):
-            growth, took = await measured(pdf(size))
-            found.later.append(growth)
-            found.seconds.append(took)
-    return found
+        return [await measured(pdf(size)) for size in sizes]
 
 
 async def _peak_rss(server: ServerProcess, done: asyncio.Event) -> int:
@@ -142,23 +114,19 @@ async def _peak_rss(server: ServerProcess, done: asyncio.Event) -> int:
 
 
 async def _direct(logs: Path, repeats: int) -> list[float]:
-    db = await Database.connect(f"sqlite+aiosqlite:///{logs / 'direct.db'}")
-    try:
-        seconds: list[float] = []
+    seconds: list[float] = []
+    async with await Database.connect(f"sqlite+aiosqlite:///{logs / 'direct.db'}") as db:
         for index in range(repeats + 1):
             data = pdf(UPLOAD_MB * MB)
             started = time.perf_counter()
             await db.files.blobs.put(f"bench/{index}", io.BytesIO(data), len(data))
             if index:  # the first is a warm-up
                 seconds.append(time.perf_counter() - started)
-        return seconds
-    finally:
-        await db.aclose()
+    return seconds
 
 
 async def turn_and_storage(logs: Path, repeats: int) -> list[str]:
-    db = await Database.connect(f"sqlite+aiosqlite:///{logs / 'turn.db'}")
-    try:
+    async with await Database.connect(f"sqlite+aiosqlite:///{logs / 'turn.db'}") as db:
         plain = await db.threads.create(user_id="bench", title="plain")
         attached = await db.threads.create(user_id="bench", title="attached")
         before = await _stored_bytes(db)
@@ -195,8 +163,6 @@ async def turn_and_storage(logs: Path, repeats: int) -> list[str]:
             started = time.perf_counter()
             await resolver.resolve(loaded.messages)
             resolving.append(time.perf_counter() - started)
-    finally:
-        await db.aclose()
     plain_ms, attached_ms = median(share["plain"]) * 1000, median(share["attached"]) * 1000
     return [
         *table(
@@ -237,12 +203,10 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
     them, as after a restart), beside the same turn with the bytes in memory and nothing stored."""
     async with bench_runtime(shop_app(delay=0), "SQLite", logs, "step", None) as runtime:
         db = runtime.db
-        other = await Database.connect(
-            db.engine.url
-        )  # another server process: nothing of its uploads in hand
         times: dict[Side, list[float]] = {}
         ratios: dict[Side, list[float]] = {}  # each turn over the unpersisted one right after it
-        try:
+        # Another server process: none of its uploads in hand.
+        async with await Database.connect(db.engine.url) as other:
             for index in range(repeats + 1):  # the first round is a warm-up
                 for count, uploader in ((0, db), (TURN_FILES, db), (TURN_FILES, other)):
                     side = "ours" if uploader is db else "restarted"
@@ -254,40 +218,32 @@ async def turn_versus_unpersisted(logs: Path, repeats: int) -> list[str]:
                     ]
                     ours = await queued(runtime, thread.thread_id, file_ids=file_ids)
                     in_memory = [BinaryContent(data, media_type="application/pdf") for data in files]
-                    scope = bare_scope(db.ledger, db.engine)
-                    # The pair alternates which side goes first, round by round.
+                    pair = {"ours": ours, "bare": bare_turn(runtime, files=in_memory)}
                     took: dict[str, float] = {}
-                    output = ""
-                    for first in ("ours", "bare") if index % 2 else ("bare", "ours"):
+                    for first in ("ours", "bare") if index % 2 else ("bare", "ours"):  # alternating
                         started = time.perf_counter()
-                        if first == "ours":
-                            await ours()
-                        else:
-                            output = await run_bare(runtime, scope, PROMPT, Conversation(), files=in_memory)
+                        await pair[first]()
                         took[first] = time.perf_counter() - started
-                    if "ORD-5678" not in output:
-                        raise RuntimeError(f"the unpersisted turn answered {output!r}")
                     if index:
                         times.setdefault((side, count), []).append(took["ours"])
                         times.setdefault(("bare", count), []).append(took["bare"])
                         ratios.setdefault((side, count), []).append(took["ours"] / took["bare"])
-        finally:
-            await other.aclose()
     rows: list[list[str]] = []
     for count in (TURN_FILES, 0):
         what = f"{count} files of 1 MB" if count else "no files"
-        for side in ("ours", "restarted", "bare"):
-            if (side, count) in times:
-                rows.append([f"{what}: {_SIDES[side]}", f"{median(times[side, count]) * 1000:.1f} ms"])
-        for side in ("ours", "restarted"):
-            if (side, count) in times:
-                target = " (target ≤ 1.3x)" if count and side == "ours" else ""
-                rows.append(
-                    [
-                        f"{what}: ratio, {side} / unpersisted{target}",
-                        f"{median(ratios[side, count]):.2f}x",
-                    ]
-                )
+        rows += [
+            [f"{what}: {_SIDES[side]}", f"{median(times[side, count]) * 1000:.1f} ms"]
+            for side in ("ours", "restarted", "bare")
+            if (side, count) in times
+        ]
+        rows += [
+            [
+                f"{what}: ratio, {side} / unpersisted{' (target ≤ 1.3x)' if count and side == 'ours' else ''}",
+                f"{median(ratios[side, count]):.2f}x",
+            ]
+            for side in ("ours", "restarted")
+            if (side, count) in times
+        ]
     return [
         *table(["the demo's turn (median)", "value"], rows, "lr"),
         "",
@@ -311,15 +267,15 @@ def _new_file(thread_id: str, data: bytes, name: str = "invoice.pdf") -> NewFile
 async def _stored_bytes(db: Database) -> int:
     """Bytes of file chunks and conversation entries the database holds."""
     async with db.engine.connect() as connection:
-        chunks = (
-            await connection.execute(sa.text("SELECT coalesce(sum(length(data)), 0) FROM file_chunks"))
-        ).scalar()
-        entries = (
-            await connection.execute(
-                sa.text("SELECT coalesce(sum(length(message)), 0) FROM conversation_entries")
+        return int(
+            await connection.scalar(
+                sa.text(
+                    "SELECT (SELECT coalesce(sum(length(data)), 0) FROM file_chunks)"
+                    " + (SELECT coalesce(sum(length(message)), 0) FROM conversation_entries)"
+                )
             )
-        ).scalar()
-    return int(chunks or 0) + int(entries or 0)
+            or 0
+        )
 
 
 async def main(argv: list[str]) -> None:

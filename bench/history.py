@@ -1,8 +1,5 @@
-"""Flat in history (issue 29, target 2): a turn of the plain app on a ~1,000-message thread against
-one on a fresh thread, ours (`run_step`) and the same agent with nothing stored side by side.
-
-The measurement's method is prose in `docs/benchmarks.md` (section `history`).
-"""
+"""Flat in history (issue 29, target 2): a turn of the plain app on a ~1,000-message thread against one
+on a fresh thread, ours (`run_step`) and the same agent with nothing stored (method: `docs/benchmarks.md`)."""
 
 from __future__ import annotations
 
@@ -14,22 +11,20 @@ import gc
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic_ai.conversation import Conversation
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from agent import ChatApp, Runtime
-from bench.harness.bare import run_bare
-from bench.harness.databases import Dialect, available
+from bench.harness.databases import available
 from bench.harness.options import parser, publish
-from bench.harness.pinning import SERVER_CORE, pin_this_process
 from bench.harness.plain_app import build_agent
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
-from bench.harness.servers import folder
+from bench.harness.servers import SERVER_CORE, folder, pin_this_process
 from bench.harness.stats import median, ms, times
-from bench.harness.turns import PROMPT, Turn, bare_scope, bench_runtime, queued
+from bench.harness.turns import Turn, bare_turn, bench_runtime, queued
 
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
@@ -52,64 +47,45 @@ class Settings:
 
 
 FULL, QUICK = Settings(), Settings(messages=200, copies=1, warmup=1, rounds=2, per_round=3)
-
-
-@dataclass
-class Sample:
-    cpu: float
-    wall: float
-
-
-Quadruple = dict[str, Sample]
-"""One turn of every side, run back to back (within half a second: at one speed of the core)."""
+Quadruple = dict[str, tuple[float, float]]
+"""One turn of every side (CPU and wall seconds), back to back (within half a second: at one speed of the core)."""
 
 
 def quadruple_ratio(quadruple: Quadruple) -> float:
     """(ours long - (bare long - bare fresh)) / ours fresh on CPU time, within one quadruple: its four
     turns ran at the same speed of the core, which the ratio then cancels."""
-    cpu = {side: sample.cpu for side, sample in quadruple.items()}
-    growth = cpu["bare long"] - cpu["bare fresh"]
-    return (cpu["ours long"] - growth) / cpu["ours fresh"]
-
-
-@dataclass
-class Round:
-    quadruples: list[Quadruple] = field(default_factory=list[Quadruple])
-
-    def cpu(self, side: str) -> float:
-        return median(quadruple[side].cpu for quadruple in self.quadruples)
-
-    def wall(self, side: str) -> float:
-        return median(quadruple[side].wall for quadruple in self.quadruples)
-
-    @property
-    def ratio(self) -> float:
-        """The median of its quadruples' ratios."""
-        return median(quadruple_ratio(quadruple) for quadruple in self.quadruples)
+    cpu = {side: sample[0] for side, sample in quadruple.items()}
+    return (cpu["ours long"] - (cpu["bare long"] - cpu["bare fresh"])) / cpu["ours fresh"]
 
 
 @dataclass
 class Result:
     database: str
-    rounds: list[Round]
+    rounds: list[list[Quadruple]]
     sizes: tuple[int, int]
     """The long thread's messages at the first and the last measured turn."""
 
     @property
     def ratios(self) -> list[float]:
-        return [round_.ratio for round_ in self.rounds]
+        """Each round's: the median of its quadruples' ratios."""
+        return [median(quadruple_ratio(q) for q in round_) for round_ in self.rounds]
 
     @property
     def ratio(self) -> float:
         """The median of every measured quadruple's ratio."""
-        return median(quadruple_ratio(q) for round_ in self.rounds for q in round_.quadruples)
+        return median(quadruple_ratio(q) for round_ in self.rounds for q in round_)
 
     @property
     def spread(self) -> float:
         return max(abs(ratio - self.ratio) for ratio in self.ratios)
 
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= LIMIT and self.spread <= SPREAD
+
     def side(self, name: str, wall: bool = False) -> float:
-        return median(round_.wall(name) if wall else round_.cpu(name) for round_ in self.rounds)
+        """The median of the rounds' medians of `name`'s CPU (or wall) time."""
+        return median(median(q[name][int(wall)] for q in round_) for round_ in self.rounds)
 
 
 class Bench:
@@ -125,7 +101,7 @@ class Bench:
         """The long thread of the current quadruple."""
         return self.long_threads[self.turns % len(self.long_threads)]
 
-    async def grow(self, messages: int, copies: int) -> int:
+    async def grow(self, messages: int, copies: int) -> None:
         """A long thread played turn by turn through the step until it holds `messages`, and `copies`
         more threads holding a copy of its conversation: each takes one quadruple in turn, so that
         none grows by more than a few messages during the run."""
@@ -135,61 +111,43 @@ class Bench:
         size = 0
         while size < messages:
             await (await queued(self.runtime, first))()
-            size = await self.size()
+            size = len(await self.messages(first))
             print(f"\r  growing the long thread: {size} messages", end="", flush=True)
         print(flush=True)
-        loaded = await db.conversations.load(first)
-        assert loaded is not None
+        loaded = await self.messages(first)
         for _ in range(copies):
             thread_id = (await db.threads.create(user_id="bench", title="long")).thread_id
-            copied = Conversation(conversation_id=thread_id, messages=copy.deepcopy(loaded.messages))
-            await db.conversations.save(copied)
+            await db.conversations.save(
+                Conversation(conversation_id=thread_id, messages=copy.deepcopy(loaded))
+            )
             self.long_threads.append(thread_id)
-        return size
 
-    async def size(self, thread_id: str | None = None) -> int:
-        loaded = await self.runtime.db.conversations.load(thread_id or self.long_thread)
-        return 0 if loaded is None else len(loaded.messages)
+    async def messages(self, thread_id: str) -> list[ModelMessage]:
+        loaded = await self.runtime.db.conversations.load(thread_id)
+        return [] if loaded is None else loaded.messages
 
     async def sizes(self) -> tuple[int, int]:
-        found = [await self.size(thread_id) for thread_id in self.long_threads]
+        found = [len(await self.messages(thread_id)) for thread_id in self.long_threads]
         return min(found), max(found)
 
     async def bare(self, long: bool) -> Turn:
         """The same turn with nothing stored, on a copy of the long thread's messages as they are now."""
         messages = []
         if long:
-            loaded = await self.runtime.db.conversations.load(self.long_thread)
-            assert loaded is not None
             # Decoded from the stored JSON, as ours' history cache holds them (and as a server that
             # stores nothing gets them from its client): pydantic-ai's run differs on messages built
             # otherwise (a deep copy's, or ones made in code).
-            messages = ModelMessagesTypeAdapter.validate_json(
-                ModelMessagesTypeAdapter.dump_json(loaded.messages)
-            )
-        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
-        conversation = Conversation(messages=messages)
-
-        async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation)
-            if "ORD-5678" not in output:
-                raise RuntimeError(f"the turn with nothing stored answered {output!r}")
-
-        return turn
+            loaded = await self.messages(self.long_thread)
+            messages = ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json(loaded))
+        return bare_turn(self.runtime, messages)
 
     async def prepare(self, side: str) -> Turn:
-        match side:
-            case "ours fresh":
-                return await queued(self.runtime)
-            case "ours long":
-                return await queued(self.runtime, self.long_thread)
-            case "bare fresh":
-                return await self.bare(False)
-            case _:
-                return await self.bare(True)
+        if side.startswith("ours"):
+            return await queued(self.runtime, self.long_thread if side == "ours long" else None)
+        return await self.bare(side == "bare long")
 
 
-async def timed(turn: Turn, collect: bool) -> Sample:
+async def timed(turn: Turn, collect: bool) -> tuple[float, float]:
     """One turn's CPU time (every thread of this process: aiosqlite's too) and wall time.
 
     With `collect`, the heap is collected before and the collector is off during the turn, so a
@@ -201,7 +159,7 @@ async def timed(turn: Turn, collect: bool) -> Sample:
     try:
         cpu, wall = time.process_time(), time.perf_counter()
         await turn()
-        return Sample(time.process_time() - cpu, time.perf_counter() - wall)
+        return time.process_time() - cpu, time.perf_counter() - wall
     finally:
         if collect:
             gc.enable()
@@ -215,47 +173,49 @@ def _settle(collect: bool) -> None:
         gc.freeze()
 
 
-async def measure(bench: Bench, settings: Settings, collect: bool, title: str) -> list[Round]:
+async def measure(bench: Bench, settings: Settings, collect: bool, title: str) -> list[list[Quadruple]]:
     """Quadruples of turns, one of every side in an order that rotates; rounds of `per_round` of them."""
-    rounds: list[Round] = []
+    rounds: list[list[Quadruple]] = []
     _settle(collect)
     total = settings.warmup + settings.rounds * settings.per_round
     for number in range(total):
-        order = SIDES[number % 4 :] + SIDES[: number % 4]
-        samples: dict[str, Sample] = {}
-        for side in order:
+        samples: Quadruple = {}
+        for side in SIDES[number % 4 :] + SIDES[: number % 4]:
             turn = await bench.prepare(side)
             samples[side] = await timed(turn, collect)
         bench.turns += 1
-        measured = number - settings.warmup
-        if measured >= 0:
+        if (measured := number - settings.warmup) >= 0:
             if measured % settings.per_round == 0:
-                rounds.append(Round())
+                rounds.append([])
                 _settle(collect)
-            rounds[-1].quadruples.append(samples)
+            rounds[-1].append(samples)
         print(f"\r  {title}: quadruple {number + 1}/{total}", end="", flush=True)
     print(flush=True)
     return rounds
 
 
-async def run_dialect(
-    database: Dialect, arguments: argparse.Namespace, settings: Settings, logs: Path
-) -> Result:
-    app = ChatApp(agent=build_agent())
-    async with bench_runtime(app, database, logs, "history", arguments.postgres) as runtime:
-        bench = Bench(runtime)
-        print(f"{database}:", flush=True)
-        await bench.grow(settings.messages, settings.copies)
-        first = await bench.sizes()
-        rounds = await measure(bench, settings, not arguments.keep_gc, database)
-        last = await bench.sizes()
-    result = Result(database, rounds, (first[0], last[1]))
-    print(
-        f"  rounds {', '.join(f'{ratio:.2f}' for ratio in result.ratios)}: median {result.ratio:.2f}, "
-        f"spread ±{result.spread:.2f}",
-        flush=True,
-    )
-    return result
+async def run(
+    arguments: argparse.Namespace, settings: Settings, notes: list[str], logs: Path
+) -> tuple[list[Result], str | None]:
+    databases, version = await available(arguments.postgres, notes)
+    results: list[Result] = []
+    for database in databases:
+        async with bench_runtime(
+            ChatApp(agent=build_agent()), database, logs, "history", arguments.postgres
+        ) as runtime:
+            bench = Bench(runtime)
+            print(f"{database}:", flush=True)
+            await bench.grow(settings.messages, settings.copies)
+            first = await bench.sizes()
+            rounds = await measure(bench, settings, not arguments.keep_gc, database)
+            result = Result(database, rounds, (first[0], (await bench.sizes())[1]))
+        print(
+            f"  rounds {', '.join(f'{ratio:.2f}' for ratio in result.ratios)}: median {result.ratio:.2f}, "
+            f"spread ±{result.spread:.2f}",
+            flush=True,
+        )
+        results.append(result)
+    return results, version
 
 
 def render(results: list[Result], lines: list[str]) -> list[str]:
@@ -281,31 +241,17 @@ def render(results: list[Result], lines: list[str]) -> list[str]:
         ["database", *SIDES],
         [[result.database, *(ms(result.side(side, wall=True), 2) for side in SIDES)] for result in results],
     )
-    out += ["", *table(["target", "ratio", "spread", "limit", "verdict"], _verdicts(results))]
-    return out
-
-
-def _verdicts(results: list[Result]) -> list[list[str]]:
-    rows: list[list[str]] = []
-    for result in results:
-        passed = result.ratio <= LIMIT and result.spread <= SPREAD
-        rows.append(
-            [
-                f"{result.database}: (ours long - peer's growth) / ours fresh",
-                times(result.ratio),
-                f"±{result.spread:.2f}",
-                f"at most {LIMIT}x, rounds within ±{SPREAD}",
-                "**PASS**" if passed else "**FAIL**",
-            ]
-        )
-    return rows
-
-
-async def run(
-    arguments: argparse.Namespace, settings: Settings, notes: list[str], logs: Path
-) -> tuple[list[Result], str | None]:
-    databases, version = await available(arguments.postgres, notes)
-    return [await run_dialect(database, arguments, settings, logs) for database in databases], version
+    verdicts = [
+        [
+            f"{result.database}: (ours long - peer's growth) / ours fresh",
+            times(result.ratio),
+            f"±{result.spread:.2f}",
+            f"at most {LIMIT}x, rounds within ±{SPREAD}",
+            "**PASS**" if result.passed else "**FAIL**",
+        ]
+        for result in results
+    ]
+    return [*out, "", *table(["target", "ratio", "spread", "limit", "verdict"], verdicts)]
 
 
 def main() -> int:
@@ -341,8 +287,7 @@ def main() -> int:
         notes=[method, *notes, clock.line(), f"cores: {os.cpu_count()}"],
     )
     publish(arguments, {"history": "\n".join(render(results, lines))}, full=not arguments.quick)
-    passed = all(result.ratio <= LIMIT and result.spread <= SPREAD for result in results)
-    return 1 if arguments.strict and not passed else 0
+    return 1 if arguments.strict and not all(result.passed for result in results) else 0
 
 
 if __name__ == "__main__":

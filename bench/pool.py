@@ -30,14 +30,15 @@ and today's: the same 30 at most, all kept."""
 
 @dataclass(frozen=True)
 class Measured:
+    """A pool setting's turns, their seconds, the new sessions on the database meanwhile, errors, and the
+    server's CPU (user and system, every thread) per turn in ms."""
+
     pool: str
     turns: int
     seconds: float
     sessions: int
-    """New sessions on the database during the turns."""
     errors: int
     cpu_ms: float = 0.0
-    """The server's CPU (user and system, every thread) per turn."""
 
 
 async def _sessions(url: str) -> int:
@@ -83,30 +84,20 @@ def render(results: Sequence[Measured], users: int, turns: int, environment_line
         ]
         for m in results
     ]
-    return "\n".join(
-        [
-            *section(environment_lines),
-            f"{users} users take {turns} demo turns each over the native API, after a warm-up of 2 turns each.",
-            "",
-            *table(
-                "pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns "
-                "| server CPU ms/turn | errors",
-                rows,
-            ),
-        ]
-    )
+    header = "pool (size + overflow) | turns | seconds | new sessions | new sessions per 100 turns | server CPU ms/turn | errors"
+    lead = f"{users} users take {turns} demo turns each over the native API, after a warm-up of 2 turns each."
+    return "\n".join([*section(environment_lines), lead, "", *table(header, rows)])
 
 
 async def run(server_url: str, pools: Sequence[str], users: int, turns: int, logs: Path) -> list[Measured]:
     results: list[Measured] = []
     for pool in pools:
-        found = await measure(server_url, pool, users, turns, logs)
+        results.append(found := await measure(server_url, pool, users, turns, logs))
         print(
             f"pool {found.pool}: {found.turns} turns in {found.seconds:.1f}s, {found.sessions} new sessions, "
             f"{found.cpu_ms:.1f} ms of server CPU a turn, {found.errors} errors",
             flush=True,
         )
-        results.append(found)
     return results
 
 

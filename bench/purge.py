@@ -10,13 +10,10 @@ import asyncio
 import sys
 import time
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
-from bench.harness.databases import connected, postgres_database
+from bench.harness.databases import connected, explain, postgres_database, statements
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.stats import median
@@ -52,9 +49,9 @@ async def _grow(url: str, start: int, stop: int) -> None:
 
 
 async def _measure(url: str) -> tuple[float, int, str]:
-    """The dry run's median seconds, how many threads it found, and its first batch's plan."""
-    db = await Database.connect(url)
-    try:
+    """The dry run's median seconds, how many threads it found, and the plans of what it sent (its first
+    batch's statement, then the count of the threads it skips)."""
+    async with await Database.connect(url) as db:
         times: list[float] = []
         found = 0
         for _ in range(ROUNDS):
@@ -62,31 +59,9 @@ async def _measure(url: str) -> tuple[float, int, str]:
             result = await db.threads.purge(OLDER_THAN, dry_run=True)
             times.append(time.perf_counter() - started)
             found = result.removed
-        return median(times), found, await _plan(db)
-    finally:
-        await db.aclose()
-
-
-async def _plan(db: Database) -> str:
-    """`EXPLAIN` of the statements a dry run sends (its first batch's, then the count of the threads
-    it skips), as it sent them."""
-    sent: list[tuple[str, Any]] = []
-
-    def keep(*args: Any) -> None:
-        sent.append((args[2], args[3]))
-
-    # Every engine's statements: the dry run reads through the store's reader engine.
-    event.listen(Engine, "before_cursor_execute", keep)
-    try:
-        await db.threads.purge(OLDER_THAN, batch=200, dry_run=True)
-    finally:
-        event.remove(Engine, "before_cursor_execute", keep)
-    async with db.engine.connect() as connection:
-        plans: list[str] = []
-        for statement, parameters in [sent[0], sent[-1]]:
-            rows = await connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
-            plans.append("\n".join(row[0] for row in rows))
-        return "\n\n".join(plans)
+        # Every engine's statements: the dry run reads through the store's reader engine.
+        sent = await statements(lambda: db.threads.purge(OLDER_THAN, batch=200, dry_run=True))
+        return median(times), found, "\n\n".join([await explain(url, *each) for each in (sent[0], sent[-1])])
 
 
 async def main(argv: list[str]) -> None:

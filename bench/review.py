@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -23,16 +22,22 @@ import sqlalchemy as sa
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from sqlalchemy import event
 from starlette.applications import Starlette
 
-from agent import ApprovalReview, ChatApp, Review, queue_run, run_step
+from agent import ChatApp, Review
 from agent.demo import staffed_shop_app
-from bench.harness.databases import Dialect, connected, postgres_database, postgres_version
+from bench.harness.databases import (
+    Dialect,
+    connected,
+    explain,
+    postgres_database,
+    postgres_version,
+    statements,
+)
 from bench.harness.options import parser, publish
 from bench.harness.reports import Clock, command_line, environment, section, table
 from bench.harness.stats import median, ms, paired_ratio, percentile, times
-from bench.harness.turns import bench_runtime, drain
+from bench.harness.turns import Turn, alternate, bench_runtime, drain, queued
 from store import Database, now_utc
 from web import Settings, WebhookSender, create_app, issue_token
 
@@ -82,64 +87,49 @@ async def _filled(server: str, calls: int, stack: Any) -> tuple[str, Database]:
     return url, db
 
 
-async def _plans(url: str, db: Database) -> dict[str, str]:
-    """PostgreSQL's plan of each statement the store runs for the queue and the sweep."""
-    ran: list[tuple[str, Any]] = []
+async def _plans(url: str, db: Database) -> str:
+    """PostgreSQL's plans of the statements the store runs for the queue, then the sweep."""
 
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "approvals" in statement:
-            ran.append((statement, parameters))
-
-    event.listen(sa.Engine, "before_cursor_execute", capture)
-    try:
+    async def run() -> None:
         await db.reviews.queue(ROLES, status="pending", limit=21)
         await db.reviews.due(now_utc())
-    finally:
-        event.remove(sa.Engine, "before_cursor_execute", capture)
-    plans: dict[str, str] = {}
-    async with connected(url) as connection:
-        for name, (statement, parameters) in zip(("queue", "sweep"), ran[-2:], strict=True):
-            rows = await connection.exec_driver_sql("EXPLAIN " + statement, parameters)
-            plans[name] = "\n".join(row[0] for row in rows)
-    return plans
+
+    ran = [(sql, args) for sql, args in await statements(run) if sql.lstrip().upper().startswith("SELECT")]
+    queue, sweep = [sent for sent in ran if "approvals" in sent[0]][-2:]
+    return f"{await explain(url, *queue)}\n\n{await explain(url, *sweep)}"
 
 
-async def _time(call: Any) -> float:
-    started = time.perf_counter()
-    await call()
-    return time.perf_counter() - started
+CALLS: dict[str, Callable[[Database], Awaitable[object]]] = {
+    "queue": lambda db: db.reviews.queue({"support"}, status="pending", limit=21),
+    "sweep": lambda db: db.reviews.due(now_utc()),
+    "both": lambda db: db.reviews.queue(ROLES, status="pending", limit=21),
+    "decided": lambda db: db.reviews.queue(ROLES, status="decided", limit=21),
+}
+"""What each round times on every database, in this order; the table's columns are in `COLUMNS`'."""
+COLUMNS = ("queue", "both", "decided", "sweep")
 
 
-async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], dict[str, str]]:
+async def queue_and_sweep(server: str, sizes: Sequence[int], rounds: int) -> tuple[list[str], str]:
     async with AsyncExitStack() as stack:
         dbs = [await _filled(server, n, stack) for n in sizes]
         plans = await _plans(*dbs[-1])
-        kinds = ("queue", "both", "decided", "sweep")
-        samples: dict[tuple[int, str], list[float]] = {(n, k): [] for n in sizes for k in kinds}
-        for _ in range(rounds):
+        samples: dict[tuple[int, str], dict[int, float]] = {(n, kind): {} for n in sizes for kind in CALLS}
+        for number in range(rounds):
             for n, (_, db) in zip(sizes, dbs, strict=True):
-                queue = await _time(lambda db=db: db.reviews.queue({"support"}, status="pending", limit=21))
-                sweep = await _time(lambda db=db: db.reviews.due(now_utc()))
-                samples[(n, "queue")].append(queue)
-                both = await _time(lambda db=db: db.reviews.queue(ROLES, status="pending", limit=21))
-                samples[(n, "both")].append(both)
-                decided = await _time(lambda db=db: db.reviews.queue(ROLES, status="decided", limit=21))
-                samples[(n, "decided")].append(decided)
-                samples[(n, "sweep")].append(sweep)
+                for kind, call in CALLS.items():
+                    started = time.perf_counter()
+                    await call(db)
+                    samples[(n, kind)][number] = time.perf_counter() - started
         due = len(await dbs[-1][1].reviews.due(now_utc()))
     assert due == DUE, f"the sweep found {due} due calls, not {DUE}"
-
-    def against_smallest(n: int, kind: str) -> str:
-        rounds = dict(enumerate(samples[(n, kind)]))
-        return times(paired_ratio(rounds, dict(enumerate(samples[(sizes[0], kind)]))))
-
     rows = [
         (
             f"{n:,}",
             f"{n // 10:,}",
             *(
-                f"{ms(median(samples[(n, kind)]), 2)} ({against_smallest(n, kind)})"
-                for kind in ("queue", "both", "decided", "sweep")
+                f"{ms(median(samples[n, kind].values()), 2)}"
+                f" ({times(paired_ratio(samples[n, kind], samples[sizes[0], kind]))})"
+                for kind in COLUMNS
             ),
         )
         for n in sizes
@@ -231,18 +221,13 @@ async def webhook_cost(blocks: int, pairs: int) -> list[str]:
             async with asyncio.timeout(30):  # measure while the sender is stuck on the endpoint
                 while hanging.count == 0:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
-            mine: dict[int, float] = {}
-            theirs: dict[int, float] = {}
+            took: dict[str, dict[int, float]] = {"hooked": {}, "plain": {}}
             for pair in range(blocks * pairs):  # A/B, then B/A: each side goes first every other pair
-                user = f"u{pair}"
-                if pair % 2:
-                    theirs[pair] = await _turn(plain, user)
-                    mine[pair] = await _turn(hooked, user)
-                else:
-                    mine[pair] = await _turn(hooked, user)
-                    theirs[pair] = await _turn(plain, user)
+                for side in ("plain", "hooked") if pair % 2 else ("hooked", "plain"):
+                    took[side][pair] = await _turn(hooked if side == "hooked" else plain, f"u{pair}")
             held = hanging.count
     assert held > 0, "the hanging endpoint was never called"
+    mine, theirs = took["hooked"], took["plain"]
     ratios = [mine[n] / theirs[n] for n in mine]
     by_block = [
         paired_ratio({n: mine[n] for n in block}, {n: theirs[n] for n in block})
@@ -289,52 +274,39 @@ def _pausing_agent() -> Agent[Any, str]:
     return agent
 
 
-def _for_support(call: ApprovalReview) -> Review:
-    return Review(by="support", expires_after=timedelta(hours=4))
-
-
 async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) -> list[str]:
     """A turn that pauses for a reviewer, its webhook sent, against the same turn by pydantic-ai alone."""
     agent = _pausing_agent()
     with tempfile.TemporaryDirectory() as directory:
         async with AsyncExitStack() as stack:
-            app = ChatApp(agent=agent, review=_for_support)
+            app = ChatApp(
+                agent=agent, review=lambda call: Review(by="support", expires_after=timedelta(hours=4))
+            )
             runtime = await stack.enter_async_context(
                 bench_runtime(app, database, Path(directory), "pause", server)
             )
             endpoint = await stack.enter_async_context(_Endpoint(answer=True))
-            sender = WebhookSender(
-                runtime.db, [endpoint.url], WEBHOOK_SECRET
-            )  # polling each second, as served
+            # Polling each second, as served.
+            sender = WebhookSender(runtime.db, [endpoint.url], WEBHOOK_SECRET)
             await sender.start()
             stack.push_async_callback(sender.aclose)
 
-            async def ours() -> float:
-                thread = await runtime.db.threads.create(user_id="bench", title="bench")
-                started = time.perf_counter()
-                opened = await queue_run(
-                    runtime, thread.thread_id, "message", content="Refund ORD-9012", claim=True
+            async def ours() -> Turn:  # queued and run within the turn: the pause's whole cost
+                return await queued(
+                    runtime, None, "Refund ORD-9012", expect="awaiting_approval", queue_in_turn=True
                 )
-                status = await run_step(runtime, opened.run.run_id, claimed=opened.claimed, span=opened.span)
-                assert status == "awaiting_approval", status
-                return time.perf_counter() - started
 
-            async def bare() -> float:
-                started = time.perf_counter()
+            async def bare() -> None:
                 result = await agent.run(
                     "Refund ORD-9012", output_type=[str, DeferredToolRequests], event_stream_handler=drain
                 )
                 assert isinstance(result.output, DeferredToolRequests), result.output
-                return time.perf_counter() - started
 
-            mine: dict[int, float] = {}
-            theirs: dict[int, float] = {}
-            for number in range(warmup + repeats):
-                for side in ("ours", "bare") if number % 2 == 0 else ("bare", "ours"):
-                    gc.collect()
-                    took = await (ours() if side == "ours" else bare())
-                    if number >= warmup:
-                        (mine if side == "ours" else theirs)[number] = took
+            async def prepared() -> Turn:
+                return bare
+
+            samples = await alternate({"ours": ours, "bare": prepared}, warmup, repeats, database)
+            mine, theirs = samples["ours"], samples["bare"]
             async with asyncio.timeout(60):  # every pause's webhook delivered
                 while endpoint.count < warmup + repeats:  # noqa: ASYNC110 (a counter another task bumps)
                     await asyncio.sleep(0.01)
@@ -351,20 +323,6 @@ async def pause_cost(database: Dialect, server: str, warmup: int, repeats: int) 
     ]
 
 
-async def pause_costs(server: str, warmup: int, repeats: int) -> list[str]:
-    rows = [await pause_cost(database, server, warmup, repeats) for database in ("SQLite", "PostgreSQL")]
-    return [
-        *table(
-            "database | a turn pausing for support, its webhook sent, median ms | pydantic-ai alone, nothing"
-            " stored, median ms | ratio (median of rounds) | rounds' middle half | target",
-            rows,
-            "lrrrrl",
-        ),
-        "",
-        f"{repeats} rounds after {warmup} to warm up, each side first in every other round.",
-    ]
-
-
 async def main(argv: Sequence[str]) -> int:
     options = parser("bench.review", __doc__, postgres="required")
     options.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
@@ -372,19 +330,18 @@ async def main(argv: Sequence[str]) -> int:
     quick = bool(arguments.quick)
     sizes = [1_000, 10_000] if quick else sorted(arguments.sizes)
     if not arguments.postgres:
-        print(
-            "bench.review needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL",
-            file=sys.stderr,
-        )
-        return 2
+        options.error("needs PostgreSQL: --postgres URL or $DURABLE_CHAT_TEST_POSTGRES_URL")
     clock = Clock()
-    load_at_start = os.getloadavg()[0]
     version = await postgres_version(arguments.postgres)
     queue_lines, plans = await queue_and_sweep(arguments.postgres, sizes, 20 if quick else ROUNDS)
     hook_lines = await webhook_cost(*((1, 4) if quick else (BLOCKS, PAIRS)))
-    pause_lines = await pause_costs(arguments.postgres, *((1, 3) if quick else (WARMUP, REPEATS)))
+    warmup, repeats = (1, 3) if quick else (WARMUP, REPEATS)
+    pauses = [
+        await pause_cost(database, arguments.postgres, warmup, repeats)
+        for database in ("SQLite", "PostgreSQL")
+    ]
     notes = [
-        f"{ROUNDS} rounds; the machine is shared and loaded (load average {load_at_start:.1f} at the start,"
+        f"{ROUNDS} rounds; the machine is shared and loaded (load average {clock.load_start:.1f} at the start,"
         f" {os.getloadavg()[0]:.1f} at the end): read the ratios, not the times"
     ]
     text = [
@@ -394,14 +351,19 @@ async def main(argv: Sequence[str]) -> int:
         f"Plans at {sizes[-1]:,} approvals (`EXPLAIN` of the statements the store ran):",
         "",
         "```",
-        *plans["queue"].splitlines(),
-        "",
-        *plans["sweep"].splitlines(),
+        *plans.splitlines(),
         "```",
         "",
         *hook_lines,
         "",
-        *pause_lines,
+        *table(
+            "database | a turn pausing for support, its webhook sent, median ms | pydantic-ai alone, nothing"
+            " stored, median ms | ratio (median of rounds) | rounds' middle half | target",
+            pauses,
+            "lrrrrl",
+        ),
+        "",
+        f"{repeats} rounds after {warmup} to warm up, each side first in every other round.",
         "",
         f"Run in {clock.seconds:.0f} s.",
     ]

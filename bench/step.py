@@ -1,14 +1,12 @@
-"""What durability costs a step: `run_step` against the same agent run with no persistence.
-
-The sides alternate turn by turn in one process on one database, with pydantic-ai-harness's
-`StepPersistence` as a third side on SQLite when installed (`bench.harness.bare`).
-"""
+"""What durability costs a step: `run_step` against the same agent run with no persistence, turn by turn in
+one process, with pydantic-ai-harness's `StepPersistence` as a third side on SQLite when installed."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import copy
+import math
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -20,13 +18,12 @@ from pydantic_ai.messages import ModelMessage
 
 from agent import Runtime
 from agent.demo import shop_app
-from bench.harness.bare import Harness, run_bare
 from bench.harness.databases import available
 from bench.harness.options import parser, publish
 from bench.harness.reports import PACKAGES, Clock, command_line, environment, section, table
 from bench.harness.servers import folder
-from bench.harness.stats import median
-from bench.harness.turns import PROMPT, Turn, alternate, bare_scope, bench_runtime, queued
+from bench.harness.stats import NAN, median, ms, times
+from bench.harness.turns import INSTALL, Harness, Turn, alternate, bare_turn, bench_runtime, queued
 
 EARLIER_TURNS = (
     "Hello there",
@@ -54,8 +51,8 @@ class Case:
     ours: float
     bare: float
     rounds: int
-    harness: float | None = None
-    """pydantic-ai-harness's `StepPersistence` on the same turn, when it was measured."""
+    harness: float = NAN
+    """pydantic-ai-harness's `StepPersistence` on the same turn, `nan` when it was not measured."""
 
     @property
     def ratio(self) -> float:
@@ -78,42 +75,25 @@ class Report:
         return self.target is not None and self.target.ratio <= LIMIT
 
 
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.2f}"
-
-
 def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
     rows = [
         [
-            title,
-            case.label,
-            _ms(case.ours),
-            _ms(case.bare),
-            _ms(case.harness),
-            f"{case.ratio:.2f}x",
-            "—" if case.harness is None else f"{case.harness / case.bare:.2f}x",
-            f"at most {LIMIT:g}x",
+            *(title, case.label, ms(case.ours, 2), ms(case.bare, 2), ms(case.harness, 2)),
+            *(times(case.ratio), times(case.harness / case.bare), f"at most {LIMIT:g}x"),
             "PASS" if case.ratio <= LIMIT else "FAIL",
-            "—" if case.harness is None else "yes" if case.ours < case.harness else "no",
+            "—" if math.isnan(case.harness) else "yes" if case.ours < case.harness else "no",
         ]
         for title, cases in report.cases.items()
         for case in cases
     ]
-    lines = [
-        *section(environment_lines),
-        "Median ms of one turn:",
-        "",
-        *table(
-            "database | turn | ours | no persistence | pydantic-ai-harness | ours / none | harness / none | target "
-            "| verdict | ours ahead of the harness",
-            rows,
-        ),
-        "",
-    ]
+    header = (
+        "database | turn | ours | no persistence | pydantic-ai-harness | ours / none | harness / none | target "
+        "| verdict | ours ahead of the harness"
+    )
+    lines = [*section(environment_lines), "Median ms of one turn:", "", *table(header, rows), ""]
     if all(row[4] == "—" for row in rows):
-        lines += ["pydantic-ai-harness was not measured: `pip install --no-deps pydantic-ai-harness`.", ""]
-    target = report.target
-    if target is None:
+        lines += [f"pydantic-ai-harness was not measured: `{INSTALL}`.", ""]
+    if (target := report.target) is None:
         return [*lines, "**Verdict: not measured.**"]
     if target.ratio <= LIMIT:
         lines.append(f"**Verdict: PASS**: {target.ratio:.2f}x on SQLite, at most {LIMIT:g}x wanted.")
@@ -122,11 +102,11 @@ def render(report: Report, environment_lines: Sequence[str]) -> list[str]:
             f"**Verdict: FAIL**: {target.ratio:.2f}x on SQLite, {target.ratio / LIMIT:.2f} times the {LIMIT:g}x "
             f"target; ours takes {(target.ours - LIMIT * target.bare) * 1000:.1f} ms too long."
         )
-    if target.harness is not None:
+    if not math.isnan(target.harness):
         lines.append(
             f"pydantic-ai-harness's `StepPersistence` on the same turn: {target.harness / target.bare:.2f}x the bare "
-            f"turn; ours is {'ahead of' if target.ours < target.harness else 'behind'} it ({_ms(target.ours)} ms "
-            f"against {_ms(target.harness)} ms)."
+            f"turn; ours is {'ahead of' if target.ours < target.harness else 'behind'} it ({ms(target.ours, 2)} ms "
+            f"against {ms(target.harness, 2)} ms)."
         )
     return lines
 
@@ -164,16 +144,8 @@ class Bench:
 
     async def bare(self, long: bool, *, harness: bool = False) -> Turn:
         """The same turn with no persistence (or the harness's), on a copy of the same history in memory."""
-        conversation = Conversation(messages=copy.deepcopy(self.history) if long else [])
-        scope = bare_scope(self.runtime.db.ledger, self.runtime.db.engine)
         extra = [self.harness.capability()] if harness and self.harness is not None else []
-
-        async def turn() -> None:
-            output = await run_bare(self.runtime, scope, PROMPT, conversation, extra)
-            if "ORD-5678" not in output:
-                raise RuntimeError(f"the turn with no persistence answered {output!r}")
-
-        return turn
+        return bare_turn(self.runtime, copy.deepcopy(self.history) if long else [], extra)
 
 
 async def measure(bench: Bench, warmup: int, repeats: int, title: str) -> list[Case]:
@@ -187,17 +159,10 @@ async def measure(bench: Bench, warmup: int, repeats: int, title: str) -> list[C
     samples = await alternate(sides, warmup, repeats, title)
 
     def side(label: str, name: str) -> float:
-        return median(samples[f"{label}|{name}"].values())
+        return median(samples.get(f"{label}|{name}", {}).values())
 
-    harness = bench.harness is not None
     return [
-        Case(
-            label,
-            side(label, "ours"),
-            side(label, "bare"),
-            repeats,
-            side(label, "harness") if harness else None,
-        )
+        Case(label, side(label, "ours"), side(label, "bare"), repeats, side(label, "harness"))
         for label, _ in CASES
     ]
 
@@ -206,14 +171,15 @@ async def run(arguments: argparse.Namespace, report: Report, notes: list[str], l
     databases, version = await available(arguments.postgres, notes)
     for database in databases:
         async with AsyncExitStack() as stack:
-            runtime = await stack.enter_async_context(
-                bench_runtime(shop_app(delay=0), database, logs, "step", arguments.postgres)
+            app = shop_app(delay=0)
+            bench = Bench(
+                await stack.enter_async_context(
+                    bench_runtime(app, database, logs, "step", arguments.postgres)
+                )
             )
-            bench = Bench(runtime)
             await bench.play_history()
-            if (
-                database == "SQLite"
-            ):  # its SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's
+            # The harness's SQLite store; its PostgreSQL one takes an asyncpg pool of the caller's.
+            if database == "SQLite":
                 bench.harness, missing = Harness.open(logs)
                 if bench.harness is not None:
                     stack.callback(bench.harness.close)

@@ -17,13 +17,14 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp
 from agent.demo.app import INSTRUCTIONS
 from bench.harness.databases import connected, postgres_database
 from bench.harness.options import parser, publish
+from bench.harness.plain_app import answered, deltas
 from bench.harness.reports import Clock, command_line, environment, table
 from bench.harness.servers import SECRET, folder
 from store import Database, now_utc
@@ -41,23 +42,13 @@ SYSTEM_PROMPT = (INSTRUCTIONS + "\n") * 4
 """About 3 KB of instructions, as the issue's app had."""
 
 
-def _deltas(text: str, count: int) -> list[str]:
-    words = text.split(" ")
-    size = -(-len(words) // count)
-    return [" ".join(words[i : i + size]) + " " for i in range(0, len(words), size)]
-
-
 async def _model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    last = messages[-1]
-    if any(isinstance(part, ToolReturnPart) for part in getattr(last, "parts", [])):
-        for delta in _deltas(ANSWER, 12):
+    if answered(messages):
+        for delta in deltas(ANSWER):
             yield delta
         return
-    yield {
-        0: DeltaToolCall(
-            name="lookup", json_args='{"key": "balance"}', tool_call_id=f"call-{uuid.uuid4().hex[:12]}"
-        )
-    }
+    call_id = f"call-{uuid.uuid4().hex[:12]}"
+    yield {0: DeltaToolCall(name="lookup", json_args='{"key": "balance"}', tool_call_id=call_id)}
 
 
 def plain_app() -> ChatApp[None]:
@@ -97,48 +88,36 @@ async def _play(url: str, data_dir: Path, threads: int) -> list[str]:
     return ids
 
 
+_SIZES = {
+    "sqlite": "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize) FROM dbstat s "
+    "LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1",
+    "postgresql": "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+}
+
+
 async def _sizes(url: str) -> dict[str, int]:
     """Bytes on disk of each table, its indexes (and TOAST) included."""
-    db = await Database.connect(url)
-    try:
-        async with db.engine.connect() as connection:
-            if connection.dialect.name == "sqlite":
-                await connection.execute(sa.text("PRAGMA wal_checkpoint(TRUNCATE)"))
-                rows = await connection.execute(
-                    sa.text(
-                        "SELECT coalesce(m.tbl_name, s.name), sum(s.pgsize) FROM dbstat s "
-                        "LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY 1"
-                    )
-                )
-            else:
-                rows = await connection.execute(
-                    sa.text(
-                        "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
-                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                        "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-                    )
-                )
-            return {str(name): int(size) for name, size in rows.all()}
-    finally:
-        await db.aclose()
+    async with await Database.connect(url) as db, db.engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            await connection.execute(sa.text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        rows = await connection.execute(sa.text(_SIZES[connection.dialect.name]))
+        return {str(name): int(size) for name, size in rows.all()}
 
 
 @dataclass
 class Conversations:
-    """What the threads' conversations hold, summed over the threads."""
+    """What the threads' conversations hold, summed over the threads: their own JSON (as a load returns
+    them), of it the instructions of every request (the same text each time), and their logs' events."""
 
     json: int = 0
-    """Their own JSON, as a load returns them."""
     instructions: int = 0
-    """Of it, the instructions of every request (the same text each time)."""
     events: int = 0
-    """Events the threads' logs hold."""
 
 
 async def _conversations(url: str, ids: list[str]) -> Conversations:
-    db = await Database.connect(url)
-    try:
-        found = Conversations()
+    found = Conversations()
+    async with await Database.connect(url) as db:
         for thread_id in ids:
             conversation = await db.conversations.load(thread_id)
             assert conversation is not None
@@ -150,9 +129,7 @@ async def _conversations(url: str, ids: list[str]) -> Conversations:
                 if isinstance(message, ModelRequest) and message.instructions is not None
             )
             found.events += len(await db.events.read(thread_id))
-        return found
-    finally:
-        await db.aclose()
+    return found
 
 
 async def _vacuum(url: str) -> None:
@@ -163,12 +140,9 @@ async def _vacuum(url: str) -> None:
 
 async def _compact(url: str) -> None:
     """Compact the log as the server does past the replay window: every finished run's text deltas."""
-    db = await Database.connect(url)
-    try:
+    async with await Database.connect(url) as db:
         while (await db.events.compact(now_utc() + timedelta(seconds=1)))[0]:
             pass
-    finally:
-        await db.aclose()
 
 
 Grown = dict[str, float]

@@ -26,16 +26,13 @@ TOOL_EVERY = 3
 """Every third turn calls a tool: call, ~1 KB return, then the reply."""
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
-# fmt: off
-_WORDS = (
-    "order", "refund", "shipping", "account", "invoice", "package", "delivery", "tracking", "warranty",
-    "return", "status", "customer", "premium", "address", "payment", "card", "update", "please", "thanks",
-    "could", "would", "help", "issue", "since", "yesterday", "today", "week", "month", "item", "widget",
-    "gadget", "cable", "replacement", "damaged", "missing", "late", "early", "the", "a", "an", "of", "to",
-    "and", "for", "with", "on", "in", "my", "your", "our", "it", "this", "that", "is", "was", "be", "have",
-    "has", "not",
+_VOCABULARY = (
+    "order refund shipping account invoice package delivery tracking warranty return status customer "
+    "premium address payment card update please thanks could would help issue since yesterday today "
+    "week month item widget gadget cable replacement damaged missing late early the a an of to and "
+    "for with on in my your our it this that is was be have has not"
 )
-# fmt: on
+_WORDS = tuple(_VOCABULARY.split())
 
 
 def _text(rng: random.Random, chars: int) -> str:

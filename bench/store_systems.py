@@ -7,7 +7,6 @@ serializes the messages as any store must, *async* is the fair one through aiosq
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +20,7 @@ from pydantic_ai.conversation_store import ConversationStore, InMemoryConversati
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from sqlalchemy.engine import make_url
 
-from bench.harness.databases import asyncpg_dsn
+from bench.harness.databases import Dialect, asyncpg_dsn
 from bench.store_messages import message_json
 from store import SqlConversationStore
 
@@ -33,11 +32,8 @@ _CREATE = (
 _SELECT = "SELECT message FROM messages WHERE conversation_id = ? ORDER BY seq"
 _INSERT = "INSERT INTO messages (conversation_id, seq, message) VALUES (?, ?, ?)"
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-
-
-def sqlite_path(url: str) -> str:
-    """The file of a SQLite URL."""
-    return make_url(url).database or ""
+WARM_CACHE_BYTES = 1 << 30
+"""The history cache of `warm`: room for every history of a full run (~75 MB charged at 22 rounds)."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +86,6 @@ class PydanticStoreBackend(Backend):
     def __init__(self, name: str, store: ConversationStore) -> None:
         super().__init__(name)
         self.store = store
-
-    @classmethod
-    def in_memory(cls) -> PydanticStoreBackend:
-        return cls("pydantic-ai InMemoryConversationStore", InMemoryConversationStore())
 
     async def load(self, conversation_id: str) -> Conversation:
         return await self.store.load(conversation_id) or Conversation(conversation_id=conversation_id)
@@ -172,7 +164,7 @@ class Floor(Backend):
 async def sqlite_floor(url: str, ours: Ours, *, encode: bool) -> Floor:
     """Stdlib `sqlite3`, synchronous, one transaction per turn, with our store's journal settings."""
     # Autocommit mode, so the `BEGIN`/`COMMIT` below are the only transaction boundaries.
-    connection = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    connection = sqlite3.connect(make_url(url).database or "", isolation_level=None)
     for statement in ours.setup():
         connection.execute(statement)
 
@@ -191,21 +183,19 @@ async def sqlite_floor(url: str, ours: Ours, *, encode: bool) -> Floor:
 
 
 async def aiosqlite_floor(url: str, ours: Ours) -> Floor:
-    """The fair floor through `aiosqlite`: one connection, its transactions one at a time."""
-    connection = await aiosqlite.connect(sqlite_path(url), isolation_level=None)
+    """The fair floor through `aiosqlite`: one connection, one transaction per turn."""
+    connection = await aiosqlite.connect(make_url(url).database or "", isolation_level=None)
     for statement in ours.setup():
         await connection.execute(statement)
-    lock = asyncio.Lock()  # statements of concurrent turns may interleave, transactions may not
 
     async def fetch(conversation_id: str) -> list[bytes]:
         async with connection.execute(_SELECT, (conversation_id,)) as cursor:
             return [row[0] for row in await cursor.fetchall()]
 
     async def insert(rows: Rows) -> None:
-        async with lock:
-            await connection.execute("BEGIN IMMEDIATE")
-            await connection.executemany(_INSERT, rows)
-            await connection.execute("COMMIT")
+        await connection.execute("BEGIN IMMEDIATE")
+        await connection.executemany(_INSERT, rows)
+        await connection.execute("COMMIT")
 
     return Floor("aiosqlite", fetch, insert, connection.close, encode=True, floor="async floor")
 
@@ -224,3 +214,40 @@ async def asyncpg_floor(url: str, *, encode: bool) -> Floor:
             await connection.executemany(_INSERT.replace("?, ?, ?", "$1, $2, $3"), rows)
 
     return Floor("asyncpg", fetch, insert, pool.close, encode=encode)
+
+
+@dataclass(frozen=True)
+class Contender:
+    key: str
+    """A short, stable name: `ours`, `warm`, `floor`, `fair`, `async`, `memory`."""
+    open: Callable[[str], Awaitable[Backend]]
+    """Opens the system on a fresh database's URL."""
+
+
+def contenders(ours: Ours, dialect: Dialect) -> list[Contender]:
+    """Every system measured on `dialect`, ours first, as the SQLite floors copy its journal settings.
+    Ours twice: `ours` with no history cache, judged (the floors' work); `warm` with every history
+    cached, reported (`docs/benchmarks.md`, the store's method)."""
+
+    async def memory(url: str) -> Backend:
+        return PydanticStoreBackend("pydantic-ai InMemoryConversationStore", InMemoryConversationStore())
+
+    found = [
+        Contender("ours", lambda url: ours.open(url, history_cache_bytes=0, label=", no history cache")),
+        Contender(
+            "warm", lambda url: ours.open(url, history_cache_bytes=WARM_CACHE_BYTES, label=", history cached")
+        ),
+    ]
+    if dialect == "PostgreSQL":
+        return [
+            *found,
+            Contender("floor", lambda url: asyncpg_floor(url, encode=False)),
+            Contender("fair", lambda url: asyncpg_floor(url, encode=True)),
+        ]
+    return [
+        *found,
+        Contender("floor", lambda url: sqlite_floor(url, ours, encode=False)),
+        Contender("fair", lambda url: sqlite_floor(url, ours, encode=True)),
+        Contender("async", lambda url: aiosqlite_floor(url, ours)),
+        Contender("memory", memory),
+    ]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 from bench.cpu_report import AI_SDK, BASELINE, NATIVE, Report, Round, paired_ratio, render_cpu
+from bench.harness.clients import LoadResult, Measured
 
 
 def _round(side: str, number: int, cpu: float, turns: int, users: int = 20) -> Round:
-    return Round("SQLite", users, side, number, cpu, 0.1, 1.0, turns)
+    load = LoadResult(users, 1, elapsed=1.0, completed_turns=turns)
+    return Round("SQLite", users, side, number, Measured(load, server_cpu=cpu, client_cpu=0.1))
 
 
 def test_paired_ratio_is_the_median_of_ratios_of_rounds_of_the_same_number() -> None:

@@ -19,10 +19,10 @@ from bench.harness.clients import (
     sse_events,
 )
 from bench.harness.options import POSTGRES_ENV, parser, publish, writes
-from bench.harness.phases import Phase, errors
 from bench.harness.plain_app import ANSWER_DELTAS, build_agent
 from bench.harness.reports import command_line, table, write_section
 from bench.harness.stats import median, ms, ms_short, paired_ratio, percentile, ratio, times
+from bench.web import Phase, errors
 
 
 def test_percentiles_interpolate_between_ranks_as_the_inclusive_quantiles_do() -> None:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from bench.store import contenders as store_contenders
+from bench.harness.databases import scratch_database
+from bench.store import Results, Section, Settings, checks, render, run_per_size
 from bench.store_messages import history, realistic_turn
-from bench.store_report import Section, checks, render
-from bench.store_systems import Ours, PydanticStoreBackend, Timing
-from bench.store_workloads import Contender, Places, Results, Settings, run_per_size
+from bench.store_systems import Contender, Ours, PydanticStoreBackend, Timing
+from bench.store_systems import contenders as store_contenders
 from store import SqlConversationStore
 
 
@@ -75,12 +75,11 @@ async def test_every_system_of_a_database_is_measured_and_a_failing_one_is_left_
 
     results = Results()
     contenders = [*store_contenders(Ours(), "SQLite"), Contender("broken", broken)]
-    places = Places("SQLite", tmp_path, None, AsyncExitStack())
-    async with places.stack:
-        await run_per_size(contenders, places, Settings(sizes=(10,), warmup=0, repeats=1), results)
+    scratch = partial(scratch_database, "SQLite", tmp_path)
+    await run_per_size(contenders, scratch, Settings(sizes=(10,), warmup=0, repeats=1), results)
     assert results.sizes() == [10]
     assert set(results.timings) == {"ours", "warm", "floor", "fair", "async", "memory"}
     assert results.unavailable == {"broken": "not measured: no driver here"}
-    text = "\n".join(render([Section("SQLite", results)], Settings(), ["- environment"]))
+    text = "\n".join(render([Section("SQLite", results)], Settings().repeats, ["- environment"]))
     assert "- broken: not measured: no driver here" in text
     assert "| SQLite: load+save at 10 messages, ours / async floor |" in text

@@ -10,6 +10,10 @@ does. The bearer token is checked as ours checks it.
 
 from __future__ import annotations
 
+import argparse
+import os
+
+import uvicorn
 from pydantic_ai import Agent
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -23,16 +27,11 @@ from store import Ledger
 from web import InvalidToken, verify_token
 
 from .plain_app import build_agent as build_plain_agent
-from .servers import baseline_main
 from .turns import bare_scope
 
 
-def create_plain_app(secret: str, database_url: str) -> Starlette:
-    """The same for the plain app's agent (`bench/harness/plain_app.py`), whose deps are none."""
-    return create_app(secret, database_url, plain=build_plain_agent())
-
-
 def create_app(secret: str, database_url: str, *, plain: Agent[None, str] | None = None) -> Starlette:
+    """The shop's agent, or `plain` (the plain app's, whose deps are none), served on `/api/ai-sdk/chat`."""
     engine = create_async_engine(database_url)
     business = BusinessData(engine)
     agent = build_agent(demo_model(delay=0))
@@ -61,4 +60,13 @@ def create_app(secret: str, database_url: str, *, plain: Agent[None, str] | None
 
 
 if __name__ == "__main__":
-    baseline_main(__doc__, create_app, apps={"plain": create_plain_app})
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--db", default="", help="the database with the shop's business tables")
+    parser.add_argument("--app", choices=["shop", "plain"], default="shop")
+    arguments = parser.parse_args()
+    plain = build_plain_agent() if arguments.app == "plain" else None
+    app = create_app(os.environ["DURABLE_CHAT_SECRET"], arguments.db, plain=plain)
+    # No lifespan, as `python -m cli serve` has none of theirs to run.
+    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")

@@ -23,8 +23,7 @@ import httpx
 
 from web import issue_token
 
-from .pinning import core_wait, machine_ticks
-from .servers import SECRET, ServerProcess
+from .servers import SECRET, ServerProcess, core_wait, machine_ticks
 from .stats import ratio
 
 PROMPT = "Where is ORD-5678?"
@@ -130,9 +129,6 @@ class _Gate:
         if self.arrived >= self.users:
             self.all_arrived.set()
 
-    def running(self) -> bool:
-        return time.perf_counter() < self.stop_at
-
 
 async def run_load(
     base_url: str | Sequence[str], load: Load, *, on_start: Callable[[], None] | None = None
@@ -203,9 +199,7 @@ def new_thread(index: int, turn: int, per_thread: int) -> bool:
 async def _user(
     client: httpx.AsyncClient, user_id: str, load: Load, gate: _Gate, result: LoadResult, index: int
 ) -> None:
-    """A user: ready before the start (`before_start`), then its turns; with `load.turns_per_thread`, a new
-    thread (within the round) every so many turns (`new_thread`), a user starting one at its turn 0 being
-    given none before the start."""
+    """A user: ready before the start (`before_start`), then its turns, a new thread when `new_thread` says."""
     user = (_Native if load.protocol == "native" else _AiSdk)(client, user_id, load, result)
     per_thread = load.turns_per_thread
 
@@ -221,7 +215,7 @@ async def _user(
             gate.arrive(ready=True)
             await gate.go.wait()
             done = 0
-            while gate.running() and (load.turns is None or done < load.turns):
+            while time.perf_counter() < gate.stop_at and (load.turns is None or done < load.turns):
                 if fresh(done) and not await user.new_thread():
                     return
                 if not await user.turn(result):
@@ -332,9 +326,9 @@ def check_turn(events: Sequence[Event], run_id: str, last_id: int) -> str | None
             return f"ids {ids} after {last_id}"
         previous = event_id
     deltas = types[len(_HEAD) : -2]
-    if tuple(types[: len(_HEAD)]) != _HEAD or types[-2:] != ["text_done", "run_finished"] or not deltas:
-        return f"event types {types}"
-    if any(delta != "text_delta" for delta in deltas):
+    if (tuple(types[: len(_HEAD)]), types[-2:]) != (_HEAD, ["text_done", "run_finished"]) or (
+        not deltas or any(delta != "text_delta" for delta in deltas)
+    ):
         return f"event types {types}"
     if any(event.data.get("run_id") != run_id for event in events):
         return f"an event of another run than {run_id}"
@@ -462,43 +456,20 @@ async def measure(servers: Sequence[ServerProcess], load: Load, *, settle: float
 
     `settle`: seconds after the last turn before the servers' CPU is read (a trace exporter's batch).
     """
-    marks: dict[str, float] = {}
-    ticks: list[tuple[int, int]] = []
+    before: list[tuple[float, float, float, float, tuple[int, int]]] = []
 
     def start() -> None:
-        marks.update(
-            server=sum(server.cpu_seconds() for server in servers),
-            client=time.process_time(),
-            server_wait=core_wait(servers[0].pid),
-            client_wait=core_wait("self"),
+        cpu = sum(server.cpu_seconds() for server in servers)
+        before.append(
+            (cpu, time.process_time(), core_wait(servers[0].pid), core_wait("self"), machine_ticks())
         )
-        ticks.append(machine_ticks())
 
     result = await run_load([server.base_url for server in servers], load, on_start=start)
-    client_cpu = time.process_time() - marks.get("client", 0.0)
-    waits = (
-        core_wait(servers[0].pid) - marks.get("server_wait", 0.0),
-        core_wait("self") - marks.get("client_wait", 0.0),
-    )
+    server_cpu, client_cpu, server_wait, client_wait, (start_busy, start_total) = before[0]
+    client_cpu = time.process_time() - client_cpu
+    waits = (core_wait(servers[0].pid) - server_wait, core_wait("self") - client_wait)
     busy, total = machine_ticks()
-    start_busy, start_total = ticks[0] if ticks else (busy, total)
     await asyncio.sleep(settle)
-    server_cpu = sum(server.cpu_seconds() for server in servers) - marks.get("server", 0.0)
+    server_cpu = sum(server.cpu_seconds() for server in servers) - server_cpu
     machine = (busy - start_busy) / (total - start_total) if total > start_total else 0.0
     return Measured(result, server_cpu, client_cpu, *waits, machine_busy=machine)
-
-
-def trouble_lines(label: str, result: LoadResult, statuses: dict[str, int], log: Sequence[str]) -> list[str]:
-    """A report's list items for what went wrong in one measurement: the clients' errors by kind, the
-    access log's non-2xx answers by status, and (a few of) the servers' log lines."""
-    kinds = [
-        f"{kind} x{count} (e.g. {result.error_samples[kind][:200]!r})"
-        for kind, count in result.errors.items()
-    ]
-    kinds += [f"{status} x{count}" for status, count in sorted(statuses.items())]
-    if not kinds and not log:
-        return []
-    return [
-        f"- {label}: " + "; ".join(kinds),
-        *(f"  - server log: `{line[:300]}`" for line in dict.fromkeys(log)),
-    ][:9]

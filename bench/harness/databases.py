@@ -7,12 +7,13 @@ created on that server under a name of its own and dropped (`WITH (FORCE)`) when
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
@@ -97,8 +98,27 @@ async def available(
 
 async def prepare_shop(url: str) -> None:
     """Our schema and the demo shop's tables and data, as `durable-chat serve` makes them at start."""
-    db = await Database.connect(url)
-    try:
+    async with await Database.connect(url) as db:
         await shop_app(delay=0).start(db.engine)
+
+
+async def statements(run: Callable[[], Awaitable[object]]) -> list[tuple[str, Any]]:
+    """The statements `run` sends through any engine, with their parameters, in order."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(sa.Engine, "before_cursor_execute", capture)
+    try:
+        await run()
     finally:
-        await db.aclose()
+        event.remove(sa.Engine, "before_cursor_execute", capture)
+    return sent
+
+
+async def explain(url: str, statement: str, parameters: Any) -> str:
+    """PostgreSQL's plan (`EXPLAIN`) of `statement` as it was sent."""
+    async with connected(url) as connection:
+        rows = await connection.exec_driver_sql("EXPLAIN " + statement, parameters)
+        return "\n".join(row[0] for row in rows)

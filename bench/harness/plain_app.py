@@ -50,18 +50,20 @@ def _answer(order_id: str) -> list[str]:
     """About 60 words about the order (as `lookup_order` found it), in `ANSWER_DELTAS` deltas."""
     order = lookup_order(order_id)
     head = f"Your order {order.get('order_id', '?')} ({order.get('item', 'an item')}) is {order.get('status', 'unknown')}. "
-    words = (head + _FILLER).split(" ")
-    size = -(-len(words) // ANSWER_DELTAS)
+    return deltas(head + _FILLER)
+
+
+def deltas(text: str, count: int = ANSWER_DELTAS) -> list[str]:
+    """`text` in `count` deltas of as many words each (the last shorter)."""
+    words = text.split(" ")
+    size = -(-len(words) // count)
     return [" ".join(words[n : n + size]) + " " for n in range(0, len(words), size)]
 
 
-def _last_result(messages: list[ModelMessage]) -> object | None:
+def answered(messages: list[ModelMessage]) -> bool:
+    """Whether the last message returns a tool's result: the model's turn to answer."""
     last = messages[-1] if messages else None
-    if isinstance(last, ModelRequest):
-        for part in last.parts:
-            if isinstance(part, ToolReturnPart):
-                return part.content
-    return None
+    return isinstance(last, ModelRequest) and any(isinstance(part, ToolReturnPart) for part in last.parts)
 
 
 def _order_id(messages: list[ModelMessage]) -> str:
@@ -79,16 +81,14 @@ def _call_id(messages: list[ModelMessage]) -> str:
 
 
 async def _request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    result = _last_result(messages)
-    if result is None:
+    if not answered(messages):
         args = json.dumps({"order_id": _order_id(messages)})
         return ModelResponse(parts=[ToolCallPart("lookup_order", args, tool_call_id=_call_id(messages))])
     return ModelResponse(parts=[TextPart("".join(_answer(_order_id(messages))))])
 
 
 async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    result = _last_result(messages)
-    if result is None:
+    if not answered(messages):
         args = json.dumps({"order_id": _order_id(messages)})
         yield {0: DeltaToolCall(name="lookup_order", json_args=args, tool_call_id=_call_id(messages))}
         return

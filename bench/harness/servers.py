@@ -1,9 +1,12 @@
 """Servers as processes: ours (`python -m cli serve`) and the baselines, started on a free port and
-watched (CPU and memory from /proc, trouble in their logs), each from a copy of the source tree."""
+watched (CPU and memory from /proc, trouble in their logs), each from a copy of the source tree.
+
+The machine's cores change speed for seconds at a time and are shared with other work: a server pinned
+to its own core (`taskset`) has its CPU per turn measured apart from the clients', pinned to the other.
+"""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -16,13 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from starlette.types import ASGIApp
 
 from .reports import ROOT
 
@@ -33,6 +35,35 @@ _PACKAGES = ("agent", "bench", "cli", "store", "stream", "web")
 _TICKS = os.sysconf("SC_CLK_TCK")
 _ACCESS = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" (\d{3})')
 _TROUBLE = re.compile(r"ERROR|CRITICAL|WARNING|Traceback|(Error|Exception)\b")
+
+
+SERVER_CORE, CLIENT_CORE = 1, 0
+
+
+def pinned(argv: Sequence[str], core: int = SERVER_CORE) -> list[str]:
+    """`argv` run on `core` only (unchanged when `taskset` is missing)."""
+    return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") else list(argv)
+
+
+def pin_this_process(core: int = CLIENT_CORE) -> None:
+    """Keep this process (the clients) on `core`, when the machine has more than one."""
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, {core})
+
+
+def core_wait(pid: int | str) -> float:
+    """Seconds the process's main thread was runnable but waiting for a core (`/proc/PID/schedstat`)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_ticks() -> tuple[int, int]:
+    """All cores' busy and total clock ticks so far (`/proc/stat`), whoever used them."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -62,31 +93,6 @@ def adapter_argv(database_url: str, *, app: str = "shop") -> list[str]:
     """pydantic-ai's own adapter serving the shop's agent, or the plain app's (`bench.harness.adapter`)."""
     argv = [sys.executable, "-m", "bench.harness.adapter", "--port", "{port}", "--db", database_url]
     return [*argv, "--app", app] if app != "shop" else argv
-
-
-def baseline_main(
-    doc: str | None,
-    create_app: Callable[[str, str], ASGIApp],
-    *,
-    apps: Mapping[str, Callable[[str, str], ASGIApp]] | None = None,
-) -> None:
-    """A baseline server's command: `create_app(secret, --db URL)` on uvicorn at `--port N`, the secret
-    from $DURABLE_CHAT_SECRET, no lifespan (as `python -m cli serve` has none of theirs to run).
-    With `apps`, `--app NAME` picks one of them instead."""
-    import uvicorn  # the servers' own dependency, not the benchmarks'
-
-    parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument(
-        "--db", default="", help="the database with the shop's business tables (the adapter's)"
-    )
-    if apps:
-        parser.add_argument("--app", choices=list(apps))
-    arguments = parser.parse_args()
-    factory = apps[arguments.app] if apps and arguments.app else create_app
-    app = factory(os.environ["DURABLE_CHAT_SECRET"], arguments.db)
-    uvicorn.run(app, host=arguments.host, port=arguments.port, lifespan="off")
 
 
 def snapshot(target: Path) -> Path:
