@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         file_reference,
     )
     from .guardrails import (
-        HIDE_BLOCKED_TURNS,
         Guardrail,
         GuardrailContext,
         Guardrails,
@@ -80,7 +79,6 @@ __all__ = (
     "DEFAULT_TRACE_FILES",
     "DEFAULT_TRACE_MAX_BYTES",
     "FILE_URL",
-    "HIDE_BLOCKED_TURNS",
     "LOG_FORMAT",
     "OWN_PACKAGES",
     "SAID_BY",
@@ -182,7 +180,6 @@ _EXPORTS = {
     "delegation": ("sub_conversation_id",),
     "eventlog": ("EventLogSink", "Publisher", "stored_events"),
     "guardrails": (
-        "HIDE_BLOCKED_TURNS",
         "Guardrail",
         "GuardrailContext",
         "Guardrails",

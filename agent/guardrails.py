@@ -42,7 +42,6 @@ from store import Database, now_utc
 from .texts import Texts
 
 __all__ = (
-    "HIDE_BLOCKED_TURNS",
     "INJECTION_PATTERNS",
     "LEAK_PATTERNS",
     "Guardrail",
@@ -424,6 +423,3 @@ class HideBlockedTurns(AbstractCapability[Any]):
             return messages
         self._kept = _kept_after(list(messages[:known]) if kept is None else list(kept), rest)
         return list(self._kept)
-
-
-HIDE_BLOCKED_TURNS = HideBlockedTurns()
