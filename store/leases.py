@@ -16,8 +16,9 @@ names the worker and `runs.lease_expires_at` says until when. Deliberate choices
 - **Reservations**: a sweep takes runs nobody drives (queued for a while, or under a lapsed lease)
   by reserving them for this worker: owner and expiry set, status `queued`. Starting one turns it
   `running` (`Runs.start_reserving`); nobody else starts it before the reservation lapses.
-- The heartbeat renews every lease the worker holds in one statement; a worker that dies stops
-  renewing, and its runs are taken over once their leases lapse.
+- The heartbeat renews the leases of the runs the worker drives in one statement; a worker that
+  dies stops renewing, and its runs are taken over once their leases lapse. A run it holds but
+  does not drive (a reservation whose claim missed) is not renewed: it lapses like a dead worker's.
 - **A dead process on this host need not lapse**: at start, a worker ends the leases of workers
   named after this host whose process is gone (`expire_dead_local`), so a lone server restarted
   after a crash continues its runs at once instead of a lease later. A process that still exists
@@ -199,18 +200,23 @@ class Leases:
                     )
         return dead
 
-    async def heartbeat(self) -> list[str]:
-        """Renew every lease this worker holds, in one statement; return the runs it still holds."""
+    async def heartbeat(self, run_ids: Sequence[str] | None = None) -> list[str]:
+        """Renew the leases this worker holds, in one statement; return the runs it still holds.
+
+        `run_ids`: only those runs' (the ones it drives), so that a run it holds but no longer
+        drives lapses and is taken over; `None`: every lease it holds.
+        """
+        if run_ids is not None and not run_ids:
+            return []
+        query = _runs.update().where(_runs.c.lease_owner == self.worker.worker_id, active(_runs.c.status))
+        if run_ids is not None:
+            query = query.where(_runs.c.run_id.in_(run_ids))
         with translate_errors("renewing leases"):
             async with self._engine.begin() as connection:
                 result = await connection.execute(
-                    _runs.update()
-                    .where(
-                        _runs.c.lease_owner == self.worker.worker_id,
-                        active(_runs.c.status),
-                    )
-                    .values(lease_expires_at=clock(connection.dialect.name, self.worker.lease))
-                    .returning(_runs.c.run_id)
+                    query.values(
+                        lease_expires_at=clock(connection.dialect.name, self.worker.lease)
+                    ).returning(_runs.c.run_id)
                 )
                 return list(result.scalars())
 

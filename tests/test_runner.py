@@ -15,9 +15,11 @@ from datetime import timedelta
 from typing import TypeVar
 
 import pytest
+import sqlalchemy as sa
 
 from agent import Runtime, RuntimeOptions, open_runtime, run_step
 from store import NewRun, Run, Worker
+from store.schema import RunRow, metadata
 from worker import Runner
 
 from .conftest import MigratedDatabases
@@ -34,6 +36,8 @@ LONG = timedelta(seconds=60)
 DEADLINE = 30.0
 
 OpenRuntime = Callable[..., Awaitable[Runtime]]
+
+_runs = metadata.tables[RunRow.__tablename__]
 
 
 @pytest.fixture(params=[pytest.param("sqlite"), pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -223,3 +227,56 @@ async def test_a_runner_compacts_the_deltas_of_runs_finished_past_its_replay_win
     after = [event.type for event in await app.db.events.read(thread.thread_id)]
     assert after == [kind for kind in types if kind != "text_delta"]
     assert after[-2:] == ["text_done", "run_finished"]
+
+
+@pytest.mark.parametrize(
+    "open_worker", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_run_whose_claim_missed_is_not_kept_reserved(
+    open_worker: OpenRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = await open_worker("sweeper")
+    runner = Runner(runtime, sweep_seconds=0.0)
+    run = await _queued(runtime)
+    # This worker's sweep reserves the run (as `Runner.sweep` does before it submits it).
+    assert await runtime.db.leases.sweep(limit=1, queued_for=timedelta(0)) == [run.run_id]
+    claimed = asyncio.Event()
+    claim = runtime.db.runs.start_reserving
+
+    async def watched_claim(run_id: str, *, events: int, trace_id: str | None = None) -> object:
+        try:
+            return await claim(run_id, events=events, trace_id=trace_id)
+        finally:
+            claimed.set()
+
+    monkeypatch.setattr(runtime.db.runs, "start_reserving", watched_claim)
+    # Its task claims it while the row is locked for a moment (as this worker's own heartbeat
+    # renewing the reservation locks it): the claim skips the row and gets nothing.
+    async with runtime.db.engine.begin() as connection:
+        await connection.execute(
+            sa.select(_runs.c.run_id).where(_runs.c.run_id == run.run_id).with_for_update()
+        )
+        runner.submit(run.run_id)
+        await asyncio.wait_for(claimed.wait(), DEADLINE)
+    await _eventually(lambda: _true(runner.in_flight == 0))
+    # Nobody drives it: it is back in the queue rather than reserved for this worker, whose heartbeat
+    # would keep the reservation alive for ever. The next sweep takes it and drives it to its end.
+    missed = await runtime.db.runs.get(run.run_id)
+    assert (missed.status, missed.lease_owner, missed.attempt) == ("queued", None, 0)
+    assert await runner.sweep() == 1
+    ended = await _eventually(lambda: _ended(runtime, run.run_id))
+    assert (ended.status, ended.attempt, ended.lease_owner) == ("awaiting_approval", 1, "sweeper")
+    await runner.aclose()
+
+
+async def test_a_heartbeat_renews_only_the_runs_its_runner_drives(open_worker: OpenRuntime) -> None:
+    runtime = await open_worker("holder")
+    runner = Runner(runtime)
+    run = await _queued(runtime)
+    # Reserved for this worker, but no task of its drives it (its claim missed, say).
+    assert await runtime.db.leases.sweep(limit=1, queued_for=timedelta(0)) == [run.run_id]
+    reserved = await runtime.db.runs.get(run.run_id)
+    assert await runner.heartbeat() == []
+    # Not renewed: the reservation lapses, and any worker's sweep then takes the run.
+    assert (await runtime.db.runs.get(run.run_id)).lease_expires_at == reserved.lease_expires_at
+    await runner.aclose()

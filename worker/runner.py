@@ -12,8 +12,10 @@ holds its lease (see `store.leases`). Deliberate choices:
   rate limit needs: its task starts driving it with no transaction of its own. With no free slot
   it is queued free, for this worker's next slot or another worker's sweep.
 - **Heartbeat.** Every `heartbeat_seconds`, one statement renews the leases of every run this
-  worker holds. A run no longer held, because another worker took it over after this one
-  stalled past its lease, has its task cancelled; its writes are fenced off anyway.
+  worker drives (has a task for). A run no longer held, because another worker took it over after
+  this one stalled past its lease, has its task cancelled; its writes are fenced off anyway. A
+  task that ends with its run not ended (its claim missed) requeues what this worker still holds
+  of it, so that the next sweep takes it at once.
 - **Sweep.** Every `sweep_seconds`, the worker reserves, up to its free slots, runs nobody
   drives: queued for longer than a sweep with no owner (their process is busy or gone), or
   under a lapsed lease (their worker died). It drives them from their last checkpoint. On
@@ -200,7 +202,7 @@ class Runner:
 
     async def heartbeat(self) -> list[str]:
         """Renew this worker's leases; stop driving the runs another worker took over, and return those."""
-        held = set(await self._leases.heartbeat())
+        held = set(await self._leases.heartbeat(list(self._tasks)))
         unconfirmed = [run_id for run_id in self._tasks if run_id not in held]
         lost = await self._leases.taken_over(unconfirmed)
         for run_id in lost:
@@ -264,6 +266,8 @@ class Runner:
     async def _drive(self, run_id: str, claimed: Claimed | None, span: Span | None = None) -> None:
         try:
             status = await self._drive_until_reachable(run_id, claimed, span)
+            if status in ("queued", "running"):
+                await self._let_go(run_id)
         except NotFound:
             # The thread was deleted while its run went on.
             logger.info("run %s ended: its thread is gone", run_id)
@@ -271,6 +275,20 @@ class Runner:
             logger.exception("run %s could not be driven", run_id)
         else:
             logger.debug("run %s ended %s", run_id, status)
+
+    async def _let_go(self, run_id: str) -> None:
+        """Requeue the run not ended here if this worker still holds it: nobody else may claim it.
+
+        Its claim missed (on PostgreSQL a claim skips a row locked for a moment, by this worker's
+        own heartbeat say, after this worker's sweep reserved it), or this attempt was fenced off
+        by this worker's own sweep. Requeued, the next sweep takes it; failing that, the lease
+        lapses, the heartbeat renewing only the runs this worker drives.
+        """
+        try:
+            if await self._runtime.db.runs.requeue(run_id):
+                logger.info("run %s was not driven here; it is back in the queue", run_id)
+        except StoreError as error:
+            logger.warning("could not requeue run %s: %s; its lease will lapse", run_id, error)
 
     async def _drive_until_reachable(self, run_id: str, claimed: Claimed | None, span: Span | None) -> str:
         """Drive the run; while the database is unreachable, retry with backoff until shutdown.
