@@ -145,9 +145,10 @@ async def _hot_statements(db: Database) -> list[str]:
         await db.threads.list(user_id="user7", limit=20)
         await db.approvals.list(thread_id=thread.thread_id, status="pending")
         await db.approvals.list(user_id="user7", status="pending")
-        # Leases: a sweep, a heartbeat, a dead local worker's leases, a release.
+        # Leases: a sweep, heartbeats (every lease, a runner's runs), a dead local worker's leases, a release.
         await db.leases.sweep(limit=10, queued_for=timedelta(seconds=5))
         await db.leases.heartbeat()
+        await db.leases.heartbeat(["r1-1", "r1-2"])
         await db.leases.expire_dead_local()
         await db.leases.taken_over(["r1-1"])
         await db.leases.release()

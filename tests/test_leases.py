@@ -192,6 +192,18 @@ async def test_heartbeat_extends_the_leases_a_worker_holds(open_worker: OpenWork
     assert (await run_row(one, theirs.run_id))["lease_expires_at"] == before_theirs
 
 
+async def test_a_heartbeat_given_runs_renews_only_theirs(open_worker: OpenWorker) -> None:
+    # A runner names the runs it drives: one it holds but no longer drives is left to lapse.
+    one = await open_worker("one")
+    driven, undriven = await queued_run(one), await queued_run(one)
+    for run in (driven, undriven):
+        assert await one.runs.start_reserving(run.run_id, events=1) is not None
+    before = (await run_row(one, undriven.run_id))["lease_expires_at"]
+    assert await one.leases.heartbeat([driven.run_id, "no-such-run"]) == [driven.run_id]
+    assert await one.leases.heartbeat([]) == []
+    assert (await run_row(one, undriven.run_id))["lease_expires_at"] == before
+
+
 async def test_heartbeats_keep_a_short_lease_from_being_taken(open_worker: OpenWorker) -> None:
     # The holder's heartbeat renews a lease that already lapsed, as long as nobody took it.
     holder, other = await open_worker("holder", lease=LONG), await open_worker("other")
