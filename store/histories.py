@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import sqlalchemy as sa
-from pydantic_ai.conversation_store import ConversationEntry
+from pydantic_ai.conversation_store import ConversationConflict, ConversationEntry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -30,9 +30,19 @@ from .errors import NotFound
 from .history_cache import CachedHistory
 from .history_trips import HeadRead, NewEntry, RecordSave
 from .instructions import named
+from .refusals import Refusal
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
 
-__all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
+__all__ = (
+    "HISTORY",
+    "NO_STOP",
+    "RECORD_COLUMNS",
+    "Statements",
+    "Writing",
+    "read_chain",
+    "read_head",
+    "write",
+)
 
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
@@ -266,6 +276,18 @@ def decode_chain(
 # -- a save ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Writing:
+    """A save's write, held for another save's unit of work to carry first (`write(carrying=)`)."""
+
+    conversation_id: str
+    values: Mapping[str, Any] | None
+    entries: Sequence[NewEntry] = ()
+    expected_revision: str | None = None
+    forked_from: str | None = None
+    checkpoint: Checkpoint | None = None
+
+
 async def write(
     target: AsyncEngine | AsyncConnection,
     values: Mapping[str, Any] | None,
@@ -274,6 +296,7 @@ async def write(
     expected_revision: str | None = None,
     forked_from: str | None = None,
     checkpoint: Checkpoint | None = None,
+    carrying: Writing | None = None,
 ) -> bool:
     """Write the record `values` and the new `entries`, guarded by `expected_revision`; whether it was written.
 
@@ -281,16 +304,84 @@ async def write(
     `checkpoint`, a run's checkpoint is written in the same transaction (`values` `None`: only it).
     Given an engine, the write is its own transaction, committed in the same trip on SQLite and a
     single statement on PostgreSQL; given a connection, it joins the connection's transaction.
+    `carrying` (SQLite, given an engine): another conversation's write, done first in the same unit
+    of work; should either be refused, neither is stored.
 
     Raises:
         LeaseLost: The checkpoint's run is no longer held by its worker; nothing was written.
         NotFound: The checkpoint's run or thread was deleted; nothing was written.
+        ConversationConflict: `carrying`'s conversation was saved by another meanwhile; nothing was written.
     """
-    compiled = statements(target.dialect)
+    dialect = target.dialect
+    commit = isinstance(target, AsyncEngine)
+    save = _record_save(
+        dialect,
+        values,
+        entries=entries,
+        expected_revision=expected_revision,
+        forked_from=forked_from,
+        checkpoint=checkpoint,
+        commit=commit,
+    )
+    ran: list[str] = []
+    refusal: Refusal | None
+    try:
+        if carrying is not None:
+            assert commit, "a carried write is a unit of work of its own"
+            assert dialect.name == "sqlite", "a carried write is SQLite's"
+            carried = _record_save(
+                dialect,
+                carrying.values,
+                entries=carrying.entries,
+                expected_revision=carrying.expected_revision,
+                forked_from=carrying.forked_from,
+                checkpoint=carrying.checkpoint,
+                commit=True,
+            )
+            refused = await checked_out(
+                target, save.record.sql, functools.partial(lite.write_all, saves=[carried, save], ran=ran)
+            )
+            if refused is not None and refused[0] == 0:
+                _raise_for(refused[1], carrying.checkpoint, carrying.conversation_id)
+            refusal = None if refused is None else refused[1]
+        else:
+            work = functools.partial(lite.write if dialect.name == "sqlite" else pg.write, save=save, ran=ran)
+            if commit:
+                refusal = await checked_out(target, save.record.sql, work)
+            else:
+                async with driver_errors(target, save.record.sql) as pooled:
+                    refusal = await work(pooled)
+    finally:
+        executed(*ran)
+    if refusal is None:
+        return True
+    if checkpoint is not None:
+        checkpoints.raise_refusal(refusal, checkpoint)
+    return False
+
+
+def _raise_for(refusal: Refusal, checkpoint: Checkpoint | None, conversation_id: str) -> NoReturn:
+    if checkpoint is not None:
+        checkpoints.raise_refusal(refusal, checkpoint)
+    raise ConversationConflict(conversation_id)
+
+
+def _record_save(
+    dialect: Dialect,
+    values: Mapping[str, Any] | None,
+    *,
+    entries: Sequence[NewEntry],
+    expected_revision: str | None,
+    forked_from: str | None,
+    checkpoint: Checkpoint | None,
+    commit: bool,
+) -> RecordSave:
+    """What a save's trip carries: its statements and their values (see `write`)."""
+    compiled = statements(dialect)
     how: RecordWrite = (
         "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
     )
-    if target.dialect.name != "sqlite" and checkpoint is not None:
+    if dialect.name != "sqlite" and checkpoint is not None:
         if values is None:
             assert checkpoint.pause is None, "a pause is stored with its conversation"
             record = compiled.checkpoint_alone
@@ -306,29 +397,13 @@ async def write(
             "b_expected": expected_revision,
             "b_forked_from": forked_from,
         }
-    commit = isinstance(target, AsyncEngine)
-    ran: list[str] = []
-    save = RecordSave(
+    return RecordSave(
         insert_entries=compiled.insert_entries,
         entries=entries,
         record=record,
         bound=bound,
         writes_record=values is not None,
         checkpoint=checkpoint,
-        dialect=target.dialect,
+        dialect=dialect,
         commit=commit,
     )
-    work = functools.partial(lite.write if target.dialect.name == "sqlite" else pg.write, save=save, ran=ran)
-    try:
-        if commit:
-            refusal = await checked_out(target, record.sql, work)
-        else:
-            async with driver_errors(target, record.sql) as pooled:
-                refusal = await work(pooled)
-    finally:
-        executed(*ran)
-    if refusal is None:
-        return True
-    if checkpoint is not None:
-        checkpoints.raise_refusal(refusal, checkpoint)
-    return False
