@@ -41,7 +41,7 @@ from .engine import (
 )
 from .erasure import erase_conversation
 from .errors import CorruptData
-from .histories import Writing
+from .histories import Writing, carries
 from .history_cache import HistoryCache, budget_from_env
 from .migrate import upgrade
 from .primitives import ABSENT, AlsoWrite, Call, Known, PageCursor, Prefetch, Primitives, Shared
@@ -231,8 +231,9 @@ class SqlConversationStore(ConversationStore):
         The conversation and the checkpoint are written in one trip (one statement on PostgreSQL);
         `also` adds a transaction around them, and its own statements through SQLAlchemy. `first`:
         another conversation's save (a delegated run's parent's), written before this one in the
-        same transaction (on SQLite, without `also`, one unit of work on the loop's thread); should
-        it fail, both conversations are left as they were.
+        same transaction (without `also`, on SQLite one unit of work on the loop's thread, on
+        PostgreSQL one statement where `histories.carries` says it can); should it fail, both
+        conversations are left as they were.
 
         Raises:
             LeaseLost: The checkpoint's run is no longer held by its worker; nothing was saved.
@@ -244,8 +245,13 @@ class SqlConversationStore(ConversationStore):
         # A save advances its conversation's revision as it writes: on a rollback, both go back.
         states = [(c, dict(vars(c))) for c in (first.conversation, conversation)]
         try:
-            if self._shared.writes_inline and first.also is None and also is None:
-                # SQLite: both writes in one unit of work on the loop's thread (`histories.write`).
+            shared = self._shared
+            if (
+                first.also is None
+                and also is None
+                and carries(shared.engine.dialect, first.checkpoint, checkpoint)
+            ):
+                # One unit of work on SQLite's loop thread, one statement on PostgreSQL (`histories.write`).
                 held: list[Writing] = []
                 carried = Call(checkpoint=first.checkpoint, held=held, committed=committed)
                 await self._save(first.conversation, carried, scope=first.scope)
@@ -255,7 +261,7 @@ class SqlConversationStore(ConversationStore):
                 )
             else:
                 with translate_errors(f"saving conversation {conversation.conversation_id!r}"):
-                    async with self._shared.engine.begin() as connection:
+                    async with shared.engine.begin() as connection:
                         carried = Call(checkpoint=first.checkpoint, also=first.also, connection=connection)
                         carried.committed = committed
                         await self._save(first.conversation, carried, scope=first.scope)

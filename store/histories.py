@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from pydantic_ai.conversation_store import ConversationConflict, ConversationEntry
@@ -28,7 +28,7 @@ from .dialects import postgresql as pg
 from .dialects import sqlite as lite
 from .errors import NotFound
 from .history_cache import CachedHistory
-from .history_trips import HeadRead, NewEntry, RecordSave
+from .history_trips import HeadRead, NewEntry, RecordSave, RecordWrite
 from .instructions import named
 from .refusals import Refusal
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
@@ -120,9 +120,6 @@ _INSERT_FORK = _records.insert().values(
 )
 
 
-RecordWrite = Literal["update", "insert_root", "insert_fork"]
-"""How a save writes its record: over the revision it read, as a new conversation, or as a fork."""
-
 _RECORD_WRITES: dict[RecordWrite, sa.Update | sa.Insert] = {
     "update": _UPDATE_RECORD,
     "insert_root": _INSERT_ROOT,
@@ -176,6 +173,15 @@ def statements(dialect: Dialect) -> Statements:
         checkpoint_alone=alone,
         paused=paused,
     )
+
+
+@per_dialect
+def _carrying(dialect: Dialect, first: RecordWrite, second: RecordWrite) -> Compiled:
+    """PostgreSQL: `second`'s record write with a run's checkpoint, carrying `first`'s in the same statement."""
+    statement = pg.save_statement(
+        _RECORD_WRITES[second], with_checkpoint=True, carrying=pg.carried(_RECORD_WRITES[first])
+    )
+    return Compiled.of(statement, dialect)
 
 
 # -- a load ----------------------------------------------------------------------------------------
@@ -328,22 +334,7 @@ async def write(
     try:
         if carrying is not None:
             assert commit, "a carried write is a unit of work of its own"
-            assert dialect.name == "sqlite", "a carried write is SQLite's"
-            carried = _record_save(
-                dialect,
-                carrying.values,
-                entries=carrying.entries,
-                expected_revision=carrying.expected_revision,
-                forked_from=carrying.forked_from,
-                checkpoint=carrying.checkpoint,
-                commit=True,
-            )
-            refused = await checked_out(
-                target, save.record.sql, functools.partial(lite.write_all, saves=[carried, save], ran=ran)
-            )
-            if refused is not None and refused[0] == 0:
-                _raise_for(refused[1], carrying.checkpoint, carrying.conversation_id)
-            refusal = None if refused is None else refused[1]
+            refusal = await _write_carrying(target, carrying, save, ran)
         else:
             work = functools.partial(lite.write if dialect.name == "sqlite" else pg.write, save=save, ran=ran)
             if commit:
@@ -358,6 +349,69 @@ async def write(
     if checkpoint is not None:
         checkpoints.raise_refusal(refusal, checkpoint)
     return False
+
+
+def carries(dialect: Dialect, first: Checkpoint | None, second: Checkpoint | None) -> bool:
+    """Whether a save with the checkpoint `second` can carry one with `first` (`write(carrying=)`).
+
+    On SQLite, always: one unit of work. On PostgreSQL, one statement, where a run's row is updated
+    once: both checkpoints must be of the same run, the first only marking the thread and the trace
+    (a delegated run's parent's response, `RunCheckpoints.carried`), the second holding no calls.
+    """
+    if dialect.name == "sqlite":
+        return True
+    return (
+        first is not None
+        and second is not None
+        and first.run.run_id == second.run.run_id
+        and first.run.lease_owner == second.run.lease_owner
+        and not first.records
+        and not first.events
+        and first.finish is None
+        and first.pause is None
+        and second.pause is None
+    )
+
+
+async def _write_carrying(
+    engine: AsyncEngine, carrying: Writing, save: RecordSave, ran: list[str]
+) -> Refusal | None:
+    """`write`'s unit of work carrying another's write first: the second's refusal, if refused;
+    the first's raised."""
+    dialect = engine.dialect
+    carried = _record_save(
+        dialect,
+        carrying.values,
+        entries=carrying.entries,
+        expected_revision=carrying.expected_revision,
+        forked_from=carrying.forked_from,
+        checkpoint=carrying.checkpoint,
+        commit=True,
+    )
+    if dialect.name == "sqlite":
+        refused = await checked_out(
+            engine, save.record.sql, functools.partial(lite.write_all, saves=[carried, save], ran=ran)
+        )
+        if refused is not None and refused[0] == 0:
+            _raise_for(refused[1], carrying.checkpoint, carrying.conversation_id)
+        return None if refused is None else refused[1]
+    first, second = carrying.checkpoint, save.checkpoint
+    assert first is not None, "a carried write of PostgreSQL's is a checkpoint's"
+    assert second is not None, "a write carrying another is a checkpoint's"
+    # One checkpoint of the run: the thread marked and the trace kept as the first's would have.
+    merged = replace(
+        second,
+        event_id=first.event_id if first.event_id is not None else second.event_id,
+        trace_id=first.trace_id or second.trace_id,
+    )
+    record = _carrying(dialect, _how(carrying.expected_revision, carrying.forked_from), save.how)
+    save = replace(save, record=record, checkpoint=merged)
+    refusal = await checked_out(
+        engine, record.sql, functools.partial(pg.write, save=save, carrying=carried, ran=ran)
+    )
+    if refusal == "carried conflict":
+        raise ConversationConflict(carrying.conversation_id)
+    return refusal
 
 
 def _raise_for(refusal: Refusal, checkpoint: Checkpoint | None, conversation_id: str) -> NoReturn:
@@ -378,9 +432,7 @@ def _record_save(
 ) -> RecordSave:
     """What a save's trip carries: its statements and their values (see `write`)."""
     compiled = statements(dialect)
-    how: RecordWrite = (
-        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
-    )
+    how = _how(expected_revision, forked_from)
     if dialect.name != "sqlite" and checkpoint is not None:
         if values is None:
             assert checkpoint.pause is None, "a pause is stored with its conversation"
@@ -398,6 +450,7 @@ def _record_save(
             "b_forked_from": forked_from,
         }
     return RecordSave(
+        how=how,
         insert_entries=compiled.insert_entries,
         entries=entries,
         record=record,
@@ -406,4 +459,10 @@ def _record_save(
         checkpoint=checkpoint,
         dialect=dialect,
         commit=commit,
+    )
+
+
+def _how(expected_revision: str | None, forked_from: str | None) -> RecordWrite:
+    return (
+        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
     )

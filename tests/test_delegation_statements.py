@@ -3,7 +3,7 @@
 A router whose tool delegates to a sub-agent with one read-only tool (`test_delegation_checkpoints.desk`),
 on a new message's first attempt: the run queued and claimed in one transaction; the sub-run's one
 checkpoint (its end) carrying the router's response calling it, in one transaction (on SQLite one
-unit of work, on PostgreSQL BEGIN, two statements, COMMIT); the router's results and its end. No read.
+unit of work, on PostgreSQL one statement); the router's results and its end. No read.
 Counted as `test_turn_statements` counts a turn.
 """
 
@@ -100,15 +100,14 @@ async def test_a_delegated_turn_is_four_transactions_and_no_read(
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 5,
+                "statements (but events)": 4,
                 "write transactions (but the writer's)": 4,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
                     [
-                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify",
-                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify",
+                        "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
                     [
                         "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
