@@ -310,8 +310,9 @@ async def write(
     `checkpoint`, a run's checkpoint is written in the same transaction (`values` `None`: only it).
     Given an engine, the write is its own transaction, committed in the same trip on SQLite and a
     single statement on PostgreSQL; given a connection, it joins the connection's transaction.
-    `carrying` (SQLite, given an engine): another conversation's write, done first in the same unit
-    of work; should either be refused, neither is stored.
+    `carrying` (given an engine, where `carries` says it can): another conversation's write, done
+    first in the same unit of work on SQLite, in the same statement on PostgreSQL; should either be
+    refused, neither is stored.
 
     Raises:
         LeaseLost: The checkpoint's run is no longer held by its worker; nothing was written.
@@ -398,11 +399,12 @@ async def _write_carrying(
     first, second = carrying.checkpoint, save.checkpoint
     assert first is not None, "a carried write of PostgreSQL's is a checkpoint's"
     assert second is not None, "a write carrying another is a checkpoint's"
-    # One checkpoint of the run: the thread marked and the trace kept as the first's would have.
+    # One checkpoint of the run, leaving the thread's mark and the trace as the two one after the
+    # other would have: the second's where it gives one, else the first's.
     merged = replace(
         second,
-        event_id=first.event_id if first.event_id is not None else second.event_id,
-        trace_id=first.trace_id or second.trace_id,
+        event_id=second.event_id if second.event_id is not None else first.event_id,
+        trace_id=second.trace_id if second.trace_id is not None else first.trace_id,
     )
     record = _carrying(dialect, _how(carrying.expected_revision, carrying.forked_from), save.how)
     save = replace(save, record=record, checkpoint=merged)
