@@ -41,6 +41,7 @@ from .engine import (
 )
 from .erasure import erase_conversation
 from .errors import CorruptData
+from .histories import Writing, carries
 from .history_cache import HistoryCache, budget_from_env
 from .migrate import upgrade
 from .primitives import ABSENT, AlsoWrite, Call, Known, PageCursor, Prefetch, Primitives, Shared
@@ -79,11 +80,10 @@ class SqlConversationStore(ConversationStore):
         self._shared = Shared(
             engine, HistoryCache(budget_from_env() if history_cache_bytes is None else history_cache_bytes)
         )
-        self.carrying_pays = not self._shared.writes_inline
-        """Whether a save carrying another (`save_with(first=)`) costs less than the two saves: on
-        PostgreSQL, where each transaction is a commit's round trip and WAL flush; not on SQLite,
-        where a save alone commits in one call on the loop's thread, and two in one transaction go
-        through SQLAlchemy's, on aiosqlite's thread (figures in `docs/benchmarks.md`)."""
+        self.carrying_pays = True
+        """Whether a delegated run's checkpoint carries its parent's response (`save_with(first=)`)
+        rather than have it saved alone before: one commit fewer, on PostgreSQL in one transaction,
+        on SQLite in one unit of work on the loop's thread. Tests and benchmarks turn it off to compare."""
 
     @classmethod
     async def connect(
@@ -231,7 +231,9 @@ class SqlConversationStore(ConversationStore):
         The conversation and the checkpoint are written in one trip (one statement on PostgreSQL);
         `also` adds a transaction around them, and its own statements through SQLAlchemy. `first`:
         another conversation's save (a delegated run's parent's), written before this one in the
-        same transaction; should it fail, both conversations are left as they were.
+        same transaction (without `also`, on SQLite one unit of work on the loop's thread, on
+        PostgreSQL one statement where `histories.carries` says it can); should it fail, both
+        conversations are left as they were.
 
         Raises:
             LeaseLost: The checkpoint's run is no longer held by its worker; nothing was saved.
@@ -243,14 +245,29 @@ class SqlConversationStore(ConversationStore):
         # A save advances its conversation's revision as it writes: on a rollback, both go back.
         states = [(c, dict(vars(c))) for c in (first.conversation, conversation)]
         try:
-            with translate_errors(f"saving conversation {conversation.conversation_id!r}"):
-                async with self._shared.engine.begin() as connection:
-                    carried = Call(checkpoint=first.checkpoint, also=first.also, connection=connection)
-                    carried.committed = committed
-                    await self._save(first.conversation, carried, scope=first.scope)
-                    call = Call(checkpoint=checkpoint, also=also, connection=connection)
-                    call.committed = committed
-                    entries = await self._save(conversation, call, scope=scope)
+            shared = self._shared
+            if (
+                first.also is None
+                and also is None
+                and carries(shared.engine.dialect, first.checkpoint, checkpoint)
+            ):
+                # One unit of work on SQLite's loop thread, one statement on PostgreSQL (`histories.write`).
+                held: list[Writing] = []
+                carried = Call(checkpoint=first.checkpoint, held=held, committed=committed)
+                await self._save(first.conversation, carried, scope=first.scope)
+                [writing] = held
+                entries = await self._save(
+                    conversation, Call(checkpoint=checkpoint, carrying=writing), scope=scope
+                )
+            else:
+                with translate_errors(f"saving conversation {conversation.conversation_id!r}"):
+                    async with shared.engine.begin() as connection:
+                        carried = Call(checkpoint=first.checkpoint, also=first.also, connection=connection)
+                        carried.committed = committed
+                        await self._save(first.conversation, carried, scope=first.scope)
+                        call = Call(checkpoint=checkpoint, also=also, connection=connection)
+                        call.committed = committed
+                        entries = await self._save(conversation, call, scope=scope)
         except BaseException:
             for saved, state in states:
                 vars(saved).clear()

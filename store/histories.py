@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
-from pydantic_ai.conversation_store import ConversationEntry
+from pydantic_ai.conversation_store import ConversationConflict, ConversationEntry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -28,11 +28,21 @@ from .dialects import postgresql as pg
 from .dialects import sqlite as lite
 from .errors import NotFound
 from .history_cache import CachedHistory
-from .history_trips import HeadRead, NewEntry, RecordSave
+from .history_trips import HeadRead, NewEntry, RecordSave, RecordWrite
 from .instructions import named
+from .refusals import Refusal
 from .schema import ConversationEntryRow, ConversationRecordRow, EntryId, metadata
 
-__all__ = ("HISTORY", "NO_STOP", "RECORD_COLUMNS", "Statements", "read_chain", "read_head", "write")
+__all__ = (
+    "HISTORY",
+    "NO_STOP",
+    "RECORD_COLUMNS",
+    "Statements",
+    "Writing",
+    "read_chain",
+    "read_head",
+    "write",
+)
 
 _entries = metadata.tables[ConversationEntryRow.__tablename__]
 _records = metadata.tables[ConversationRecordRow.__tablename__]
@@ -110,9 +120,6 @@ _INSERT_FORK = _records.insert().values(
 )
 
 
-RecordWrite = Literal["update", "insert_root", "insert_fork"]
-"""How a save writes its record: over the revision it read, as a new conversation, or as a fork."""
-
 _RECORD_WRITES: dict[RecordWrite, sa.Update | sa.Insert] = {
     "update": _UPDATE_RECORD,
     "insert_root": _INSERT_ROOT,
@@ -166,6 +173,15 @@ def statements(dialect: Dialect) -> Statements:
         checkpoint_alone=alone,
         paused=paused,
     )
+
+
+@per_dialect
+def _carrying(dialect: Dialect, first: RecordWrite, second: RecordWrite) -> Compiled:
+    """PostgreSQL: `second`'s record write with a run's checkpoint, carrying `first`'s in the same statement."""
+    statement = pg.save_statement(
+        _RECORD_WRITES[second], with_checkpoint=True, carrying=pg.carried(_RECORD_WRITES[first])
+    )
+    return Compiled.of(statement, dialect)
 
 
 # -- a load ----------------------------------------------------------------------------------------
@@ -266,6 +282,18 @@ def decode_chain(
 # -- a save ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Writing:
+    """A save's write, held for another save's unit of work to carry first (`write(carrying=)`)."""
+
+    conversation_id: str
+    values: Mapping[str, Any] | None
+    entries: Sequence[NewEntry] = ()
+    expected_revision: str | None = None
+    forked_from: str | None = None
+    checkpoint: Checkpoint | None = None
+
+
 async def write(
     target: AsyncEngine | AsyncConnection,
     values: Mapping[str, Any] | None,
@@ -274,6 +302,7 @@ async def write(
     expected_revision: str | None = None,
     forked_from: str | None = None,
     checkpoint: Checkpoint | None = None,
+    carrying: Writing | None = None,
 ) -> bool:
     """Write the record `values` and the new `entries`, guarded by `expected_revision`; whether it was written.
 
@@ -281,16 +310,132 @@ async def write(
     `checkpoint`, a run's checkpoint is written in the same transaction (`values` `None`: only it).
     Given an engine, the write is its own transaction, committed in the same trip on SQLite and a
     single statement on PostgreSQL; given a connection, it joins the connection's transaction.
+    `carrying` (given an engine, where `carries` says it can): another conversation's write, done
+    first in the same unit of work on SQLite, in the same statement on PostgreSQL; should either be
+    refused, neither is stored.
 
     Raises:
         LeaseLost: The checkpoint's run is no longer held by its worker; nothing was written.
         NotFound: The checkpoint's run or thread was deleted; nothing was written.
+        ConversationConflict: `carrying`'s conversation was saved by another meanwhile; nothing was written.
     """
-    compiled = statements(target.dialect)
-    how: RecordWrite = (
-        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
+    dialect = target.dialect
+    commit = isinstance(target, AsyncEngine)
+    save = _record_save(
+        dialect,
+        values,
+        entries=entries,
+        expected_revision=expected_revision,
+        forked_from=forked_from,
+        checkpoint=checkpoint,
+        commit=commit,
     )
-    if target.dialect.name != "sqlite" and checkpoint is not None:
+    ran: list[str] = []
+    refusal: Refusal | None
+    try:
+        if carrying is not None:
+            assert commit, "a carried write is a unit of work of its own"
+            refusal = await _write_carrying(target, carrying, save, ran)
+        else:
+            work = functools.partial(lite.write if dialect.name == "sqlite" else pg.write, save=save, ran=ran)
+            if commit:
+                refusal = await checked_out(target, save.record.sql, work)
+            else:
+                async with driver_errors(target, save.record.sql) as pooled:
+                    refusal = await work(pooled)
+    finally:
+        executed(*ran)
+    if refusal is None:
+        return True
+    if checkpoint is not None:
+        checkpoints.raise_refusal(refusal, checkpoint)
+    return False
+
+
+def carries(dialect: Dialect, first: Checkpoint | None, second: Checkpoint | None) -> bool:
+    """Whether a save with the checkpoint `second` can carry one with `first` (`write(carrying=)`).
+
+    On SQLite, always: one unit of work. On PostgreSQL, one statement, where a run's row is updated
+    once: both checkpoints must be of the same run, the first only marking the thread and the trace
+    (a delegated run's parent's response, `RunCheckpoints.carried`), the second holding no calls.
+    """
+    if dialect.name == "sqlite":
+        return True
+    return (
+        first is not None
+        and second is not None
+        and first.run.run_id == second.run.run_id
+        and first.run.lease_owner == second.run.lease_owner
+        and not first.records
+        and not first.events
+        and first.finish is None
+        and first.pause is None
+        and second.pause is None
+    )
+
+
+async def _write_carrying(
+    engine: AsyncEngine, carrying: Writing, save: RecordSave, ran: list[str]
+) -> Refusal | None:
+    """`write`'s unit of work carrying another's write first: the second's refusal, if refused;
+    the first's raised."""
+    dialect = engine.dialect
+    carried = _record_save(
+        dialect,
+        carrying.values,
+        entries=carrying.entries,
+        expected_revision=carrying.expected_revision,
+        forked_from=carrying.forked_from,
+        checkpoint=carrying.checkpoint,
+        commit=True,
+    )
+    if dialect.name == "sqlite":
+        refused = await checked_out(
+            engine, save.record.sql, functools.partial(lite.write_all, saves=[carried, save], ran=ran)
+        )
+        if refused is not None and refused[0] == 0:
+            _raise_for(refused[1], carrying.checkpoint, carrying.conversation_id)
+        return None if refused is None else refused[1]
+    first, second = carrying.checkpoint, save.checkpoint
+    assert first is not None, "a carried write of PostgreSQL's is a checkpoint's"
+    assert second is not None, "a write carrying another is a checkpoint's"
+    # One checkpoint of the run, leaving the thread's mark and the trace as the two one after the
+    # other would have: the second's where it gives one, else the first's.
+    merged = replace(
+        second,
+        event_id=second.event_id if second.event_id is not None else first.event_id,
+        trace_id=second.trace_id if second.trace_id is not None else first.trace_id,
+    )
+    record = _carrying(dialect, _how(carrying.expected_revision, carrying.forked_from), save.how)
+    save = replace(save, record=record, checkpoint=merged)
+    refusal = await checked_out(
+        engine, record.sql, functools.partial(pg.write, save=save, carrying=carried, ran=ran)
+    )
+    if refusal == "carried conflict":
+        raise ConversationConflict(carrying.conversation_id)
+    return refusal
+
+
+def _raise_for(refusal: Refusal, checkpoint: Checkpoint | None, conversation_id: str) -> NoReturn:
+    if checkpoint is not None:
+        checkpoints.raise_refusal(refusal, checkpoint)
+    raise ConversationConflict(conversation_id)
+
+
+def _record_save(
+    dialect: Dialect,
+    values: Mapping[str, Any] | None,
+    *,
+    entries: Sequence[NewEntry],
+    expected_revision: str | None,
+    forked_from: str | None,
+    checkpoint: Checkpoint | None,
+    commit: bool,
+) -> RecordSave:
+    """What a save's trip carries: its statements and their values (see `write`)."""
+    compiled = statements(dialect)
+    how = _how(expected_revision, forked_from)
+    if dialect.name != "sqlite" and checkpoint is not None:
         if values is None:
             assert checkpoint.pause is None, "a pause is stored with its conversation"
             record = compiled.checkpoint_alone
@@ -306,29 +451,20 @@ async def write(
             "b_expected": expected_revision,
             "b_forked_from": forked_from,
         }
-    commit = isinstance(target, AsyncEngine)
-    ran: list[str] = []
-    save = RecordSave(
+    return RecordSave(
+        how=how,
         insert_entries=compiled.insert_entries,
         entries=entries,
         record=record,
         bound=bound,
         writes_record=values is not None,
         checkpoint=checkpoint,
-        dialect=target.dialect,
+        dialect=dialect,
         commit=commit,
     )
-    work = functools.partial(lite.write if target.dialect.name == "sqlite" else pg.write, save=save, ran=ran)
-    try:
-        if commit:
-            refusal = await checked_out(target, record.sql, work)
-        else:
-            async with driver_errors(target, record.sql) as pooled:
-                refusal = await work(pooled)
-    finally:
-        executed(*ran)
-    if refusal is None:
-        return True
-    if checkpoint is not None:
-        checkpoints.raise_refusal(refusal, checkpoint)
-    return False
+
+
+def _how(expected_revision: str | None, forked_from: str | None) -> RecordWrite:
+    return (
+        "update" if expected_revision is not None else "insert_root" if forked_from is None else "insert_fork"
+    )

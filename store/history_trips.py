@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.engine import Dialect
 
 from .checkpoints import Checkpoint
 from .compiled import Compiled
 
-__all__ = ("HeadRead", "NewEntry", "RecordSave")
+__all__ = ("HeadRead", "NewEntry", "RecordSave", "RecordWrite")
 
 NewEntry = tuple[str, str | None, str, bytes, str | None]
 """A new entry's row: its id, its parent's, its message's kind, its stored bytes and the digest of
 the instructions they name (`store.instructions`)."""
+
+
+RecordWrite = Literal["update", "insert_root", "insert_fork"]
+"""How a save writes its record: over the revision it read, as a new conversation, or as a fork."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +45,8 @@ class HeadRead:
 class RecordSave:
     """A save's trip: the new entries, the record's guarded write and a run's checkpoint."""
 
+    how: RecordWrite
+    """How the record is written: over the revision read, as a new conversation, or as a fork."""
     insert_entries: Compiled
     entries: Sequence[NewEntry]
     record: Compiled

@@ -33,7 +33,7 @@ from .checkpoints import Checkpoint
 from .engine import reader, translate_errors
 from .erasure import erase_conversation
 from .errors import CorruptData, NotFound
-from .histories import NO_STOP, RECORD_COLUMNS
+from .histories import NO_STOP, RECORD_COLUMNS, Writing
 from .history_cache import CachedHistory, HistoryCache
 from .history_trips import NewEntry
 from .instructions import Instructions
@@ -85,7 +85,11 @@ class Call:
     connection: AsyncConnection | None = None
     """The transaction the save joins (`SqlConversationStore.save_with(first=)`), committed by its caller."""
     committed: list[Callable[[], None]] = field(default_factory=list[Callable[[], None]])
-    """With `connection`: what the save remembers of itself, for the caller to run once it commits."""
+    """With `connection` or `held`: what the save remembers of itself, for the caller to run once it commits."""
+    held: list[Writing] | None = None
+    """Set: the save's write is not done but put here, for the caller's next save to carry (`carrying`)."""
+    carrying: Writing | None = None
+    """Another save's write (`held`), done first in this save's unit of work (SQLite)."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,7 @@ class Primitives(ConversationStore):
                 expected_revision=expected_revision,
                 forked_from=record.forked_from,
                 checkpoint=call.checkpoint,
+                carrying=call.carrying,
             )
             if not written:
                 raise ConversationConflict(conversation_id)
@@ -267,6 +272,21 @@ class Primitives(ConversationStore):
                 # Before the save's own transaction: its shape stays the same with or without them.
                 await shared.instructions.claim(shared.engine, texts)
             try:
+                if call.held is not None:
+                    # Written by the caller's next save, in its unit of work; remembered once it commits.
+                    call.held.append(
+                        Writing(
+                            conversation_id,
+                            values,
+                            encoded,
+                            expected_revision=expected_revision,
+                            forked_from=record.forked_from,
+                            checkpoint=call.checkpoint,
+                        )
+                    )
+                    history = saved()
+                    call.committed.append(lambda: self._remember(record, history))
+                    return
                 if call.connection is not None:
                     await write(call.connection)
                     if call.also is not None:

@@ -13,10 +13,12 @@ import sqlalchemy as sa
 
 __all__ = ("Refusal", "refuse_unless", "refused")
 
-Refusal = Literal["conflict", "no run", "lease lost", "no thread", "held", "keyed", "active", "pending"]
-"""A conversation's revision changed (or its record exists), a run or thread is gone, a lease is
-lost, a pause's call is held already; a run is not queued: its idempotency key names one already,
-another is active, approvals wait."""
+Refusal = Literal[
+    "conflict", "carried conflict", "no run", "lease lost", "no thread", "held", "keyed", "active", "pending"
+]
+"""A conversation's revision changed (or its record exists; `carried conflict`: the carried one's of
+a statement saving two), a run or thread is gone, a lease is lost, a pause's call is held already; a
+run is not queued: its idempotency key names one already, another is active, approvals wait."""
 
 _REASONS: tuple[Refusal, ...] = get_args(Refusal)
 _REFUSED = "durable-chat refused: "

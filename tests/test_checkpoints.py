@@ -25,6 +25,7 @@ from store import (
     NotFound,
     PendingCall,
     Run,
+    Saving,
     StoreError,
     insert_pending,
 )
@@ -151,6 +152,67 @@ async def test_a_conflicting_save_leaves_the_run_as_it_was(open_worker: OpenWork
         await db.conversations.save_with(stale, checkpoint=checkpoint)
     assert await _stored(db, run) == (1, [], [], 0, 0)
     assert (await db.runs.get(run.run_id)).status == "running"
+
+
+@pytest.mark.parametrize("stale", ["carried", "carrying"])
+async def test_a_save_carrying_another_stores_neither_when_either_conflicts(
+    open_worker: OpenWorker, stale: str
+) -> None:
+    # A delegated run's checkpoint carrying its parent's (one unit of work on SQLite, one statement
+    # on PostgreSQL): the conflict names the conversation that changed, and nothing of either is stored.
+    db, other = await open_worker("w1"), await open_worker("other")
+    run, first_id = await _running(db)
+    parent = _conversation(run)
+    sub = Conversation(
+        conversation_id=f"{run.thread_id}/call-1", messages=[ModelRequest.user_text_prompt("go")]
+    )
+    for conversation in (parent, sub):
+        await db.conversations.save(conversation)
+    changed = await other.conversations.load(
+        parent.conversation_id if stale == "carried" else sub.conversation_id
+    )
+    assert changed is not None
+    changed.messages = [*changed.messages, ModelRequest.user_text_prompt("meanwhile")]
+    await other.conversations.save(changed)  # `db` remembers the revision before
+    revisions = (parent.revision, sub.revision)
+    for conversation in (parent, sub):
+        conversation.messages = [*conversation.messages, ModelRequest.user_text_prompt("more")]
+    first = Saving(parent, Checkpoint(run=run, event_id=first_id + 1, trace_id="ab" * 16))
+    checkpoint = Checkpoint(run=run, event_id=None, events=_events(run, first_id))
+    with pytest.raises(ConversationConflict) as raised:
+        await db.conversations.save_with(sub, checkpoint=checkpoint, first=first)
+    assert raised.value.conversation_id == changed.conversation_id
+    assert (parent.revision, sub.revision) == revisions
+    # The thread's conversation as `other` left it, no event, the run not counted, the mark unmoved.
+    assert await _stored(other, run) == (2 if stale == "carried" else 1, [], [], 0, 0)
+    inner = await other.conversations.load(sub.conversation_id)
+    assert inner is not None
+    assert len(inner.messages) == (2 if stale == "carrying" else 1)
+
+
+async def test_a_save_carrying_another_stores_both_in_one_checkpoint(open_worker: OpenWorker) -> None:
+    db = await open_worker("w1")
+    run, first_id = await _running(db)
+    parent = _conversation(run)
+    sub = Conversation(
+        conversation_id=f"{run.thread_id}/call-1", messages=[ModelRequest.user_text_prompt("go")]
+    )
+    first = Saving(parent, Checkpoint(run=run, event_id=first_id + 1, trace_id="ab" * 16))
+    checkpoint = Checkpoint(run=run, event_id=None, events=_events(run, first_id))
+    await db.conversations.save_with(sub, checkpoint=checkpoint, first=first)
+    stored = await _stored(db, run)
+    # The thread marked as the parent's checkpoint says, the events of the sub-run's stored; counted
+    # once in one statement (PostgreSQL), twice in a unit of two checkpoints (SQLite).
+    counted = 2 if db.engine.dialect.name == "sqlite" else 1
+    assert stored == (1, [first_id, first_id + 1], [], counted, first_id + 1)
+    inner = await db.conversations.load(sub.conversation_id)
+    assert inner is not None
+    assert len(inner.messages) == 1
+    async with db.engine.connect() as connection:
+        trace_id = (
+            await connection.execute(sa.select(_runs.c.trace_id).where(_runs.c.run_id == run.run_id))
+        ).scalar_one()
+    assert trace_id == "ab" * 16
 
 
 async def test_what_a_checkpoint_adds_commits_or_rolls_back_with_it(open_worker: OpenWorker) -> None:

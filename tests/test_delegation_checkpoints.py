@@ -200,16 +200,25 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
 
 
 @pytest.mark.usefixtures("no_slow_tools")
-async def test_a_sub_run_carries_its_parents_response_only_where_that_pays(database_url: str) -> None:
-    # On SQLite a save alone commits in one call on the loop's thread: two saves cost less there.
+async def test_told_not_to_carry_the_routers_response_a_sub_run_has_it_saved_before_it_starts(
+    database_url: str,
+) -> None:
+    # Carried by default on both databases (on SQLite in one unit of work on the loop's thread:
+    # `test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint`); without, the router's
+    # response is saved alone before the sub-run starts, as a nested sub-run's parents' are.
     calls = Counter[str]()
     async with open_runtime(desk(calls), database_url) as runtime:
+        assert runtime.db.conversations.carrying_pays
+        runtime.db.conversations.carrying_pays = False
         thread_id, run_id = await start(runtime)
         saves = carried_saves(runtime, thread_id)
         assert await run_step(runtime, run_id) == "completed"
-    carried = runtime.db.conversations.carrying_pays
-    assert carried == database_url.startswith("postgresql")
-    assert [first for _, first in saves if first is not None] == ([thread_id] if carried else [])
+        outer = await runtime.db.conversations.load(thread_id)
+    inner = sub_conversation_id(thread_id, PARENT)
+    assert saves == [(thread_id, None), (inner, None), (thread_id, None), (thread_id, None)]
+    assert outer is not None
+    assert [m.kind for m in outer.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2, "look": 1}
 
 
 async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url: str) -> None:
@@ -286,7 +295,6 @@ async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint
     # sub-run's end carries it in its transaction, not a checkpoint of its own before the sub-run.
     calls = Counter[str]()
     async with open_runtime(desk(calls), database_url) as runtime:
-        runtime.db.conversations.carrying_pays = True  # on SQLite too, where it does not by default
         thread_id, run_id = await start(runtime)
         saves = carried_saves(runtime, thread_id)
         assert await run_step(runtime, run_id) == "completed"
@@ -307,6 +315,7 @@ async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
     # stored: both run again, each call and result shown once), or just after (both stored: the
     # router continues from its call, the sub-run from its end, no model call or tool run again).
     calls, cancelled = Counter[str](), list[bool]()
+    sqlite = database_url.startswith("sqlite")
 
     async def cancelling(saving: Any) -> Any:
         # The first attempt's only: the recovery's saves go through.
@@ -316,13 +325,17 @@ async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
         cancelled.append(True)
         if first and when == "before":
             task.cancel()
+            if sqlite:
+                # The carrying save is one unit of work on the loop's thread, which never yields: a
+                # cancellation lands before it or after it. Before: it lands here, with nothing stored.
+                saving.close()
+                await asyncio.Event().wait()  # never set
         saved = await saving
         if first and when == "after":
             task.cancel()
         return saved
 
     async with open_runtime(desk(calls), database_url) as runtime:
-        runtime.db.conversations.carrying_pays = True
         thread_id, run_id = await start(runtime)
         carried_saves(runtime, thread_id, cancelling)
         with pytest.raises(asyncio.CancelledError):

@@ -9,17 +9,18 @@ inserted), written with a conversation's save by `histories.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import visitors
 
 from ..checkpoints import COUNT_RUN, RECORD_COLUMNS, RUN_EXISTS, RUN_ID, TOUCH_THREAD, Checkpoint
 from ..compiled import COMMIT, Compiled, begun
 from ..event_rows import HELD, NOW, THREAD_ID
-from ..history_trips import HeadRead, RecordSave
+from ..history_trips import HeadRead, NewEntry, RecordSave
 from ..notifications import EVENTS_CHANNEL
 from ..pauses import pause_ctes
 from ..queue_statements import (
@@ -44,6 +45,8 @@ from ..schema import (
 )
 
 __all__ = (
+    "CARRIED",
+    "carried",
     "checkpoint_values",
     "checkpointed",
     "claim_statement",
@@ -143,35 +146,79 @@ async def insert_events(
 
 
 def save_statement(
-    record_write: Any, *, with_checkpoint: bool = False, with_pause: bool = False
+    record_write: Any,
+    *,
+    with_checkpoint: bool = False,
+    with_pause: bool = False,
+    carrying: Any | None = None,
 ) -> sa.Select[int] | sa.Select[int, int]:
     """PostgreSQL: `record_write` and the new entries' insert in one statement, the entries only if it wrote.
 
     The record's foreign key to its head is checked at the end of the statement, when the entries
     it names are in. `with_checkpoint`: a run's checkpoint too (`checkpointed`); `with_pause`: and
-    the calls its end holds (`pauses.pause_ctes`).
+    the calls its end holds (`pauses.pause_ctes`). `carrying` (with a checkpoint): another
+    conversation's record write, its binds named `f_…` (`carried`), written first with its entries.
     """
     written = record_write.returning(_conversations.c.conversation_id).cte("written")
+    inserted = _entries_insert(written, "", "new_entries").cte("inserted")
+    if with_checkpoint:
+        if carrying is None:
+            return checkpointed(written, inserted, pause=with_pause)
+        first = carrying.returning(_conversations.c.conversation_id).cte("carried_written")
+        return checkpointed(
+            written,
+            inserted,
+            pause=with_pause,
+            carried=(first, _entries_insert(first, CARRIED, "carried_entries").cte("carried_inserted")),
+        )
+    return sa.select(sa.func.count()).select_from(written).add_cte(inserted)
+
+
+CARRIED = "f_"
+"""The prefix of a carried write's binds, in the statement that carries it (`save_statement(carrying=)`)."""
+
+
+def carried(record_write: sa.Update | sa.Insert) -> sa.Update | sa.Insert:
+    """`record_write` with its binds prefixed `CARRIED`, for another conversation's statement to carry."""
+    renamed: dict[str, sa.BindParameter[Any]] = {}
+
+    def rename(element: Any, **_: Any) -> sa.BindParameter[Any] | None:
+        if not isinstance(element, sa.BindParameter):
+            return None
+        bind = cast(
+            "sa.BindParameter[Any]", element
+        )  # a generic class: `isinstance` leaves its parameter unknown
+        key = CARRIED + str(bind.key)
+        found = renamed.get(key)
+        if found is None:
+            kind: sa.types.TypeEngine[Any] = bind.type
+            found = renamed[key] = sa.bindparam(key, type_=kind)
+        return found
+
+    statement = visitors.replacement_traverse(record_write, {}, rename)
+    assert isinstance(statement, sa.Update | sa.Insert)
+    return statement
+
+
+def _entries_insert(written: sa.CTE, prefix: str, name: str) -> sa.Insert:
+    """The new entries (arrays `{prefix}entry_ids`, …) inserted only if `written` wrote its record."""
     rows = (
         sa.func.unnest(
-            sa.bindparam("entry_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
-            sa.bindparam("parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
-            sa.bindparam("kinds", type_=postgresql.ARRAY(sa.String)),
-            sa.bindparam("messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
-            sa.bindparam("instructions_ids", type_=postgresql.ARRAY(sa.String)),
+            sa.bindparam(f"{prefix}entry_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam(f"{prefix}parent_ids", type_=postgresql.ARRAY(postgresql.UUID(as_uuid=False))),
+            sa.bindparam(f"{prefix}kinds", type_=postgresql.ARRAY(sa.String)),
+            sa.bindparam(f"{prefix}messages", type_=postgresql.ARRAY(postgresql.BYTEA)),
+            sa.bindparam(f"{prefix}instructions_ids", type_=postgresql.ARRAY(sa.String)),
         )
         .table_valued("entry_id", "parent_id", "kind", "message", "instructions_id")
-        .render_derived(name="new_entries")
+        .render_derived(name=name)
     )
-    inserted = _entries.insert().from_select(
+    return _entries.insert().from_select(
         ["entry_id", "parent_id", "kind", "message", "instructions_id"],
         sa.select(
             rows.c.entry_id, rows.c.parent_id, rows.c.kind, rows.c.message, rows.c.instructions_id
         ).where(sa.exists(sa.select(written.c.conversation_id))),
     )
-    if with_checkpoint:
-        return checkpointed(written, inserted.cte("inserted"), pause=with_pause)
-    return sa.select(sa.func.count()).select_from(written).add_cte(inserted.cte("inserted"))
 
 
 async def read_head(pooled: Any, read: HeadRead) -> tuple[Any, list[Any] | None]:
@@ -186,18 +233,31 @@ async def read_head(pooled: Any, read: HeadRead) -> tuple[Any, list[Any] | None]
     return raw_record, await driver.fetch(read.history.sql, *history_parameters)
 
 
-async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | None:
-    """A save on PostgreSQL: one statement (`save_statement`), in the connection's transaction unless `commit`."""
+def _entry_arrays(entries: Sequence[NewEntry], prefix: str = "") -> dict[str, list[Any]]:
+    return {
+        f"{prefix}entry_ids": [entry[0] for entry in entries],
+        f"{prefix}parent_ids": [entry[1] for entry in entries],
+        f"{prefix}kinds": [entry[2] for entry in entries],
+        f"{prefix}messages": [entry[3] for entry in entries],
+        f"{prefix}instructions_ids": [entry[4] for entry in entries],
+    }
+
+
+async def write(
+    pooled: Any, *, save: RecordSave, ran: list[str], carrying: RecordSave | None = None
+) -> Refusal | None:
+    """A save on PostgreSQL: one statement (`save_statement`), in the connection's transaction unless `commit`.
+
+    `carrying`: another conversation's save, its record write in the same statement (compiled with
+    `save_statement(carrying=)`); a conflict of its own is refused as `carried conflict`.
+    """
     if not save.commit:
         await begun(pooled)
-    entries, checkpoint, record = save.entries, save.checkpoint, save.record
-    bound = save.bound | {
-        "entry_ids": [entry[0] for entry in entries],
-        "parent_ids": [entry[1] for entry in entries],
-        "kinds": [entry[2] for entry in entries],
-        "messages": [entry[3] for entry in entries],
-        "instructions_ids": [entry[4] for entry in entries],
-    }
+    checkpoint, record = save.checkpoint, save.record
+    bound = save.bound | _entry_arrays(save.entries)
+    if carrying is not None:
+        bound |= {CARRIED + name: value for name, value in carrying.bound.items()}
+        bound |= _entry_arrays(carrying.entries, CARRIED)
     if checkpoint is not None:
         bound |= checkpoint_values(checkpoint)
     ran.append(record.sql)
@@ -236,16 +296,26 @@ def _records_insert() -> sa.Insert:
     )
 
 
-def checkpointed(written: sa.CTE | None, *more: sa.CTE, pause: bool = False) -> sa.Select[int, int]:
+def checkpointed(
+    written: sa.CTE | None,
+    *more: sa.CTE,
+    pause: bool = False,
+    carried: tuple[sa.CTE, sa.CTE] | None = None,
+) -> sa.Select[int, int]:
     """PostgreSQL: the checkpoint's writes as CTEs beside `written` (a conversation's write) and `more`.
 
     One statement, which refuses itself unless the conversation was written (when `written` is
     given), the run counted under its lease and the thread touched: nothing of it is stored then.
     `pause`: the calls the run's end holds too, refused (`held`) unless every one is new.
+    `carried`: another conversation's write and its entries' insert, refused (`carried conflict`)
+    unless written.
     """
     counted = COUNT_RUN.returning(_runs.c.run_id).cte("counted")
     touched = TOUCH_THREAD.returning(_threads.c.thread_id).cte("touched")
     reasons: list[tuple[sa.ColumnElement[bool], Refusal]] = []
+    if carried is not None:
+        reasons.append((count(carried[0]) != 1, "carried conflict"))
+        more = (*carried, *more)
     if written is not None:
         reasons.append((count(written) != 1, "conflict"))
     # Checked in this order, which locks the conversation's record, then the run, then the thread,

@@ -46,6 +46,7 @@ __all__ = (
     "queue_trip",
     "read_head",
     "write",
+    "write_all",
 )
 
 _runs = metadata.tables[RunRow.__tablename__]
@@ -175,29 +176,32 @@ async def read_head(pooled: Any, read: HeadRead) -> tuple[Any, list[Any] | None]
     )
 
 
+_SaveRows = tuple[str, list[tuple[Any, ...]], str | None, tuple[Any, ...], "SqliteWork | None"]
+"""A save's part of a unit: its entries' insert and rows, its record's write (`None`: none) and
+parameters, and its checkpoint's statements."""
+
+
 def _write_on_thread(
-    connection: sqlite3.Connection,
-    insert_sql: str,
-    entry_rows: list[tuple[Any, ...]],
-    record_sql: str | None,
-    record_parameters: tuple[Any, ...],
-    then: SqliteWork | None,
-    commit: bool,
-    ran: list[str],
-) -> Refusal | None:
+    connection: sqlite3.Connection, saves: Sequence[_SaveRows], commit: bool, ran: list[str]
+) -> tuple[int, Refusal] | None:
+    refused: tuple[int, Refusal] | None = None
     try:
-        refusal: Refusal | None = None
-        if record_sql is not None:
-            if entry_rows:
-                ran.append(insert_sql)
-                connection.executemany(insert_sql, entry_rows)
-            ran.append(record_sql)
-            if connection.execute(record_sql, record_parameters).rowcount != 1:
-                refusal = "conflict"
-        if refusal is None and then is not None:
-            refusal = then(connection, ran)
+        for index, (insert_sql, entry_rows, record_sql, record_parameters, then) in enumerate(saves):
+            refusal: Refusal | None = None
+            if record_sql is not None:
+                if entry_rows:
+                    ran.append(insert_sql)
+                    connection.executemany(insert_sql, entry_rows)
+                ran.append(record_sql)
+                if connection.execute(record_sql, record_parameters).rowcount != 1:
+                    refusal = "conflict"
+            if refusal is None and then is not None:
+                refusal = then(connection, ran)
+            if refusal is not None:
+                refused = (index, refusal)
+                break
         if commit:
-            if refusal is None:
+            if refused is None:
                 connection.commit()
                 ran.append(COMMIT)
             else:
@@ -206,11 +210,10 @@ def _write_on_thread(
         if commit and connection.in_transaction:
             connection.rollback()
         raise
-    return refusal
+    return refused
 
 
-async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | None:
-    """A save on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
+def _rows(save: RecordSave) -> _SaveRows:
     insert = save.insert_entries
     entry_rows = [
         insert.parameters(
@@ -226,17 +229,30 @@ async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | N
     ]
     then = None if save.checkpoint is None else checkpoint_work(save.checkpoint, save.dialect)
     record = save.record
-    # Inside a transaction of SQLAlchemy's (`commit` false), the unit leaves it open: the thread's.
-    return await (run_here if save.commit else run_on_thread)(
-        pooled.dbapi_connection,
-        _write_on_thread,
+    return (
         insert.sql,
         entry_rows,
         record.sql if save.writes_record else None,
         record.parameters(save.bound) if save.writes_record else (),
         then,
-        save.commit,
-        ran,
+    )
+
+
+async def write(pooled: Any, *, save: RecordSave, ran: list[str]) -> Refusal | None:
+    """A save on SQLite: the entries, the record and the checkpoint in one unit of work (`run_here`)."""
+    refused = await write_all(pooled, [save], ran=ran)
+    return None if refused is None else refused[1]
+
+
+async def write_all(
+    pooled: Any, saves: Sequence[RecordSave], *, ran: list[str]
+) -> tuple[int, Refusal] | None:
+    """Saves (each as `write` runs it) one after the other in one unit of work: all commit, or none
+    does. Returns the first refused (its index) and why, `None` when none was."""
+    # Inside a transaction of SQLAlchemy's (`commit` false), the unit leaves it open: the thread's.
+    commit = all(save.commit for save in saves)
+    return await (run_here if commit else run_on_thread)(
+        pooled.dbapi_connection, _write_on_thread, [_rows(save) for save in saves], commit, ran
     )
 
 
