@@ -30,6 +30,10 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   checkpoint does (`take_pending`), in the transaction that stores the call or the results in the
   conversation. A call or result a client saw is then always one the model continues from,
   whatever crashes. Until that checkpoint they are `held`.
+- **A run's end waits for the run's end transaction.** Neither the writer nor `flush` stores a
+  `run_finished` either: the transaction that ends the run (its last checkpoint, or `Runs.finish`)
+  takes it (`take_pending`), so a run's end is stored, and shown, if and only if the run ended as it
+  says, whatever crashes or failed commits. An end whose transaction failed is `held` and dropped.
 - **Fenced.** With the run's `lease_owner`, a write stores nothing unless that worker still holds
   the run's lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
 - **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
@@ -208,20 +212,16 @@ class EventLogSink:
 
     @property
     def held(self) -> int:
-        """How many events wait for a checkpoint: a tool's result not stored yet, and all after it."""
+        """How many events wait for a checkpoint: a tool's result or the run's end not stored yet, and
+        all after it."""
         return len(self._unstored) - _ready(self._unstored)
 
     def drop_held(self) -> int:
-        """Forget the `held` events (a run failing before the checkpoint that was to store them:
-        nobody saw them); their ids stay unused. Returns how many there were."""
+        """Forget the `held` events (a run failing before the checkpoint that was to store them, or
+        whose end's transaction failed: nobody saw them); their ids stay unused. Returns how many there were."""
         dropped = self.held
         del self._unstored[len(self._unstored) - dropped :]
         return dropped
-
-    def drop_end(self) -> None:
-        """Forget a `run_finished` not stored yet: the run goes back to the queue without the end
-        it announced (its storing was cancelled), and its next attempt announces its own."""
-        self._unstored = [item for item in self._unstored if not isinstance(item.event, RunFinished)]
 
     async def take_pending(self, *, results: bool = True) -> list[StoredEvent]:
         """Hand over the events not stored yet, for the caller to store in its own transaction;
@@ -354,15 +354,15 @@ def _before_results(events: Sequence[StoredEvent]) -> int:
 
 
 def _ready(events: Sequence[StoredEvent]) -> int:
-    """How many of `events` come before the first tool result, or the first call of the run's own
-    (not a delegated run's): what a store other than a checkpoint may take."""
+    """How many of `events` come before the first tool result, the first call of the run's own
+    (not a delegated run's) or the run's end: what a store other than a checkpoint may take."""
     return next((index for index, stored in enumerate(events) if _held(stored.event)), len(events))
 
 
 def _held(event: StreamEvent) -> bool:
-    """Whether only the checkpoint storing what `event` shows may store it."""
+    """Whether only the checkpoint storing what `event` shows (or the run's end) may store it."""
     match event:
-        case ToolResult() | ToolCall(parent_tool_call_id=None):
+        case ToolResult() | ToolCall(parent_tool_call_id=None) | RunFinished():
             return True
         case _:
             return False

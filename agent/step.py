@@ -57,6 +57,7 @@ from .eventlog import (
     SkipLogged,
     TraceStampSink,
     logged_tool_events,
+    new_events,
 )
 from .files import FileResolver, ThreadFiles, attachments_in, file_reference
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
@@ -161,13 +162,13 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
     try:
         return await step.drive()
     except _Stopped:
-        await _requeue(runtime, run, out, step.log)
+        await _requeue(runtime, run, out)
         return "queued"
     except LeaseLost:
         return await _lost(runtime, run)
     except asyncio.CancelledError:
         # A cancelled task: keep the run for a later continuation, whatever happens here.
-        await asyncio.shield(_requeue(runtime, run, out, step.log))
+        await asyncio.shield(_requeue(runtime, run, out))
         raise
     except DatabaseUnavailable:
         # Not the run's fault (a database restart, say): it is not failed but left to be driven
@@ -175,25 +176,37 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         # putting it back in the queue may well fail here; the caller retries that too.
         logger.warning("run %s of thread %s lost its database; it will continue", run.run_id, run.thread_id)
         with contextlib.suppress(DatabaseUnavailable):
-            await _requeue(runtime, run, out, step.log)
+            await _requeue(runtime, run, out)
         raise
     except Exception as error:
         logger.exception("run %s of thread %s failed", run.run_id, run.thread_id)
-        # Tool results no checkpoint stored stay unseen: the conversation does not hold them.
+        # Tool results no checkpoint stored stay unseen: the conversation does not hold them; nor
+        # does anyone see the end the run announced if its transaction failed: the run fails instead.
         step.log.drop_held()
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
-        try:
-            await runtime.db.runs.finish(
-                run.run_id, "failed", error=f"{type(error).__name__}: {error}", trace_id=step.trace_id
-            )
-        except LeaseLost:
-            return await _lost(runtime, run)
         await out.emit(
             RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error, runtime.app.texts))
         )
+        try:
+            await _fail(runtime, run, step, f"{type(error).__name__}: {error}")
+        except LeaseLost:
+            return await _lost(runtime, run)
         await out.flush()
         return "failed"
+
+
+async def _fail(runtime: Runtime, run: Run, step: _Step, error: str) -> None:
+    """End the run `failed`, in one transaction with its events not stored yet, its end among them."""
+    events = await step.log.take_pending()
+    try:
+        await runtime.db.runs.finish(
+            run.run_id, "failed", error=error, trace_id=step.trace_id, events=new_events(events)
+        )
+    except BaseException:
+        step.log.put_back(events)
+        raise
+    step.log.stored(events)
 
 
 async def _lost(runtime: Runtime, run: Run) -> RunStatus:
@@ -203,12 +216,11 @@ async def _lost(runtime: Runtime, run: Run) -> RunStatus:
     return (await runtime.db.runs.get(run.run_id)).status
 
 
-async def _requeue(runtime: Runtime, run: Run, out: Sink, log: EventLogSink) -> None:
+async def _requeue(runtime: Runtime, run: Run, out: Sink) -> None:
     if await runtime.db.leases.taken_over([run.run_id]):
         # Another worker took the run over, or a user cancelled it: its events are not this attempt's to store.
         return
-    # An end whose storing was cancelled did not happen: its `run_finished` is not stored.
-    log.drop_end()
+    # An end whose storing was cancelled did not happen: its `run_finished` stays unstored (`held`).
     try:
         await out.flush()
     except LeaseLost:

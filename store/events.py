@@ -27,7 +27,7 @@ from .notifications import EventNotice, notify_stored
 from .schema import EventRow, ThreadRow, metadata, now_utc
 from .tracing import traced
 
-__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_events")
+__all__ = ("EventLog", "LoggedEvent", "NewEvent", "append_events", "insert_reserved", "overwrite_events")
 
 _events = metadata.tables[EventRow.__tablename__]
 _threads = metadata.tables[ThreadRow.__tablename__]
@@ -240,6 +240,30 @@ async def append_events(
     )
     await notify_stored(connection, thread_id, last)
     return logged
+
+
+async def insert_reserved(
+    connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
+) -> None:
+    """Store `events` (`(event_id, NewEvent)`), whose ids were reserved, inside the caller's unit of work."""
+    if not events:
+        return
+    now = now_utc()
+    await connection.execute(
+        _events.insert(),
+        [
+            {
+                "thread_id": thread_id,
+                "event_id": event_id,
+                "run_id": event.run_id,
+                "type": event.type,
+                "data": event.data,
+                "created_at": now,
+            }
+            for event_id, event in events
+        ],
+    )
+    await notify_stored(connection, thread_id, max(event_id for event_id, _ in events))
 
 
 async def overwrite_events(

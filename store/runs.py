@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,7 +17,7 @@ from .checkpoints import Checkpoint, thread_status_after
 from .claiming import start_reserving
 from .engine import reader, translate_errors
 from .errors import ApprovalPending, LeaseLost, NotFound, RunActive
-from .events import NewEvent
+from .events import NewEvent, insert_reserved
 from .files import StoredFile
 from .leases import Worker, release
 from .queueing import Claim, NewRun, queue
@@ -245,11 +246,19 @@ class Runs:
 
     @traced("finish_run")
     async def finish(
-        self, run_id: str, status: RunStatus, *, error: str | None = None, trace_id: str | None = None
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        trace_id: str | None = None,
+        events: Sequence[tuple[int, NewEvent]] = (),
     ) -> None:
         """End a run this worker holds with `status`, and set its thread's status to match, in one unit of work.
 
         `trace_id`, when given, is kept on the run's row (a run claimed as it was queued has none yet).
+        `events` (`(event_id, NewEvent)`, ids reserved): stored in the same unit of work, the run's
+        end among them, so that they are stored if and only if the run ended.
 
         Raises:
             NotFound: No such run.
@@ -257,9 +266,10 @@ class Runs:
         """
         with translate_errors(f"finishing run {run_id!r}"):
             async with self._engine.begin() as connection:
-                await finish_run(
+                thread_id = await finish_run(
                     connection, run_id, status, error=error, owner=self.worker.worker_id, trace_id=trace_id
                 )
+                await insert_reserved(connection, thread_id, events)
 
 
 async def finish_run(
@@ -270,8 +280,10 @@ async def finish_run(
     error: str | None = None,
     owner: str | None = None,
     trace_id: str | None = None,
-) -> None:
+) -> str:
     """End a run inside the caller's unit of work; with `owner`, only if that worker holds it running.
+
+    Returns the run's thread.
 
     Raises:
         NotFound: No such run.
@@ -292,6 +304,7 @@ async def finish_run(
             raise NotFound(f"no run {run_id!r}")
         raise LeaseLost(f"run {run_id!r} is no longer held by worker {owner!r}")
     await touch_thread(connection, thread_id, status=thread_status_after(status))
+    return str(thread_id)
 
 
 async def insert_run(

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent.eventlog import EventLogOptions, EventLogSink
 from store import Database, EventLog, LeaseLost, NewEvent, NewRun, Run, Worker
 from store.schema import RunRow, metadata, now_utc
-from stream import StoredEvent, TextDelta
+from stream import RunFinished, StoredEvent, TextDelta
 
 from .conftest import MigratedDatabases
 
@@ -327,3 +327,27 @@ async def test_while_the_first_words_transaction_is_in_flight_each_emit_lets_the
     assert await _loop_turns(sink.emit(_delta(run, 3))) == 0  # nothing in flight
     await sink.aclose()
     assert [stored.event_id for stored in published.events] == [first_id]
+
+
+async def test_a_runs_end_is_stored_only_by_the_transaction_that_ends_the_run(
+    workers: tuple[Database, Database],
+) -> None:
+    # Neither a flush nor the writer stores `run_finished`: only the run's end transaction takes it
+    # (`take_pending`), so a failed or never-run end leaves no end stored, nor shown.
+    db, _ = workers
+    run, first_id = await _running(db)
+    log, published = _logged(db)
+    sink = _sink(log, published, run, first_id, interval=0)
+    await sink.emit(_delta(run, 0))
+    await sink.emit(RunFinished(run_id=run.run_id, status="completed", output="0"))
+    await sink.flush()
+    await sink.aclose()  # the writer, if any, has stored what it would
+    assert [e.type for e in await db.events.read(run.thread_id)] == ["text_delta"]
+    assert [s.event.type for s in published.events] == ["text_delta"]
+    assert sink.held == 1
+    pending = await sink.take_pending()
+    assert [s.event.type for s in pending] == ["run_finished"]
+    sink.put_back(pending)
+    assert sink.drop_held() == 1  # an end whose transaction failed is forgotten
+    await sink.flush()
+    assert [e.type for e in await db.events.read(run.thread_id)] == ["text_delta"]

@@ -5,6 +5,7 @@ checkpoints, one run at a time, a turn's usage limits. Approvals: `test_approval
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -13,12 +14,12 @@ from pydantic_ai.messages import ModelRequest
 
 from agent import RuntimeOptions, Texts, run_step
 from agent.runtime import QUIET_RUNS
-from store import NewRun, NotFound, RunActive
-from stream import CollectingSink, StreamEvent, transcript
+from store import Checkpoint, NewRun, NotFound, RunActive, StoreError
+from stream import CollectingSink, RunFinished, StreamEvent, transcript
 
 from .core_app import CoreFactory
 from .scripted import Calls, Script, lines
-from .step_app import shapes
+from .step_app import App, Crash, CrashingSink, crash_then_recover, shapes
 
 pytestmark = pytest.mark.anyio
 
@@ -223,3 +224,59 @@ async def test_a_busy_process_paces_its_event_writers_by_the_runs_it_drives(
     slow.runtime.running = 100
     assert slow.runtime.event_pace() == 3600  # the cap never shortens the interval itself
     slow.runtime.running = 0
+
+
+async def test_a_run_crashing_as_it_ends_leaves_no_end_stored_and_ends_once_when_recovered(
+    core_factory: CoreFactory,
+) -> None:
+    # The process dies after the run announced its end, the event writer having had every chance
+    # to store it, before the end's transaction: no end is stored (the run is not completed), and
+    # the run, recovered, ends once.
+    async def open_app() -> App:
+        return await core_factory(Script(["All done."], then="All done."))
+
+    first = await open_app()
+    thread = await first.thread()
+    run = (await first.db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="Hi"))).run
+
+    class WritersDoneThenCrash(CrashingSink):
+        async def emit(self, event: StreamEvent) -> None:
+            await super().emit(event)
+            if event.type == "run_finished":
+                writers = [t for t in asyncio.all_tasks() if t.get_name().startswith("event-log ")]
+                if writers:
+                    await asyncio.wait(writers)
+                assert [e.type for e in await first.log(thread)].count("run_finished") == 0
+                raise Crash
+
+    recovered = await crash_then_recover(open_app, run.run_id, WritersDoneThenCrash())
+    kinds = [e.type for e in await recovered.log(thread)]
+    assert (kinds.count("run_finished"), kinds[-1]) == (1, "run_finished")
+    end = (await recovered.log(thread))[-1]
+    assert isinstance(end, RunFinished)
+    assert (end.status, end.output) == ("completed", "All done.")
+
+
+async def test_a_run_whose_end_fails_to_commit_is_stored_and_shown_failed_alone(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = await core_factory(Script([LOOKUP, "You are on the plan for acme."]), tenant="acme")
+    published: list[StreamEvent] = []
+    app.runtime.publish = lambda thread_id, events: published.extend(s.event for s in events)
+    save_with = app.db.conversations.save_with
+
+    async def failing(conversation: Any, *, checkpoint: Checkpoint | None = None, **named: Any) -> Any:
+        if checkpoint is not None and checkpoint.finish == "completed":
+            raise StoreError("the database refused the end's commit")
+        return await save_with(conversation, checkpoint=checkpoint, **named)
+
+    app.db.conversations.save_with = failing
+    thread = await app.thread()
+    with caplog.at_level(logging.CRITICAL, logger="agent.step"):  # the failure is logged: expected
+        run_id = await app.send(thread, "Which plan am I on?")
+    assert (await app.db.runs.get(run_id)).status == "failed"
+    stored = await app.log(thread)
+    ends = [e for e in stored if isinstance(e, RunFinished)]
+    assert [(e.status, e.output) for e in ends] == [("failed", None)]
+    assert stored[-1] == ends[0]
+    assert published == stored  # what clients saw live is what is stored
