@@ -6,7 +6,7 @@ names the worker and `runs.lease_expires_at` says until when. Deliberate choices
 - **A claim is one statement**: a guarded UPDATE that matches only a run nobody holds (queued and
   free, or reserved for this worker) or one whose lease lapsed (`claiming.py`, with its thread's
   reservation of event ids in the same trip). On PostgreSQL the row is picked
-  `FOR UPDATE SKIP LOCKED`, so concurrent claimers never queue behind each other: one gets the row,
+  `FOR NO KEY UPDATE SKIP LOCKED`, so concurrent claimers never queue behind each other: one gets the row,
   the others nothing, at once. SQLite has one writer at a time, so its plain guarded UPDATE is as good.
 - **The database's clock**: on PostgreSQL, expiries are computed and compared on the server, so
   workers on several hosts agree on them whatever their own clocks say. SQLite serves one host.
@@ -119,8 +119,14 @@ def claimable(
 
 
 def skip_locked(query: sa.Select[tuple[str]], dialect_name: str) -> sa.Select[tuple[str]]:
-    """`query` locking the rows it picks, skipping those another transaction holds (PostgreSQL only)."""
-    return query.with_for_update(skip_locked=True) if dialect_name == "postgresql" else query
+    """`query` locking the rows it picks, skipping those another transaction holds (PostgreSQL only).
+
+    `FOR NO KEY UPDATE`, as the UPDATE that follows takes it (no key changes): a plain `FOR UPDATE`
+    also conflicts with the `FOR KEY SHARE` an insert referencing the row takes, for nothing.
+    """
+    if dialect_name != "postgresql":
+        return query
+    return query.with_for_update(skip_locked=True, key_share=True)
 
 
 class Leases:

@@ -70,3 +70,22 @@ async def test_a_run_that_may_not_be_started_is_left_as_it_was(db: Database, ope
     assert await db.runs.start_reserving("no-such-run", events=16) is None
     assert await db.runs.get(queued.run.run_id) == held
     assert await _counter(db, thread.thread_id) == 16
+
+
+@pytest.mark.parametrize(
+    "open_worker", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_run_row_held_by_a_key_share_lock_is_still_claimed(db: Database) -> None:
+    # An insert of a row referencing the run by foreign key holds it `FOR KEY SHARE` until it
+    # commits: the claim (a recovery's, a sweep's) takes it `FOR NO KEY UPDATE`, which does not
+    # conflict, instead of skipping a run it may start.
+    thread = await db.threads.create(user_id="alice", title="")
+    queued = await db.runs.queue(NewRun(thread_id=thread.thread_id, kind="message", content="hi"))
+    async with db.engine.connect() as referencing:
+        await referencing.execute(
+            sa.text("SELECT 1 FROM runs WHERE run_id = :r FOR KEY SHARE"), {"r": queued.run.run_id}
+        )
+        started = await db.runs.start_reserving(queued.run.run_id, events=16)
+        await referencing.rollback()
+    assert started is not None
+    assert started[0].status == "running"
