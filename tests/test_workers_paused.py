@@ -1,10 +1,12 @@
 """A worker paused past its lease (`SIGSTOP`, then `SIGCONT`) stores nothing once it resumes.
 
-Two real server processes on one real PostgreSQL database, with short leases. The worker driving
-a run is paused while the demo model thinks; the other worker takes the run over and finishes it.
-Then the paused one resumes where it stood: its model answers, and everything it then tries to
-store (the answer's events, a checkpoint) is fenced off by the lease it lost. A client connected
-to it all along, one on the other worker and a replay from 0 show the same events.
+Two real server processes on one real PostgreSQL database. The worker driving a run is paused
+while the demo model thinks; the test then ends its lease (as the clock would, explicitly: the
+leases are long, so no heartbeat late under load hands the run over early, and the takeover waits
+for no lease to lapse), and the other worker takes the run over and finishes it. Then the paused
+one resumes where it stood: its model answers, and everything it then tries to store (the answer's
+events, a checkpoint) is fenced off by the lease it lost. A client connected to it all along, one
+on the other worker and a replay from 0 show the same events.
 """
 
 from __future__ import annotations
@@ -12,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
 from typing import TypeVar
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from store import Database, LoggedEvent, Run
+from store.schema import RunRow, metadata
 
 from .conftest import new_database
-from .live_server import LiveServer, SseEvent, live_servers, read_events
+from .live_server import LiveServer, SseEvent, read_events
 from .step_app import shapes
 from .test_api import new_thread, send
 
@@ -30,11 +35,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 T = TypeVar("T")
 
 WORKER_ENV = {
-    "DURABLE_CHAT_LEASE_SECONDS": "3",
-    "DURABLE_CHAT_HEARTBEAT_SECONDS": "0.5",
+    # No lease lapses on its own within the test: only the test ends one.
+    "DURABLE_CHAT_LEASE_SECONDS": "600",
+    "DURABLE_CHAT_HEARTBEAT_SECONDS": "200",
     "DURABLE_CHAT_SWEEP_SECONDS": "0.5",
-    "DURABLE_CHAT_DEMO_DELAY_SECONDS": "2",
 }
+THINKING = "4"
+"""Seconds the paused worker's model thinks per response: the test pauses it within them (the other
+worker's model answers at once)."""
 DEADLINE = 90.0
 
 
@@ -46,8 +54,20 @@ async def database_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
 
 @pytest.fixture(scope="module")
 def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServer]]:
-    with live_servers(2, database_url, tmp_path_factory.mktemp("servers"), WORKER_ENV) as servers:
+    workdir = tmp_path_factory.mktemp("servers")
+    servers = [
+        LiveServer(database_url, workdir, WORKER_ENV | {"DURABLE_CHAT_DEMO_DELAY_SECONDS": delay})
+        for delay in (THINKING, "0")
+    ]
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.wait_ready()
         yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +98,13 @@ async def test_a_worker_paused_past_its_lease_stores_nothing_once_it_resumes(
         await _eventually(lambda: _logged(db, run_id, "tool_result"))
         first = await db.runs.get(run_id)
         assert _pid(first) == stale.pid
-        # The lookup's checkpoint is stored as the next request goes out: the model now thinks for
-        # 2 s about the refund. Pause the worker there, past its lease.
+        # The lookup's checkpoint is stored as the next request goes out: the model now thinks
+        # about the refund. Pause the worker there, and end its lease: the other worker takes over.
         await _eventually(lambda: _sending(db, thread_id))
         stale.pause()
         try:
+            assert (await db.runs.get(run_id)).status == "running"  # paused while its model thinks
+            await _expire_lease(db, run_id)
             taken = await _eventually(lambda: _ended(db, run_id))
             before = await db.events.read(thread_id)
             messages = await _messages(db, thread_id)
@@ -146,6 +168,17 @@ async def _until(condition: Callable[[], bool]) -> None:
             if condition():
                 return
             await asyncio.sleep(0.05)
+
+
+async def _expire_lease(db: Database, run_id: str) -> None:
+    """End the run's lease, as its lapse would."""
+    runs = metadata.tables[RunRow.__tablename__]
+    async with db.engine.begin() as connection:
+        await connection.execute(
+            runs.update()
+            .where(runs.c.run_id == run_id)
+            .values(lease_expires_at=sa.func.statement_timestamp() - timedelta(seconds=1))
+        )
 
 
 async def _logged(db: Database, run_id: str, event_type: str) -> bool:
