@@ -185,20 +185,25 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         step.log.drop_held()
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
-        await out.emit(
-            RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error, runtime.app.texts))
-        )
+        end = RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error, runtime.app.texts))
         try:
-            await _fail(runtime, run, step, f"{type(error).__name__}: {error}")
+            await _fail(runtime, run, step, end, f"{type(error).__name__}: {error}")
         except LeaseLost:
             return await _lost(runtime, run)
-        await out.flush()
         return "failed"
 
 
-async def _fail(runtime: Runtime, run: Run, step: _Step, error: str) -> None:
-    """End the run `failed`, in one transaction with its events not stored yet, its end among them."""
-    events = await step.log.take_pending()
+async def _fail(runtime: Runtime, run: Run, step: _Step, end: RunFinished, error: str) -> None:
+    """End the run `failed`, in one transaction with its events not stored yet, `end` among them."""
+    try:
+        await step.out.emit(end)
+        events = await step.log.take_pending()
+    except (LeaseLost, DatabaseUnavailable):
+        raise
+    except Exception:
+        # The event log itself failed (the run's failure, likely): the run ends all the same, unshown.
+        await runtime.db.runs.finish(run.run_id, "failed", error=error, trace_id=step.trace_id)
+        return
     try:
         await runtime.db.runs.finish(
             run.run_id, "failed", error=error, trace_id=step.trace_id, events=new_events(events)
@@ -207,6 +212,7 @@ async def _fail(runtime: Runtime, run: Run, step: _Step, error: str) -> None:
         step.log.put_back(events)
         raise
     step.log.stored(events)
+    await step.out.flush()
 
 
 async def _lost(runtime: Runtime, run: Run) -> RunStatus:

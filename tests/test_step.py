@@ -280,3 +280,19 @@ async def test_a_run_whose_end_fails_to_commit_is_stored_and_shown_failed_alone(
     assert [(e.status, e.output) for e in ends] == [("failed", None)]
     assert stored[-1] == ends[0]
     assert published == stored  # what clients saw live is what is stored
+
+
+async def test_a_run_whose_event_log_fails_still_ends_failed(
+    core_factory: CoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = await core_factory(Script(["Hello! I can look things up for you."]))
+
+    async def refusing(*args: Any, **named: Any) -> None:
+        raise StoreError("the database refused the events")
+
+    app.runtime.db.events.insert = refusing  # the event writer's transactions
+    thread = await app.thread()
+    with caplog.at_level(logging.CRITICAL, logger="agent.step"):  # the failure is logged: expected
+        run_id = await app.send(thread, "Hello there")
+    assert (await app.db.runs.get(run_id)).status == "failed"
+    assert "run_finished" not in [e.type for e in await app.log(thread)]
