@@ -283,6 +283,9 @@ class EventLogSink:
             if not self._writing:
                 writer.cancel()
             await asyncio.wait([writer])
+        # A cancelled writer keeps its CancelledError, whose traceback holds the writer's frame and
+        # so this sink: let go of it, so that reference counting frees the run's objects now.
+        self._writer = None
 
     def _hurry(self) -> None:
         """Let the writer's next transaction start now, not `interval` after its previous one."""

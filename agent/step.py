@@ -156,6 +156,7 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
         return await _drive(runtime, run, step, out)
     finally:
         await log.aclose()
+        step.close()
 
 
 async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatus:
@@ -316,6 +317,13 @@ class _Step:
             else None
         )
         """The files attached to the run's message, once read (`_attached`); the resolver starts from them."""
+
+    def close(self) -> None:
+        """Break the run's reference cycles, so that reference counting frees its objects now rather
+        than the garbage collector later: this step and its helpers hold its bound methods, and the
+        checkpoints hold the agent run (`started`), whose capabilities hold the checkpoints'."""
+        self.checkpoints.new = list
+        vars(self).clear()
 
     async def _before_effect(self) -> None:
         await self.checkpoints.before_effect()

@@ -1,7 +1,7 @@
 """Server CPU per turn of two versions of our code side by side: a git ref against the working tree.
 
-Both pinned, in alternating rounds as `bench.cpu` runs its sides, then one user's first delta on each.
-Prints; writes nothing.
+Both pinned, in alternating rounds as `bench.cpu` runs its sides, then one user's first delta on each;
+each server's resident memory after the rounds. Prints; writes nothing.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
                 print(
                     f"round {number} {name:<14} {load.completed_turns:4d} turns {cpu[name][-1] * 1000:6.2f} ms/turn"
                 )
+        memory = {
+            name: (server.status("VmRSS") or 0, server.status("VmHWM") or 0)
+            for name, server in servers.items()
+        }
         for number in range(arguments.alone):
             for name in rotated(names, number):
                 alone = await measure([servers[name]], Load(users=1, turns=1, protocol=arguments.protocol))
@@ -88,7 +92,8 @@ async def run(arguments: argparse.Namespace, logs: Path) -> None:
     )
     for name in names:
         print(
-            f"  {name:<14} {median(cpu[name]) * 1000:6.2f} ms/turn, first delta p50 {median(first[name]) * 1000:5.1f} ms"
+            f"  {name:<14} {median(cpu[name]) * 1000:6.2f} ms/turn, first delta p50 {median(first[name]) * 1000:5.1f} ms,"
+            f" RSS after the rounds {memory[name][0] / 1024:.0f} MB (peak {memory[name][1] / 1024:.0f} MB)"
         )
     base, new = (median(cpu[name]) for name in names)
     print(f"  working tree / {arguments.base}: {new / base:.3f} ({(new - base) * 1000:+.2f} ms/turn)")

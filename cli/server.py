@@ -23,13 +23,13 @@ logger = logging.getLogger(__name__)
 FORCED_EXIT = 70
 """The exit status when the shutdown did not finish within its bound (EX_SOFTWARE: a bug to report)."""
 
-GC_THRESHOLDS = (10_000, 10, 10)
+GC_THRESHOLDS = (50_000, 10, 10)
 """The collector's thresholds once started; Python's are (700, 10, 10).
 
 A turn allocates tens of thousands of short-lived objects, so with 700 the youngest generation
 was collected a few times a turn, and the turn's objects it caught still alive were promoted and
-traversed again by the older ones. With 10,000 most of a turn's objects are gone before a
-collection runs (figures in `docs/benchmarks.md`). Reference cycles live a little longer.
+traversed again by the older ones. With 50,000 it is collected once in several turns, when most
+of their objects are gone (figures in `docs/benchmarks.md`). Reference cycles live a little longer.
 """
 
 

@@ -5,6 +5,7 @@ checkpoints, one run at a time, a turn's usage limits. Approvals: `test_approval
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from typing import Any
 
@@ -13,6 +14,8 @@ from inline_snapshot import snapshot
 from pydantic_ai.messages import ModelRequest
 
 from agent import RuntimeOptions, Texts, run_step
+from agent.checkpointing import RunCheckpoints
+from agent.eventlog import EventLogSink
 from agent.runtime import QUIET_RUNS
 from store import Checkpoint, NewRun, NotFound, RunActive, StoreError
 from stream import CollectingSink, RunFinished, StreamEvent, transcript
@@ -59,6 +62,28 @@ async def test_a_tool_call_and_its_result_are_streamed_then_answered(core_factor
             "core: run_finished completed output='You are on the plan for acme.'",
         ]
     )
+
+
+async def test_a_turn_leaves_its_step_to_reference_counting_not_the_collector(
+    core_factory: CoreFactory,
+) -> None:
+    # The step's own cycles are broken at its end (`_Step.close`, `EventLogSink.aclose`): none of
+    # its objects is among what the collector finds unreachable after a turn.
+    app = await core_factory(Script([LOOKUP, "Found it.", LOOKUP, "Still."]))
+    thread = await app.thread()
+    await app.send(thread, "Which plan am I on?")  # a first turn builds what lives on (caches)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await app.send(thread, "And now?")
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage if isinstance(o, RunCheckpoints | EventLogSink)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
 
 
 async def test_one_run_at_a_time_and_idempotency_keys(core_factory: CoreFactory) -> None:
