@@ -59,7 +59,6 @@ from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
 from .outputs import OutputCalls
-from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
 from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
@@ -390,7 +389,6 @@ class _Step:
                         self.checkpoints.tool_running,
                     ),
                     *self.runtime.agent_tracing(),
-                    PAUSE_AT_DEFERRED_CALLS,
                 ],
             ) as agent_run:
                 checkpoints = self.checkpoints
