@@ -26,6 +26,7 @@ from .eventlog import Publisher, stored_events
 from .ledger import OUTCOME_UNKNOWN
 from .outputs import call_metadata
 from .review import Review, check_decider, expiry_json
+from .withdrawals import EventTags
 
 __all__ = (
     "DELEGATED",
@@ -140,10 +141,10 @@ async def stored_decisions(
     return results
 
 
-def approval_required(run_id: str, calls: Sequence[PendingCall]) -> ApprovalRequired:
-    """The event that says the run `run_id` paused for `calls`."""
+def approval_required(tags: EventTags, calls: Sequence[PendingCall]) -> ApprovalRequired:
+    """The event that says the run of `tags` paused for `calls`."""
     return ApprovalRequired(
-        run_id=run_id,
+        **tags,
         approvals=[
             PendingCallEvent(
                 tool_call_id=call.tool_call_id,

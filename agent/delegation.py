@@ -46,7 +46,6 @@ from .checkpointing import answers_last_response, calls_only
 from .eventlog import EventLogSink, new_events
 from .handoffs import said_by
 from .merge import unsaved
-from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import call_id
 from .retries import ModelRetries
 from .run_hooks import RunHooks
@@ -303,7 +302,7 @@ class _SubRun:
                 usage=ctx.usage,
                 usage_limits=ctx.usage_limits,
                 run_id=run_id,
-                capabilities=[hooks, PAUSE_AT_DEFERRED_CALLS],
+                capabilities=[hooks],
             ) as agent_run:
                 self.new = agent_run.new_messages
                 async for node in agent_run:

@@ -36,8 +36,9 @@ Deliberate choices (the design note is "The event log" in `docs/agent.md`):
   says, whatever crashes or failed commits. An end whose transaction failed is `held` and dropped.
 - **Fenced.** With the run's `lease_owner`, a write stores nothing unless that worker still holds
   the run's lease (`store.LeaseLost`): a worker paused past its lease stores no event once it resumes.
-- **Trace ids are stamped once**, by `TraceStampSink` in front of every sink of a traced run, so
-  the log, live followers and any other sink see the same event, `trace_id` included.
+- **Events arrive tagged.** A run makes each event with its tags (`run_id`, `agent`, `trace_id`,
+  inside a delegated run `parent_tool_call_id`: `agent.withdrawals.EventTags`), so no sink copies an
+  event to add one: the log, live followers and any other sink see the same object.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ __all__ = (
     "EventLogSink",
     "Publisher",
     "SkipLogged",
-    "TraceStampSink",
     "logged_tool_events",
     "new_event",
     "new_events",
@@ -369,21 +369,6 @@ def _held(event: StreamEvent) -> bool:
             return True
         case _:
             return False
-
-
-class TraceStampSink:
-    """A `stream.Sink` that sets `trace_id` on every event without one, then passes it to `inner`."""
-
-    def __init__(self, inner: Sink, trace_id: str) -> None:
-        self._inner = inner
-        self._update = {"trace_id": trace_id}
-
-    async def emit(self, event: StreamEvent) -> None:
-        # A shallow copy without validation: a few microseconds, paid once per event.
-        await self._inner.emit(event if event.trace_id is not None else event.model_copy(update=self._update))
-
-    async def flush(self) -> None:
-        await self._inner.flush()
 
 
 REPEATABLE = ("tool_call", "tool_result")

@@ -15,9 +15,8 @@ from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import ModelResponse
 
 from store import Database, Run
-from stream import Sink, StreamEvent
 
-__all__ = ("SAID_BY", "AgentTags", "said_by", "speaker", "transfer_tool_name", "transfer_tools")
+__all__ = ("SAID_BY", "said_by", "speaker", "transfer_tool_name", "transfer_tools")
 
 SAID_BY = "durable_chat_agent"
 """The key of a stored reply's `provider_details` that names the agent that gave it."""
@@ -63,23 +62,3 @@ async def speaker(db: Database, run: Run) -> str | None:
             if approval.resume_run_id == run.run_id and approval.path:
                 return approval.path[0]
     return (await db.threads.get(run.thread_id)).agent
-
-
-class AgentTags:
-    """A `stream.Sink` that says which agent produced each event without one, then passes it to `inner`.
-
-    The events a run makes most (text, tool calls and results) are made with the tag already
-    (`agent.translation`); the copy here is for the few others of a run.
-    """
-
-    def __init__(self, inner: Sink, agent: str) -> None:
-        self._inner = inner
-        self.agent = agent
-        """The agent that speaks now."""
-
-    async def emit(self, event: StreamEvent) -> None:
-        tagged = event.agent is not None
-        await self._inner.emit(event if tagged else event.model_copy(update={"agent": self.agent}))
-
-    async def flush(self) -> None:
-        await self._inner.flush()

@@ -139,16 +139,23 @@ def opening_events(
     files: Sequence[StoredFile] = (),
     *,
     trace_id: str | None = None,
+    agent: str | None = None,
 ) -> list[StreamEvent]:
     """The events a run starts with: `run_started`, and the user's message for a `message` run with
     `content`, with the `files` attached to it."""
-    events: list[StreamEvent] = [RunStarted(run_id=run_id, kind=kind, trace_id=trace_id)]
+    events: list[StreamEvent] = [RunStarted(run_id=run_id, kind=kind, trace_id=trace_id, agent=agent)]
     if kind == "message" and content is not None:
         attachments = [
             AttachedFile(file_id=f.file_id, name=f.name, media_type=f.media_type, size=f.size) for f in files
         ]
         events.append(
-            UserMessage(run_id=run_id, content=content, attachments=attachments or None, trace_id=trace_id)
+            UserMessage(
+                run_id=run_id,
+                content=content,
+                attachments=attachments or None,
+                trace_id=trace_id,
+                agent=agent,
+            )
         )
     return events
 

@@ -21,6 +21,7 @@ from pydantic_core import to_jsonable_python
 from stream import RunFinished
 
 from .ledger import OUTCOME_UNKNOWN
+from .withdrawals import EventTags
 
 __all__ = ("FINAL_RESULT_PROCESSED", "OutputCalls", "RunOutput", "call_metadata", "json_safe", "run_output")
 
@@ -85,7 +86,7 @@ class OutputCalls:
         if isinstance(event, OutputToolResultEvent) and part.content == FINAL_RESULT_PROCESSED:
             self._gave = (response, part.tool_call_id, part.tool_name)
 
-    def finished(self, run_id: str, output: object, spec: object, response: int) -> RunFinished:
+    def finished(self, tags: EventTags, output: object, spec: object, response: int) -> RunFinished:
         """The `run_finished` of a run that completed with `output` after `response` model responses.
 
         An output call answers the run's last response: one of an earlier response was taken back
@@ -95,7 +96,7 @@ class OutputCalls:
         call_id, tool_name = gave[1:] if gave is not None and gave[0] == response else (None, None)
         shown = run_output(output, spec, tool_name)
         return RunFinished(
-            run_id=run_id,
+            **tags,
             status="completed",
             output=shown.value,
             output_type=shown.type_name,

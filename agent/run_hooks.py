@@ -1,15 +1,18 @@
 """The runtime's hooks on every run, given to pydantic-ai as one capability.
 
-A run needs five behaviours around the app's agent: blocked turns hidden from the model
+A run needs six behaviours around the app's agent: blocked turns hidden from the model
 (`HideBlockedTurns`), transient model errors retried (`ModelRetries`), tools that raise or hang
 turned into failed results (`ToolFailures`), the argument schemas the model saw recorded
-(`ToolSchemas`), and the step told when a request is about to go out (`sending`: the step stores a
-tool step's results then, as pydantic-ai finished the request that carries them). The first four
-stay their own capabilities, usable alone. pydantic-ai calls every hook of
-every capability of a run, each with its own copy of the run context, whether the capability
-overrides the hook or not: given separately, the four cost nearly twice what they cost as one
-(figures in `docs/benchmarks.md`).
-`RunHooks` overrides exactly the hooks the five need and hands each call to the one that owns it.
+(`ToolSchemas`), the run paused at its deferred calls (`PauseAtDeferredCalls`), and the step told
+when a request is about to go out (`sending`: the step stores a tool step's results then, as
+pydantic-ai finished the request that carries them). The first five stay their own capabilities,
+usable alone. pydantic-ai calls every hook of every capability of a run, each with its own copy of
+the run context, whether the capability overrides the hook or not, and sorts a run's capabilities
+again when one asks for a position: given separately, they cost nearly twice what they cost as one
+(figures in `docs/benchmarks.md`). `RunHooks` overrides exactly the hooks the six need and hands
+each call to the one that owns it. It is innermost, as the pause must be: a run's own capabilities
+(an app's `HandleDeferredToolCalls`) see its deferred calls first, and pydantic-ai's
+instrumentation, outermost, traces its tools' failures as failed results.
 """
 
 from __future__ import annotations
@@ -17,18 +20,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic_ai import RunContext
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
 from .arguments import ToolSchemas
 from .files import FileResolver
 from .guardrails import HideBlockedTurns
+from .pauses import PAUSE_AT_DEFERRED_CALLS, PauseAtDeferredCalls
 from .retries import ModelRetries
 from .tool_failures import ToolFailures
 
@@ -37,7 +42,8 @@ __all__ = ("RunHooks",)
 
 @dataclass
 class RunHooks(AbstractCapability[Any]):
-    """`HideBlockedTurns`, `ModelRetries`, `ToolFailures`, `ToolSchemas` and `sending` as one capability."""
+    """`HideBlockedTurns`, `ModelRetries`, `ToolFailures`, `ToolSchemas`, `PauseAtDeferredCalls`
+    and `sending` as one capability."""
 
     retries: ModelRetries
     failures: ToolFailures
@@ -52,10 +58,22 @@ class RunHooks(AbstractCapability[Any]):
     """Entered around each tool's execution (the step stores a slow tool's call while it runs)."""
     blocked: HideBlockedTurns = field(default_factory=HideBlockedTurns)
     """The run's own: it remembers the history its requests sent."""
+    pause: ClassVar[PauseAtDeferredCalls] = PAUSE_AT_DEFERRED_CALLS
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # configured in code, not from an agent spec
+
+    def get_ordering(self) -> CapabilityOrdering:
+        return self.pause.get_ordering()
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        return await self.pause.handle_deferred_tool_calls(ctx, requests=requests)
+
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
+        return await self.pause.on_run_error(ctx, error=error)
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext

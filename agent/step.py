@@ -51,22 +51,14 @@ from .approvals import approval_required, held_calls, reviewed_calls, stored_dec
 from .arguments import ToolSchemas
 from .checkpointing import RunCheckpoints, answers_last_response
 from .delegation import Delegations
-from .eventlog import (
-    EventLogOptions,
-    EventLogSink,
-    SkipLogged,
-    TraceStampSink,
-    logged_tool_events,
-    new_events,
-)
+from .eventlog import EventLogOptions, EventLogSink, SkipLogged, logged_tool_events, new_events
 from .files import FileResolver, ThreadFiles, attachments_in, file_reference
 from .guardrails import Guardrail, GuardrailContext, blocked_turn, first_tripped
-from .handoffs import AgentTags, said_by, speaker, transfer_tools
+from .handoffs import said_by, speaker, transfer_tools
 from .ledger import ToolLedger
 from .logs import current_trace_id
 from .opening import EVENT_BLOCK, opening_events, opening_stored, start_run_span
 from .outputs import OutputCalls
-from .pauses import PAUSE_AT_DEFERRED_CALLS
 from .records import RunRecords
 from .regenerate import last_prompt, without_last_turn
 from .retries import is_transient
@@ -143,15 +135,13 @@ async def _run_step(runtime: Runtime, run_id: str, sink: Sink | None, claimed: C
     if sink is not None:
         for stored in opening_stored(claimed):  # stored already: for the caller's sink only
             await sink.emit(stored.event)
-    # Every event says which agent spoke: the hot path's are made with the tag, the rest get it here.
-    tags = AgentTags(log if sink is None else TeeSink(log, sink), _name(runtime.app.agent))
-    out: Sink = tags
-    if trace_id is not None:
-        out = TraceStampSink(out, trace_id)
+    # Every event is made with its tags (the run, the agent that spoke, the trace): the sinks pass it
+    # on as it is, no copy per event.
+    out: Sink = log if sink is None else TeeSink(log, sink)
     if run.attempt > 1:
         # A recovery: what an earlier attempt stored of the node it re-runs is not shown twice.
         out = SkipLogged(out, await logged_tool_events(runtime.db.events, run.thread_id, run.run_id))
-    step = _Step(runtime, claimed, out, log, trace_id, tags)
+    step = _Step(runtime, claimed, out, log, trace_id)
     try:
         return await _drive(runtime, run, step, out)
     finally:
@@ -186,7 +176,7 @@ async def _drive(runtime: Runtime, run: Run, step: _Step, out: Sink) -> RunStatu
         step.log.drop_held()
         trace.get_current_span().record_exception(error)
         trace.get_current_span().set_status(StatusCode.ERROR, type(error).__name__)
-        end = RunFinished(run_id=run.run_id, status="failed", error=_user_safe(error, runtime.app.texts))
+        end = RunFinished(**step.tags, status="failed", error=_user_safe(error, runtime.app.texts))
         try:
             await _fail(runtime, run, step, end, f"{type(error).__name__}: {error}")
         except LeaseLost:
@@ -244,7 +234,6 @@ class _Step:
         out: Sink,
         log: EventLogSink,
         trace_id: str | None,
-        tags: AgentTags,
     ) -> None:
         run, user_id, sent = claimed.run, claimed.user_id, claimed.messages_sent
         self.runtime = runtime
@@ -253,21 +242,26 @@ class _Step:
         self.trace_id = trace_id
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id, sent)
-        self.guard = OutputGuard(runtime.guardrails.output, self.guard_context, out, log, agent=tags.agent)
+        self.speaker = _name(runtime.app.agent)
+        """The name of the agent that speaks now: the app's, or the one a hand-off made the thread's speaker."""
+        self.guard = OutputGuard(
+            runtime.guardrails.output, self.guard_context, out, log, agent=self.speaker, trace_id=trace_id
+        )
+        self.tags = self.guard.tags
+        """What every event of the run carries besides its own fields, set as it is made."""
         self.events = RunEvents(out, self.guard, self._part_id)
         self.out = out
         self.log = log
         self.records = RunRecords()
         self.agent = runtime.app.agent
         """The agent that answers: the app's, or the one a hand-off made the thread's speaker."""
-        self.tags = tags
         self.delegations = Delegations(
             db=runtime.db,
             out=out,
             run=run,
             thread_id=run.thread_id,
             run_id=run.run_id,
-            root=tags.agent,
+            root=self.speaker,
             retries=runtime.app.model_retries,
             failures=runtime.tool_failures,
             guard=self.guard,
@@ -344,11 +338,13 @@ class _Step:
         kind: RunKind = run.kind if run.attempt == 1 else "recover"
         if self.runtime.app.handoffs:
             self.agent = self.runtime.app.speaker(await speaker(self.db, run))
-            self.tags.agent = self.guard.tags["agent"] = self.delegations.root = _name(self.agent)
+            self.speaker = self.tags["agent"] = self.delegations.root = _name(self.agent)
         if not self.claimed.opening:  # else the queueing stored them
             content = run.content if run.attempt == 1 else None
             files = await self._attached() if content is not None and run.kind == "message" else []
-            for event in opening_events(run.run_id, kind, content, files):
+            for event in opening_events(
+                run.run_id, kind, content, files, trace_id=self.trace_id, agent=self.speaker
+            ):
                 await self.out.emit(event)
         loaded = await self._load()
         if loaded is not None:
@@ -407,7 +403,7 @@ class _Step:
                 deps=deps,
                 usage_limits=_per_turn(app.usage_limits, self.conversation.usage),
                 run_id=f"{run.run_id}.{run.attempt}",
-                toolsets=[transfer_tools(app.speakers, self.tags.agent, self._transfer)]
+                toolsets=[transfer_tools(app.speakers, self.speaker, self._transfer)]
                 if app.handoffs
                 else None,
                 capabilities=[
@@ -420,7 +416,6 @@ class _Step:
                         self.checkpoints.tool_running,
                     ),
                     *self.runtime.agent_tracing(),
-                    PAUSE_AT_DEFERRED_CALLS,
                 ],
             ) as agent_run:
                 checkpoints = self.checkpoints
@@ -429,7 +424,7 @@ class _Step:
                     # Output guardrails change a response before the run acts on it or stores it.
                     await self.guard.settle(node, self._part_id)
                     if agent.is_call_tools_node(node):
-                        said_by(node.model_response, self.tags.agent)  # before any checkpoint stores it
+                        said_by(node.model_response, self.speaker)  # before any checkpoint stores it
                     # The end's checkpoint is the pause's or the completion's, one transaction; a
                     # tool step's results are stored as the next request goes out (`sending`).
                     due = not (isinstance(node, End) or answers_last_response(node) or checkpoints.answering)
@@ -476,7 +471,7 @@ class _Step:
 
     async def _pause(self, messages: list[ModelMessage], requests: DeferredToolRequests) -> RunStatus:
         # A single agent's own calls say nothing of agents: there is only one.
-        speaker = self.tags.agent if self.runtime.app.handoffs else None
+        speaker = self.speaker if self.runtime.app.handoffs else None
         calls = held_calls(requests, self.schemas.schemas, agent=speaker, path=speaker and (speaker,))
         if speaker is None and any(call.path is not None for call in calls):
             # Beside a delegated agent's calls, the run's own say whose they are too.
@@ -493,9 +488,7 @@ class _Step:
         for call in calls:
             if call.outcome == "unknown":
                 await self.out.emit(
-                    ToolOutcomeUnknown(
-                        run_id=self.run.run_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name
-                    )
+                    ToolOutcomeUnknown(**self.tags, tool_call_id=call.tool_call_id, tool_name=call.tool_name)
                 )
         trace.get_current_span().add_event(
             "approval_required",
@@ -504,16 +497,16 @@ class _Step:
                 "durable_chat.tool_names": [call.tool_name for call in calls],
             },
         )
-        await self.out.emit(approval_required(self.run.run_id, calls))
+        await self.out.emit(approval_required(self.tags, calls))
         # Both are published once the pause commits, in the same transaction as the approval rows.
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="awaiting_approval"))
+        await self.out.emit(RunFinished(**self.tags, status="awaiting_approval"))
         await self._save(messages, deferred=requests, finish="awaiting_approval", approvals=calls)
         return "awaiting_approval"
 
     async def _complete(self, messages: list[ModelMessage], output: object) -> RunStatus:
         # Stored with the run's end, in one transaction, and published once it commits.
         spec = getattr(self.agent, "output_type", str)
-        await self.out.emit(self.outputs.finished(self.run.run_id, output, spec, self.response_count))
+        await self.out.emit(self.outputs.finished(self.tags, output, spec, self.response_count))
         await self._save(messages, finish="completed")
         return "completed"
 
@@ -521,25 +514,26 @@ class _Step:
         # The graceful end of a looping turn: close its open calls and answer in place of the model.
         limit_reply = self.runtime.app.texts.turn_limit
         reply = ModelResponse(parts=[TextPart(limit_reply)], model_name="durable-chat")
-        said_by(reply, self.tags.agent)  # in place of the agent's own reply: stored as its, as streamed
+        said_by(reply, self.speaker)  # in place of the agent's own reply: stored as its, as streamed
         # The run's own history, not the last checkpoint: results streamed since are kept as they
         # were, and only calls that truly got no result are closed.
         messages = [*repair_messages(self.checkpoints.messages()), reply]
         part_id = self._part_id(0)
-        await self.out.emit(TextDelta(run_id=self.run.run_id, part_id=part_id, delta=limit_reply))
-        await self.out.emit(TextDone(run_id=self.run.run_id, part_id=part_id, text=limit_reply))
-        await self.out.emit(RunFinished(run_id=self.run.run_id, status="completed", output=limit_reply))
+        tags = self.tags
+        await self.out.emit(TextDelta(**tags, part_id=part_id, delta=limit_reply))
+        await self.out.emit(TextDone(**tags, part_id=part_id, text=limit_reply))
+        await self.out.emit(RunFinished(**tags, status="completed", output=limit_reply))
         await self._save(messages, finish="completed")
         return "completed"
 
     async def _block(self, prompt: str, guardrail: Guardrail) -> RunStatus:
         # An input guardrail tripped: answer politely in place of the model, which is never called.
         logger.warning("input guardrail %s blocked run %s", guardrail.name, self.run.run_id)
-        run_id, reply, part_id = self.run.run_id, guardrail.reply, self._part_id(0)
-        await self.out.emit(GuardrailTripped(run_id=run_id, guardrail=guardrail.name, stage="input"))
-        await self.out.emit(TextDelta(run_id=run_id, part_id=part_id, delta=reply))
-        await self.out.emit(TextDone(run_id=run_id, part_id=part_id, text=reply))
-        await self.out.emit(RunFinished(run_id=run_id, status="blocked", output=reply))
+        run_id, reply, part_id, tags = self.run.run_id, guardrail.reply, self._part_id(0), self.tags
+        await self.out.emit(GuardrailTripped(**tags, guardrail=guardrail.name, stage="input"))
+        await self.out.emit(TextDelta(**tags, part_id=part_id, delta=reply))
+        await self.out.emit(TextDone(**tags, part_id=part_id, text=reply))
+        await self.out.emit(RunFinished(**tags, status="blocked", output=reply))
         turn = blocked_turn(prompt, guardrail, run_id=f"{run_id}.{self.run.attempt}")
         # The run row keeps which guardrail blocked it, for operators; the user got the reply.
         blocked_by = f"input guardrail {guardrail.name!r}"
@@ -550,7 +544,9 @@ class _Step:
         """A hand-off: `name` answers the thread's next turns."""
         await self.checkpoints.before_effect()  # the transfer's call is stored before it acts
         await self.db.threads.set_agent(self.run.thread_id, name)
-        await self.out.emit(AgentChanged(run_id=self.run.run_id, agent=name, previous=self.tags.agent))
+        await self.out.emit(
+            AgentChanged(run_id=self.run.run_id, agent=name, previous=self.speaker, trace_id=self.trace_id)
+        )
 
     async def _on_tool_result(self, event: ToolResultEvent) -> None:
         """A function tool's result, or an output tool's (which closes the call in every client)."""

@@ -57,6 +57,7 @@ class EventTags(TypedDict):
     run_id: str
     agent: str | None
     parent_tool_call_id: str | None
+    trace_id: str | None
 
 
 class OutputGuard:
@@ -71,9 +72,13 @@ class OutputGuard:
         *,
         agent: str | None = None,
         parent_tool_call_id: str | None = None,
+        trace_id: str | None = None,
     ) -> None:
-        self.tags = EventTags(run_id=context.run_id, agent=agent, parent_tool_call_id=parent_tool_call_id)
-        """The tags of the events of the run the guard watches: `agent` may change (a hand-off's speaker)."""
+        self.tags = EventTags(
+            run_id=context.run_id, agent=agent, parent_tool_call_id=parent_tool_call_id, trace_id=trace_id
+        )
+        """The tags of the events of the run the guard watches, set as each event is made (no sink
+        copies an event to add one): `agent` may change (a hand-off's speaker)."""
         self._guardrails = guardrails
         self._context = context
         self._out = out
@@ -98,6 +103,7 @@ class OutputGuard:
             self._log,
             agent=agent,
             parent_tool_call_id=parent_tool_call_id,
+            trace_id=self.tags["trace_id"],
         )
         guard._blanked = self._blanked
         return guard

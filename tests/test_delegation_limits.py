@@ -192,9 +192,17 @@ async def test_a_delegated_agents_text_withdrawn_whole_is_blanked_in_the_log(
     # The live client was shown some of it before the whole part tripped `check`, then the withdrawal.
     assert "".join(p.event.delta for p in live if isinstance(p.event, TextDelta)).startswith("Our secret")
     # The log holds the same events, blanked, and the withdrawal: a replay ends as the live view did.
+    # Blanked, each keeps its trace id, as every event of the run.
     assert [stored[p.event_id] for p in live] == [
-        TextDelta(run_id=run_id, agent="booking", parent_tool_call_id="travel_0_0", part_id=part, delta="")
-        for _ in live
+        TextDelta(
+            run_id=run_id,
+            agent="booking",
+            parent_tool_call_id="travel_0_0",
+            part_id=part,
+            delta="",
+            trace_id=p.event.trace_id,
+        )
+        for p in live
     ]
     withdrawn = [e for e in stored.values() if isinstance(e, TextWithdrawn)]
     assert [(e.part_id, e.replacement, e.agent) for e in withdrawn] == [(part, "[withdrawn]", "booking")]

@@ -1,4 +1,4 @@
-"""`RunHooks` gives pydantic-ai the runtime's four capabilities as one: it must forward every hook they use.
+"""`RunHooks` gives pydantic-ai the runtime's five capabilities as one: it must forward every hook they use.
 
 Their behaviour is tested through runs elsewhere (retries and tool failures in `test_errors`,
 hidden blocked turns in `test_guardrails`, the recorded schemas in `test_approvals`, the results
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic_ai.capabilities import AbstractCapability
 
-from agent import ModelRetries, RunHooks, ToolFailures, ToolSchemas
+from agent import ModelRetries, PauseAtDeferredCalls, RunHooks, ToolFailures, ToolSchemas
 from agent.guardrails import HideBlockedTurns
 
 
@@ -31,11 +31,17 @@ def _hooks(cls: type) -> set[str]:
 
 def test_the_bundle_overrides_exactly_the_hooks_of_its_parts() -> None:
     parts = set[str]().union(
-        *(_hooks(cls) for cls in (HideBlockedTurns, ModelRetries, ToolFailures, ToolSchemas))
+        *(
+            _hooks(cls)
+            for cls in (HideBlockedTurns, ModelRetries, ToolFailures, ToolSchemas, PauseAtDeferredCalls)
+        )
     )
     assert parts == {
         "before_model_request",
+        "get_ordering",
+        "handle_deferred_tool_calls",
         "on_model_request_error",
+        "on_run_error",
         "on_tool_execute_error",
         "prepare_tools",
         "wrap_tool_execute",

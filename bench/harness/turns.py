@@ -43,7 +43,6 @@ from agent import (
     ChatApp,
     GuardrailContext,
     Opened,
-    PauseAtDeferredCalls,
     RunHooks,
     RunRecords,
     RunScope,
@@ -211,7 +210,6 @@ async def run_bare(
             capabilities=[
                 RunHooks(app.model_retries, runtime.tool_failures, ToolSchemas()),
                 *runtime.agent_tracing(),
-                PauseAtDeferredCalls(),
                 *extra,
             ],
         ) as agent_run,
