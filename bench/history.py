@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import dataclasses
 import gc
 import os
@@ -14,7 +13,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from agent import ChatApp, Runtime
@@ -102,25 +100,21 @@ class Bench:
         return self.long_threads[self.turns % len(self.long_threads)]
 
     async def grow(self, messages: int, copies: int) -> None:
-        """A long thread played turn by turn through the step until it holds `messages`, and `copies`
-        more threads holding a copy of its conversation: each takes one quadruple in turn, so that
-        none grows by more than a few messages during the run."""
+        """`1 + copies` long threads played turn by turn through the step, in turn, until each holds
+        `messages`: each takes one quadruple in turn, so that none grows by more than a few messages
+        during the run. Each is grown as a real thread is (its history cached, stored and decoded a
+        turn at a time, among the other threads' turns), never saved at once."""
         db = self.runtime.db
-        first = (await db.threads.create(user_id="bench", title="long")).thread_id
-        self.long_threads = [first]
+        self.long_threads = [
+            (await db.threads.create(user_id="bench", title="long")).thread_id for _ in range(1 + copies)
+        ]
         size = 0
         while size < messages:
-            await (await queued(self.runtime, first))()
-            size = len(await self.messages(first))
-            print(f"\r  growing the long thread: {size} messages", end="", flush=True)
+            for thread_id in self.long_threads:
+                await (await queued(self.runtime, thread_id))()
+            size = len(await self.messages(self.long_threads[-1]))
+            print(f"\r  growing {len(self.long_threads)} long threads: {size} messages", end="", flush=True)
         print(flush=True)
-        loaded = await self.messages(first)
-        for _ in range(copies):
-            thread_id = (await db.threads.create(user_id="bench", title="long")).thread_id
-            await db.conversations.save(
-                Conversation(conversation_id=thread_id, messages=copy.deepcopy(loaded))
-            )
-            self.long_threads.append(thread_id)
 
     async def messages(self, thread_id: str) -> list[ModelMessage]:
         loaded = await self.runtime.db.conversations.load(thread_id)
