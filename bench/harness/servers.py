@@ -26,14 +26,16 @@ from pathlib import Path
 
 import httpx
 
+from agent import OWN_PACKAGES
+
 from .reports import ROOT
 
 SECRET = "bench-secret"
 UNLIMITED = {"DURABLE_CHAT_MESSAGES_PER_MINUTE": "1000000"}
 """For a benchmark whose users send turn after turn: the per-user message rate would refuse them."""
-_PACKAGES = ("agent", "bench", "cli", "store", "stream", "web", "worker")
-"""Every package a server imports (`pyproject.toml`'s, and the bench's own): one left out would be
-imported from the working tree, mixing two versions in one comparison."""
+_PACKAGES = (*OWN_PACKAGES, "bench")
+"""Every package a server imports (ours, and the bench's own): one left out would be imported from
+the working tree, mixing two versions in one comparison."""
 _TICKS = os.sysconf("SC_CLK_TCK")
 _ACCESS = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" (\d{3})')
 _TROUBLE = re.compile(r"ERROR|CRITICAL|WARNING|Traceback|(Error|Exception)\b")
