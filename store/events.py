@@ -224,31 +224,22 @@ async def append_events(
         LoggedEvent(first + offset, event.run_id, event.type, event.data, now)
         for offset, event in enumerate(events)
     ]
-    await connection.execute(
-        _events.insert(),
-        [
-            {
-                "thread_id": thread_id,
-                "event_id": item.event_id,
-                "run_id": item.run_id,
-                "type": item.type,
-                "data": item.data,
-                "created_at": now,
-            }
-            for item in logged
-        ],
-    )
-    await notify_stored(connection, thread_id, last)
+    await insert_reserved(connection, thread_id, list(enumerate(events, start=first)), now=now)
     return logged
 
 
 async def insert_reserved(
-    connection: AsyncConnection, thread_id: str, events: Sequence[tuple[int, NewEvent]]
+    connection: AsyncConnection,
+    thread_id: str,
+    events: Sequence[tuple[int, NewEvent]],
+    *,
+    now: datetime | None = None,
 ) -> None:
-    """Store `events` (`(event_id, NewEvent)`), whose ids were reserved, inside the caller's unit of work."""
+    """Store `events` (`(event_id, NewEvent)`), whose ids were reserved, inside the caller's unit of
+    work, created at `now` (by default, the time of this call), and tell the thread's followers."""
     if not events:
         return
-    now = now_utc()
+    created = now or now_utc()
     await connection.execute(
         _events.insert(),
         [
@@ -258,7 +249,7 @@ async def insert_reserved(
                 "run_id": event.run_id,
                 "type": event.type,
                 "data": event.data,
-                "created_at": now,
+                "created_at": created,
             }
             for event_id, event in events
         ],
