@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,10 +155,10 @@ def live_server(
 
 @contextmanager
 def live_servers(
-    count: int, database_url: str, workdir: Path, env: Mapping[str, str] | None = None
+    database_url: str, workdir: Path, envs: Sequence[Mapping[str, str] | None]
 ) -> Generator[list[LiveServer]]:
-    """`count` servers on one database, started side by side, as workers sharing it."""
-    servers = [LiveServer(database_url, workdir, env) for _ in range(count)]
+    """A server per environment of `envs` on one database, started side by side, as workers sharing it."""
+    servers = [LiveServer(database_url, workdir, env) for env in envs]
     try:
         for server in servers:
             server.launch()

@@ -53,7 +53,7 @@ async def database_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
 @pytest.fixture(scope="module")
 def cluster(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServer]]:
     """Three workers on one database for the module; each test gets them all alive (see `workers`)."""
-    with live_servers(3, database_url, tmp_path_factory.mktemp("servers"), WORKER_ENV) as servers:
+    with live_servers(database_url, tmp_path_factory.mktemp("servers"), [WORKER_ENV] * 3) as servers:
         yield servers
 
 

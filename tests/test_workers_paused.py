@@ -26,7 +26,7 @@ from store import Database, LoggedEvent, Run
 from store.schema import RunRow, metadata
 
 from .conftest import new_database
-from .live_server import LiveServer, SseEvent, read_events
+from .live_server import LiveServer, SseEvent, live_servers, read_events
 from .step_app import shapes
 from .test_api import new_thread, send
 
@@ -54,20 +54,9 @@ async def database_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
 
 @pytest.fixture(scope="module")
 def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LiveServer]]:
-    workdir = tmp_path_factory.mktemp("servers")
-    servers = [
-        LiveServer(database_url, workdir, WORKER_ENV | {"DURABLE_CHAT_DEMO_DELAY_SECONDS": delay})
-        for delay in (THINKING, "0")
-    ]
-    try:
-        for server in servers:
-            server.launch()
-        for server in servers:
-            server.wait_ready()
+    envs = [WORKER_ENV | {"DURABLE_CHAT_DEMO_DELAY_SECONDS": delay} for delay in (THINKING, "0")]
+    with live_servers(database_url, tmp_path_factory.mktemp("servers"), envs) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 @pytest.fixture(scope="module")
