@@ -242,8 +242,8 @@ class _Step:
         self.trace_id = trace_id
         self.db = runtime.db
         self.guard_context = GuardrailContext(runtime.db, run.thread_id, run.run_id, user_id, sent)
-        self.speaker = _name(runtime.app.agent)
-        """The name of the agent that speaks now: the app's, or the one a hand-off made the thread's speaker."""
+        self.agent = runtime.app.agent
+        """The agent that answers: the app's, or the one a hand-off made the thread's speaker."""
         self.guard = OutputGuard(
             runtime.guardrails.output, self.guard_context, out, log, agent=self.speaker, trace_id=trace_id
         )
@@ -253,8 +253,6 @@ class _Step:
         self.out = out
         self.log = log
         self.records = RunRecords()
-        self.agent = runtime.app.agent
-        """The agent that answers: the app's, or the one a hand-off made the thread's speaker."""
         self.delegations = Delegations(
             db=runtime.db,
             out=out,
@@ -312,6 +310,11 @@ class _Step:
         )
         """The files attached to the run's message, once read (`_attached`); the resolver starts from them."""
 
+    @property
+    def speaker(self) -> str:
+        """The name of the agent that answers, as events and stored replies give it."""
+        return _name(self.agent)
+
     def close(self) -> None:
         """Break the run's reference cycles, so that reference counting frees its objects now rather
         than the garbage collector later: this step and its helpers hold its bound methods, and the
@@ -338,7 +341,7 @@ class _Step:
         kind: RunKind = run.kind if run.attempt == 1 else "recover"
         if self.runtime.app.handoffs:
             self.agent = self.runtime.app.speaker(await speaker(self.db, run))
-            self.speaker = self.tags["agent"] = self.delegations.root = _name(self.agent)
+            self.tags["agent"] = self.delegations.root = self.speaker
         if not self.claimed.opening:  # else the queueing stored them
             content = run.content if run.attempt == 1 else None
             files = await self._attached() if content is not None and run.kind == "message" else []
