@@ -5,7 +5,8 @@ response waits for the end's checkpoint (`answers_last_response`); a response ca
 for the checkpoint of their results (`calls_only`), unless a tool does something keyed by its call
 first (`RunCheckpoints.before_effect`: the ledger, a delegation, a hand-off); and a tool step's
 results are stored when the request carrying them goes out (`RunCheckpoints.sending`), as
-pydantic-ai finished that request, in the transaction that publishes their `tool_result` events.
+pydantic-ai finished that request, in the transaction that publishes their `tool_result` events,
+with the end of a delegated run that gave one of them (`RunCheckpoints.fold`).
 The design note is "A run, node by node" in `docs/agent.md`.
 """
 
@@ -16,6 +17,7 @@ import operator
 from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Protocol
 
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.conversation import Conversation
@@ -41,7 +43,14 @@ from .merge import unsaved
 from .records import RunRecords
 from .withdrawals import OutputGuard
 
-__all__ = ("SLOW_TOOL", "ReusedToolCallId", "RunCheckpoints", "answers_last_response", "calls_only")
+__all__ = (
+    "SLOW_TOOL",
+    "Folded",
+    "ReusedToolCallId",
+    "RunCheckpoints",
+    "answers_last_response",
+    "calls_only",
+)
 
 SLOW_TOOL = 0.2
 """Seconds a tool may run before the response calling it is stored without waiting for its result:
@@ -85,6 +94,18 @@ def calls_only(unsaved: Sequence[ModelMessage], tools: Collection[str] | None = 
     )
 
 
+class Folded(Protocol):
+    """A delegated run's end, waiting to be stored by its parent run's next checkpoint (`RunCheckpoints.fold`)."""
+
+    def saving(self) -> Saving:
+        """The end as a save for that checkpoint's transaction to carry first."""
+        ...
+
+    async def settle(self) -> None:
+        """Store the end now, in a transaction of its own."""
+        ...
+
+
 class RunCheckpoints:
     """The checkpoints of one run's attempt: its conversation as stored, and what it adds to it."""
 
@@ -113,6 +134,8 @@ class RunCheckpoints:
         self.owed = False
         """A response calling tools waits for the checkpoint of their results (`can_wait`), unless
         a tool asks for it sooner (`before_effect`)."""
+        self.folded: Folded | None = None
+        """A delegated run's end that the next checkpoint stores first, in its transaction (`fold`)."""
         self._effects = asyncio.Lock()
 
     def started(self, new: Callable[[], list[ModelMessage]]) -> None:
@@ -159,12 +182,37 @@ class RunCheckpoints:
             if self.owed:
                 await self.save(self.messages(), results=False)
 
+    def fold(self, end: Folded) -> bool:
+        """Take the end of a delegated run of one of this run's calls, to be stored by this run's next
+        checkpoint, in its transaction: the one that stores the delegating call's result, as the
+        request carrying it goes out (`sending`). Whether it took it: one at a time, none while the
+        runtime stops.
+
+        A delegated run's end is its last step's results and its answer; like a tool step's
+        results, it is stored with the request that sends them on, and a crash in between runs the
+        sub-run's unstored steps again (a tool acting through the ledger had them stored first). Its
+        events wait with it: a `tool_result` of its, and all after it, are held until a checkpoint
+        stores them (`EventLogSink`). Anything else stored of the run first stores it alone (`settle`).
+        """
+        if self.folded is not None or self.stopping.is_set():
+            return False
+        self.folded = end
+        return True
+
+    async def settle(self) -> None:
+        """Store the delegated run's end that waits for the next checkpoint (`fold`) now, alone:
+        before another delegated run of the run stores anything."""
+        folded, self.folded = self.folded, None
+        if folded is not None:
+            await folded.settle()
+
     @asynccontextmanager
     async def carried(self, mark: int) -> AsyncGenerator[Saving | None]:
         """The response waiting for its results' checkpoint (`can_wait`), as a save for a delegated
         run's checkpoint to carry first in its transaction (`None`: none waits); stored once the
         block ends without an error. Its calls' events are the carrier's to take; `mark` is the
         newest event when the delegated run started, which the stored messages reflect."""
+        await self.settle()  # outside the lock: that save may carry the response itself
         async with self._effects:  # no other checkpoint of it meanwhile
             if self.owed and self.guard.blanking:
                 await self.save(self.messages(), results=False)  # its withdrawn text blanked with it
@@ -213,12 +261,17 @@ class RunCheckpoints:
         """Store `messages` (the stored conversation, then what the run added), the records tools
         made and the events not stored yet, in one transaction, with the run's progress. Without
         `results` (a response stored while its tools run), no tool result event: those wait for
-        the checkpoint that stores the results."""
+        the checkpoint that stores the results. A delegated run's end waiting for it (`fold`) is
+        stored first, in its transaction (a pause's trip carries nothing: before it, alone)."""
         self.owed = False
+        folded, self.folded = self.folded, None
+        if folded is not None and approvals:
+            await folded.settle()
+            folded = None
         stored = self.conversation.messages
         self.guard.scrub(messages[len(stored) :])
         records = self.records.drain() if results else []  # a record is stored with its call's result
-        if not records and finish is None and not _changed(messages, stored):
+        if folded is None and not records and finish is None and not _changed(messages, stored):
             return
         run, conversation = self.run, self.conversation
         # Events not stored yet go out in the checkpoint's own transaction.
@@ -248,7 +301,10 @@ class RunCheckpoints:
         try:
             try:
                 await self.db.conversations.save_with(
-                    conversation, checkpoint=checkpoint, also=None if fresh else also
+                    conversation,
+                    checkpoint=checkpoint,
+                    also=None if fresh else also,
+                    first=None if folded is None else folded.saving(),
                 )
             except CallsHeld:
                 # A call's id is taken in the thread (nothing was stored): held the general way,

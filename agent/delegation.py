@@ -6,7 +6,9 @@ tagged with its name and the parent call (`agent.translation`), and checkpoints 
 top run does (a response before its tools run, a request as it goes out, a step of read-only calls
 with the next checkpoint, its end with its output kept) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`); its first
-checkpoint stores the top run's response calling it first, in its transaction. A sub-run that
+checkpoint stores the top run's response calling it first, in its transaction. The end of a sub-run
+of the top run's call that answered in text is stored by the top run's checkpoint that stores the
+call's result, in its transaction (`RunCheckpoints.fold`). A sub-run that
 pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
 up; the decisions resume the innermost agent from storage when the parent call runs again. The
 design note is "Several agents" in `docs/agent.md`.
@@ -42,7 +44,7 @@ from stream import Sink, ToolCall, ToolResult
 
 from .approvals import DELEGATED, encode_calls, held_calls, stored_decisions
 from .arguments import ToolSchemas
-from .checkpointing import answers_last_response, calls_only
+from .checkpointing import Folded, answers_last_response, calls_only
 from .eventlog import EventLogSink, new_events
 from .handoffs import said_by
 from .merge import unsaved
@@ -93,6 +95,11 @@ class Delegations:
     carry: Callable[[int], AbstractAsyncContextManager[Saving | None]] | None = None
     """The run's response calling a delegating tool, if it waits for its results' checkpoint, as a
     save the sub-run's first checkpoint carries in its transaction (`RunCheckpoints.carried`)."""
+    fold: Callable[[Folded], bool] | None = None
+    """Takes the end of a sub-run of the run's own call, for the run's next checkpoint to store
+    (`RunCheckpoints.fold`); `None`: each sub-run stores its end itself."""
+    settle: Callable[[], Awaitable[None]] | None = None
+    """Stores a sub-run's end that `fold` took, before another sub-run starts (`RunCheckpoints.settle`)."""
     running: dict[str, _SubRun] = field(default_factory=dict[str, "_SubRun"])
     """The sub-runs going on, by their pydantic-ai run id, outermost first."""
     started: set[str] = field(default_factory=set[str])
@@ -129,6 +136,8 @@ class Delegations:
     ) -> Any:
         parent = call_id(ctx)
         nested = ctx.run_id in self.running
+        if self.settle is not None:
+            await self.settle()  # a sub-run's end before this one's events and saves
         if self.before is not None and (nested or self.carry is None):
             await self.before()
         # The run's own response calling this tool is stored with the sub-run's first checkpoint,
@@ -155,7 +164,7 @@ class Delegations:
         if requests is not None and deferred is not None and _undecided(requests, deferred):
             # Paused before its parent did (the run stopped in between): it still waits, as it was.
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
-        sub = _SubRun(self, path, parent, conversation, mark)
+        sub = _SubRun(self, path, parent, conversation, mark, top=not nested)
         return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
     def keeping(self, parent: str, path: tuple[str, ...], output: object) -> AlsoWrite:
@@ -185,11 +194,18 @@ class _SubRun:
         parent: str,
         conversation: Conversation,
         mark: int | None,
+        *,
+        top: bool,
     ) -> None:
         self.delegations, self.path, self.parent, self.conversation = delegations, path, parent, conversation
         self.mark = mark
         """The run's newest event as the sub-run started, if its first checkpoint may carry the
         run's response (`Delegations.carry`); `None`: that response was stored before it started."""
+        self.top = top
+        """It runs in a call of the top run's own (not of another sub-run's): its end may be folded
+        into the top run's next checkpoint (`Delegations.fold`)."""
+        self.end: list[ModelMessage] = []
+        """Its messages as it ended, once folded (`saving`, `settle`)."""
         self.schemas = ToolSchemas()
         self.base = len(conversation.messages)
         self.new: Callable[[], list[ModelMessage]] = list
@@ -351,8 +367,25 @@ class _SubRun:
         # Ended on a text answer, it needs no output kept: driven again, pydantic-ai takes the output
         # from that stored response, with no model call. Else (an output tool's, say) it is kept.
         kept = None if _ends_in_text(messages) else delegations.keeping(self.parent, self.path, result.output)
+        fold = delegations.fold
+        if kept is None and self.top and fold is not None and not self.guard.blanking:
+            self.end = messages
+            if fold(self):  # stored by the run's next checkpoint, the one storing this call's result
+                return result.output
         await self.save(messages, output=kept)
         return result.output
+
+    def saving(self) -> Saving:
+        """Its end, folded (`Delegations.fold`), as a save for the run's checkpoint to carry first."""
+        messages, conversation = self.end, self.conversation
+        self.guard.scrub(messages[self.base :])
+        conversation.messages, conversation.deferred_tool_requests = messages, None
+        checkpoint = Checkpoint(run=self.delegations.run, event_id=None)  # its events go with the run's
+        return Saving(conversation, checkpoint, scope=delegated_scope(self.delegations.thread_id))
+
+    async def settle(self) -> None:
+        """Its end, folded, stored now in a transaction of its own, as if not folded."""
+        await self.save(self.end)
 
     def _unsaved(self) -> list[ModelMessage]:
         return self.messages()[len(self.conversation.messages) :]

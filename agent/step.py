@@ -300,6 +300,7 @@ class _Step:
         self._save = self.checkpoints.save
         if runtime.db.conversations.carrying_pays:
             self.delegations.carry = self.checkpoints.carried
+            self.delegations.fold, self.delegations.settle = self.checkpoints.fold, self.checkpoints.settle
         self.response_count = 0
         self.outputs = OutputCalls()
         # Read by the queueing that claimed the run (its opening events name them), else once here.

@@ -82,8 +82,9 @@ class SqlConversationStore(ConversationStore):
         )
         self.carrying_pays = True
         """Whether a delegated run's checkpoint carries its parent's response (`save_with(first=)`)
-        rather than have it saved alone before: one commit fewer, on PostgreSQL in one transaction,
-        on SQLite in one unit of work on the loop's thread. Tests and benchmarks turn it off to compare."""
+        rather than have it saved alone before, and the parent's checkpoint a delegated run's end:
+        a commit fewer each, on PostgreSQL in one transaction, on SQLite in one unit of work on the
+        loop's thread. Tests and benchmarks turn it off to compare."""
 
     @classmethod
     async def connect(

@@ -1,7 +1,7 @@
 """What a sub-run stores, and when (`agent/delegation.py`): a step of read-only calls with its end,
-its output kept only when its stored messages cannot give it again, and a sub-run that ended before
-its parent's checkpoint is taken up from its stored end with no model call and no tool run again.
-On SQLite and PostgreSQL."""
+its output kept only when its stored messages cannot give it again, an end in text stored by its
+parent's checkpoint of the call's result, and a sub-run whose end was stored taken up from it with
+no model call and no tool run again. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ async def interrupted(runtime: Runtime, run_id: str) -> RunStatus:
 
 
 @pytest.mark.parametrize("structured", [False, True], ids=["text", "output tool"])
-async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_again(
+async def test_a_sub_run_cancelled_between_its_end_and_its_parents_checkpoint_resumes_exactly(
     database_url: str, structured: bool
 ) -> None:
     calls = Counter[str]()
@@ -169,9 +169,16 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
         outer = await runtime.db.conversations.load(thread_id)
         kept = await runtime.db.ledger.get(thread_id, f"{PARENT}#delegated")
         events = await logged(runtime, thread_id)
-    # The sub-run's model and tool ran once each step; the router's first model call ran again (its
-    # response calling `ask` was stored with the sub-run's end, the recovery continues from it).
-    assert calls == {"booking": 2, "look": 1, "router": 2}
+    if structured:
+        # Its end, with its output kept, was stored at once: the sub-run's model and tool ran once
+        # each step; the router's first model call ran again (its response calling `ask` was stored
+        # with the sub-run's end, the recovery continues from it).
+        assert calls == {"booking": 2, "look": 1, "router": 2}
+    else:
+        # Ended in text, its end waits for the router's checkpoint storing the call's result
+        # (`RunCheckpoints.fold`), as a tool step's results wait for the request sending them: cut
+        # before it, nothing of either was stored, and both run again.
+        assert calls == {"booking": 4, "look": 2, "router": 3}
     assert outer is not None
     assert inner is not None
     results = [
@@ -194,7 +201,7 @@ async def test_a_sub_run_that_ended_is_taken_up_from_its_end_with_nothing_run_ag
     shown = Counter(
         (e.type, getattr(e, "tool_call_id", None)) for e in events if e.type in ("tool_call", "tool_result")
     )
-    # Every call and result shown once, the sub-run's result too, stored by its own checkpoint.
+    # Every call and result shown once, the sub-run's too, whichever checkpoint stored them.
     calls_shown = [PARENT, "look_1", *(["final_result_1"] if structured else [])]
     assert shown == {(kind, call): 1 for call in calls_shown for kind in ("tool_call", "tool_result")}
 
@@ -230,8 +237,10 @@ async def test_a_read_only_step_of_a_sub_run_is_stored_with_its_end(database_url
         save_with = conversations.save_with
 
         async def counting(conversation: Any, **options: Any) -> Any:
-            if conversation.conversation_id == sub_conversation_id(thread_id, PARENT):
-                saved.append(len(conversation.messages))
+            first = options.get("first")
+            for saving in (first.conversation if first is not None else None, conversation):
+                if saving is not None and saving.conversation_id == sub_conversation_id(thread_id, PARENT):
+                    saved.append(len(saving.messages))
             return await save_with(conversation, **options)
 
         conversations.save_with = counting  # pyright: ignore[reportAttributeAccessIssue]
@@ -290,20 +299,32 @@ def no_slow_tools(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_slow_tools")
-async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint(database_url: str) -> None:
-    # The response calling `ask` waits for a checkpoint, as a response calling tools does: the
-    # sub-run's end carries it in its transaction, not a checkpoint of its own before the sub-run.
-    calls = Counter[str]()
-    async with open_runtime(desk(calls), database_url) as runtime:
+@pytest.mark.parametrize("tool", ["look", "note"], ids=["read-only step", "plain step"])
+async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint(
+    database_url: str, tool: str
+) -> None:
+    # The response calling `ask` waits for a checkpoint, as a response calling tools does. A sub-run
+    # whose only save is its end (its step read-only) has that end stored by the router's checkpoint
+    # of the call's result, with the response, in one transaction (`RunCheckpoints.fold`); one that
+    # stores a step first (a plain tool's results, as they go out) carries the response in that one.
+    calls, probe = Counter[str](), Probe()
+    async with open_runtime(desk(calls, tool=tool, probe=probe), database_url) as runtime:
+        probe.runtime = runtime
         thread_id, run_id = await start(runtime)
         saves = carried_saves(runtime, thread_id)
         assert await run_step(runtime, run_id) == "completed"
         outer = await runtime.db.conversations.load(thread_id)
+        stored = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
     inner = sub_conversation_id(thread_id, PARENT)
-    assert saves == [(inner, thread_id), (thread_id, None), (thread_id, None)]
+    if tool == "look":
+        assert saves == [(thread_id, inner), (thread_id, None)]
+    else:
+        assert saves == [(inner, thread_id), (thread_id, inner), (thread_id, None)]
     assert outer is not None
     assert [m.kind for m in outer.messages] == ["request", "response"] * 2
-    assert calls == {"router": 2, "booking": 2, "look": 1}
+    assert stored is not None
+    assert [m.kind for m in stored.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2, **({"look": 1} if tool == "look" else {})}
 
 
 @pytest.mark.usefixtures("no_slow_tools")
@@ -311,10 +332,11 @@ async def test_the_routers_response_is_stored_with_the_sub_runs_first_checkpoint
 async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
     database_url: str, when: str
 ) -> None:
-    # Cancelled as the sub-run's end is about to be stored with the router's response (nothing
-    # stored: both run again, each call and result shown once), or just after (both stored: the
-    # router continues from its call, the sub-run from its end, no model call or tool run again).
-    calls, cancelled = Counter[str](), list[bool]()
+    # Cancelled as the sub-run's end is about to be stored with the router's response and the call's
+    # result (nothing stored: both run again, each call and result shown once), or just after (all
+    # stored: the router continues from the call's result; the sub-run is not run again, and of the
+    # router's model calls only the one the cancellation cut, if it had begun, is asked again).
+    calls, cancelled, cut = Counter[str](), list[bool](), Counter[str]()
     sqlite = database_url.startswith("sqlite")
 
     async def cancelling(saving: Any) -> Any:
@@ -340,14 +362,19 @@ async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
         carried_saves(runtime, thread_id, cancelling)
         with pytest.raises(asyncio.CancelledError):
             await asyncio.create_task(run_step(runtime, run_id))
+        cut.update(calls)
         assert (await runtime.db.runs.get(run_id)).status == "queued"
         assert await run_step(runtime, run_id) == "completed"
         inner = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
         outer = await runtime.db.conversations.load(thread_id)
         events = await logged(runtime, thread_id)
-    assert calls == (
-        {"router": 3, "booking": 4, "look": 2} if when == "before" else {"router": 2, "booking": 2, "look": 1}
-    )
+    if when == "before":
+        assert (cut, calls) == (
+            {"router": 1, "booking": 2, "look": 1},
+            {"router": 3, "booking": 4, "look": 2},
+        )
+    else:
+        assert calls == {"router": cut["router"] + 1, "booking": 2, "look": 1}
     assert outer is not None
     assert inner is not None
     assert [m.kind for m in outer.messages] == ["request", "response"] * 2

@@ -1,9 +1,9 @@
 """The statements and transactions a delegated turn costs, pinned: adding one fails here.
 
 A router whose tool delegates to a sub-agent with one read-only tool (`test_delegation_checkpoints.desk`),
-on a new message's first attempt: the run queued and claimed in one transaction; the sub-run's one
-checkpoint (its end) carrying the router's response calling it, in one transaction (on SQLite one
-unit of work, on PostgreSQL one statement); the router's results and its end. No read.
+on a new message's first attempt: the run queued and claimed in one transaction; the router's
+response calling it, the sub-run's one checkpoint (its end, folded) and the router's results, in
+one transaction (on SQLite one unit of work, on PostgreSQL one statement); the router's end. No read.
 Counted as `test_turn_statements` counts a turn.
 """
 
@@ -57,7 +57,7 @@ async def delegated_turn(
         yield runtime, play
 
 
-async def test_a_delegated_turn_is_four_transactions_and_no_read(
+async def test_a_delegated_turn_is_three_transactions_and_no_read(
     delegated_turn: tuple[Runtime, Play], database_url: str
 ) -> None:
     _runtime, play = delegated_turn
@@ -66,8 +66,8 @@ async def test_a_delegated_turn_is_four_transactions_and_no_read(
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
-                "statements (but events)": 18,
-                "write transactions (but the writer's)": 4,
+                "statements (but events)": 14,
+                "write transactions (but the writer's)": 3,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
@@ -88,29 +88,20 @@ async def test_a_delegated_turn_is_four_transactions_and_no_read(
                         "UPDATE runs",
                         "UPDATE threads",
                     ],
-                    [
-                        "INSERT conversation_entries",
-                        "UPDATE conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
-                    ],
                 ],
             }
         )
     else:
         assert counted == snapshot(
             {
-                "statements (but events)": 4,
-                "write transactions (but the writer's)": 4,
+                "statements (but events)": 3,
+                "write transactions (but the writer's)": 3,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
                 "transactions": [
                     ["WITH: UPDATE threads, INSERT runs, INSERT events, SELECT pg_notify"],
                     [
                         "WITH: INSERT conversation_records, INSERT conversation_entries, INSERT conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
-                    ],
-                    [
-                        "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
                     ],
                     [
                         "WITH: UPDATE conversation_records, INSERT conversation_entries, INSERT events, INSERT records, UPDATE runs, UPDATE threads, SELECT pg_notify"
