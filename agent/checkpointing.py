@@ -263,11 +263,11 @@ class RunCheckpoints:
         `results` (a response stored while its tools run), no tool result event: those wait for
         the checkpoint that stores the results. A delegated run's end waiting for it (`fold`) is
         stored first, in its transaction (a pause's trip carries nothing: before it, alone)."""
-        self.owed = False
         folded, self.folded = self.folded, None
         if folded is not None and approvals:
-            await folded.settle()
+            await folded.settle()  # carrying the response calling it, if that still waits
             folded = None
+        self.owed = False
         stored = self.conversation.messages
         self.guard.scrub(messages[len(stored) :])
         records = self.records.drain() if results else []  # a record is stored with its call's result

@@ -18,7 +18,7 @@ from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from agent import ChatApp, RunScope, Runtime, open_runtime, run_step, sub_conversation_id
+from agent import ChatApp, RunScope, Runtime, decide, open_runtime, run_step, sub_conversation_id
 from store import NewRun, RunStatus
 from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
 
@@ -385,3 +385,96 @@ async def test_a_run_cancelled_around_the_carrying_checkpoint_resumes_exactly(
     assert shown == {(kind, call): 1 for call in (PARENT, "look_1") for kind in ("tool_call", "tool_result")}
     texts = [e for e in events if e.type == "text_done"]
     assert [e.parent_tool_call_id for e in texts] == [PARENT, None]
+
+
+def booking_agent(calls: Counter[str]) -> Agent[RunScope, str]:
+    """`booking` calls `look` (read-only) and answers in text: its end waits for its parent's checkpoint."""
+    booking = Agent(
+        counted_model("booking", ("look", {}), "seat 3A", calls), name="booking", deps_type=RunScope
+    )
+
+    @booking.tool_plain
+    def look() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Look the seat up."""
+        calls["look"] += 1
+        return "3A"
+
+    return booking
+
+
+def router_model(calls: Counter[str], *tools: str) -> FunctionModel:
+    """Calls `tools` at once (each `<tool>_1`, `ask` with a task), then answers "done"."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        calls["router"] += 1
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+            yield "done"
+            return
+        yield {
+            i: DeltaToolCall(
+                name=tool, json_args='{"task": "book"}' if tool == "ask" else "{}", tool_call_id=f"{tool}_1"
+            )
+            for i, tool in enumerate(tools)
+        }
+
+    return FunctionModel(stream_function=stream, model_name="router")
+
+
+@pytest.mark.usefixtures("no_slow_tools")
+async def test_a_sub_runs_end_waiting_for_its_parents_checkpoint_is_stored_alone_before_a_pause(
+    database_url: str,
+) -> None:
+    # The router calls `ask` and `refund` (approval required) at once: the step pauses, and a pause's
+    # trip carries nothing, so the sub-run's end is stored alone first (with the router's response
+    # calling it). The decision resumes the router; the sub-run is taken up from its stored end.
+    calls = Counter[str]()
+    booking = booking_agent(calls)
+    router = Agent(router_model(calls, "ask", "refund"), name="router", deps_type=RunScope)
+
+    @router.tool
+    async def ask(ctx: RunContext[RunScope], task: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Ask the booking agent."""
+        return await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+
+    @router.tool_plain(requires_approval=True)
+    def refund() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Refund the booking."""
+        calls["refund"] += 1
+        return "refunded"
+
+    app = ChatApp(agent=router, deps=lambda scope: scope, read_only_tools={"look"})
+    async with open_runtime(app, database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        saves = carried_saves(runtime, thread_id)
+        assert await run_step(runtime, run_id) == "awaiting_approval"
+        paused = list(saves)
+        stored = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+        [pending] = await runtime.db.approvals.list(thread_id=thread_id, status="pending")
+        decided = await decide(
+            runtime.db, thread_id, pending.tool_call_id, decision="approved", decided_by="ada"
+        )
+        assert decided.resume_run_id is not None
+        assert await run_step(runtime, decided.resume_run_id) == "completed"
+        outer = await runtime.db.conversations.load(thread_id)
+        events = await logged(runtime, thread_id)
+    inner = sub_conversation_id(thread_id, PARENT)
+    assert paused == [(inner, thread_id), (thread_id, None)]
+    assert stored is not None
+    assert [m.kind for m in stored.messages] == ["request", "response"] * 2
+    assert calls == {"router": 2, "booking": 2, "look": 1, "refund": 1}
+    assert outer is not None
+    results = sorted(
+        (p.tool_name, p.content)
+        for m in outer.messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    )
+    assert results == [("ask", "seat 3A"), ("refund", "refunded")]
+    shown = Counter(
+        (e.type, getattr(e, "tool_call_id", None)) for e in events if e.type in ("tool_call", "tool_result")
+    )
+    assert shown == {
+        (kind, call): 1 for call in (PARENT, "refund_1", "look_1") for kind in ("tool_call", "tool_result")
+    }
