@@ -5,7 +5,8 @@ hooks, timeouts, retries, the pause at deferred calls, its output guardrails), s
 tagged with its name and the parent call (`agent.translation`), and checkpoints its messages as the
 top run does (a response before its tools run, a request as it goes out, a step of read-only calls
 with the next checkpoint, its end with its output kept) as a conversation of its own, kept
-with the thread (`{thread_id}/{parent_tool_call_id}`, scope `store.delegated_scope`); its first
+with the thread (`{thread_id}/{parent_tool_call_id}`, then `…~2`, `…~3` for a call delegating again,
+scope `store.delegated_scope`); its first
 checkpoint stores the top run's response calling it first, in its transaction. The end of a sub-run
 of the top run's call that answered in text is stored by the top run's checkpoint that stores the
 call's result, in its transaction (`RunCheckpoints.fold`). A sub-run that
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
@@ -60,9 +62,15 @@ __all__ = ("DELEGATED", "Delegations", "sub_conversation_id")
 logger = logging.getLogger(__name__)
 
 
-def sub_conversation_id(thread_id: str, parent_tool_call_id: str) -> str:
-    """The id of the conversation a delegated agent had inside the tool call `parent_tool_call_id`."""
-    return f"{thread_id}/{parent_tool_call_id}"
+def sub_conversation_id(thread_id: str, parent_tool_call_id: str, ordinal: int = 1) -> str:
+    """The id of the conversation a delegated agent had inside the tool call `parent_tool_call_id`:
+    the `ordinal`-th the call delegated to (a tool may delegate more than once, in turn)."""
+    return f"{thread_id}/{_sub_key(parent_tool_call_id, ordinal)}"
+
+
+def _sub_key(parent: str, ordinal: int) -> str:
+    """What names the `ordinal`-th sub-run of the tool call `parent` within its thread."""
+    return parent if ordinal == 1 else f"{parent}~{ordinal}"
 
 
 @dataclass
@@ -103,8 +111,11 @@ class Delegations:
     running: dict[str, _SubRun] = field(default_factory=dict[str, "_SubRun"])
     """The sub-runs going on, by their pydantic-ai run id, outermost first."""
     started: set[str] = field(default_factory=set[str])
-    """The parent calls whose sub-runs this attempt started: on a first attempt, no other has a
+    """The sub-runs this attempt started (`_sub_key`): on a first attempt, no other has a
     conversation stored."""
+    ordinals: Counter[str] = field(default_factory=Counter[str])
+    """How many sub-runs each parent call started in this attempt: a call's tool that delegates again
+    has a sub-run of its own each time, found again in the same order when the call runs again."""
 
     async def before_effect(self) -> None:
         """A tool is about to do something keyed by its call id: the responses of the sub-runs going
@@ -135,6 +146,8 @@ class Delegations:
         name: str | None,
     ) -> Any:
         parent = call_id(ctx)
+        self.ordinals[parent] += 1
+        key = _sub_key(parent, self.ordinals[parent])
         nested = ctx.run_id in self.running
         if self.settle is not None:
             await self.settle()  # a sub-run's end before this one's events and saves
@@ -144,14 +157,14 @@ class Delegations:
         # in its transaction, as it stood when the sub-run started (its mark).
         mark = None if nested or self.carry is None else self.log.last_id
         path = (*self.paths.get(ctx.run_id or "", (self.root,)), name or agent.name or "agent")
-        done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(parent))
+        done = None if self.first_attempt else await self.db.ledger.get(self.thread_id, _output_key(key))
         if done is not None and done.status == "succeeded":
-            logger.info("the sub-run of tool call %s ended before; its stored output is used", parent)
+            logger.info("the sub-run %s of tool call %s ended before; its stored output is used", key, parent)
             return _typed(agent, done.result)
-        conversation_id = sub_conversation_id(self.thread_id, parent)
+        conversation_id = f"{self.thread_id}/{key}"
         # A new message's first attempt made this call now: nothing of its sub-run is stored to load.
-        fresh = self.first_attempt and parent not in self.started
-        self.started.add(parent)
+        fresh = self.first_attempt and key not in self.started
+        self.started.add(key)
         conversations = self.db.conversations
         # `load_at` with no revision: none stored, no trip, and its first save reads no record either.
         conversation = await (
@@ -164,18 +177,18 @@ class Delegations:
         if requests is not None and deferred is not None and _undecided(requests, deferred):
             # Paused before its parent did (the run stopped in between): it still waits, as it was.
             raise ApprovalRequired(metadata={DELEGATED: requests.metadata[_HELD][DELEGATED]})
-        sub = _SubRun(self, path, parent, conversation, mark, top=not nested)
+        sub = _SubRun(self, path, parent, key, conversation, mark, top=not nested)
         return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
-    def keeping(self, parent: str, path: tuple[str, ...], output: object) -> AlsoWrite:
-        """The write that keeps a sub-run's `output`, in the transaction of its last checkpoint."""
+    def keeping(self, key: str, path: tuple[str, ...], output: object) -> AlsoWrite:
+        """The write that keeps the output of the sub-run `key` (`_sub_key`), in the transaction of its last checkpoint."""
         result = to_jsonable_python(output, fallback=str)
 
         async def keep(connection: AsyncConnection) -> None:
             await self.db.ledger.keep(
                 connection,
                 self.thread_id,
-                _output_key(parent),
+                _output_key(key),
                 run_id=self.run_id,
                 tool_name=f"delegate:{path[-1]}",
                 result=result,
@@ -192,12 +205,15 @@ class _SubRun:
         delegations: Delegations,
         path: tuple[str, ...],
         parent: str,
+        key: str,
         conversation: Conversation,
         mark: int | None,
         *,
         top: bool,
     ) -> None:
         self.delegations, self.path, self.parent, self.conversation = delegations, path, parent, conversation
+        self.key = key
+        """What names it among the sub-runs of the thread (`_sub_key`): its conversation's, its output's."""
         self.mark = mark
         """The run's newest event as the sub-run started, if its first checkpoint may carry the
         run's response (`Delegations.carry`); `None`: that response was stored before it started."""
@@ -304,7 +320,7 @@ class _SubRun:
         deps: Any,
     ) -> Any:
         delegations = self.delegations
-        run_id = f"{ctx.run_id}/{self.parent}"
+        run_id = f"{ctx.run_id}/{self.key}"
         delegations.paths[run_id] = self.path
         delegations.running[run_id] = self
         hooks = RunHooks(delegations.retries, delegations.failures, self.schemas, self._sending)
@@ -366,9 +382,10 @@ class _SubRun:
             raise ApprovalRequired(metadata={DELEGATED: encode_calls(calls)})
         # Ended on a text answer, it needs no output kept: driven again, pydantic-ai takes the output
         # from that stored response, with no model call. Else (an output tool's, say) it is kept.
-        kept = None if _ends_in_text(messages) else delegations.keeping(self.parent, self.path, result.output)
+        kept = None if _ends_in_text(messages) else delegations.keeping(self.key, self.path, result.output)
         fold = delegations.fold
-        if kept is None and self.top and fold is not None and not self.guard.blanking:
+        ended = len(messages) != len(self.conversation.messages)  # else taken up from its stored end
+        if kept is None and ended and self.top and fold is not None and not self.guard.blanking:
             self.end = messages
             if fold(self):  # stored by the run's next checkpoint, the one storing this call's result
                 return result.output
@@ -407,7 +424,7 @@ class _SubRun:
         await self.save(self.messages())
 
     def _part_id(self, index: int) -> str:
-        return f"{self.parent}.{self.responses}.{index}"
+        return f"{self.key}.{self.responses}.{index}"
 
 
 _HELD = "durable_chat_held"
@@ -440,9 +457,9 @@ def _ends_in_text(messages: Sequence[ModelMessage]) -> bool:
     return bool(messages) and isinstance(messages[-1], ModelResponse) and not messages[-1].tool_calls
 
 
-def _output_key(parent: str) -> str:
-    """The ledger key under which a sub-run's output is kept once it ended."""
-    return f"{parent}#delegated"
+def _output_key(key: str) -> str:
+    """The ledger key under which the output of the sub-run `key` (`_sub_key`) is kept once it ended."""
+    return f"{key}#delegated"
 
 
 def _typed(agent: AbstractAgent[Any, Any], stored: object) -> Any:

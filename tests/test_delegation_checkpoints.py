@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from agent import ChatApp, RunScope, Runtime, decide, open_runtime, run_step, sub_conversation_id
 from store import NewRun, RunStatus
-from stream import CollectingSink, StreamEvent, ToolResult, event_from_data
+from stream import CollectingSink, StreamEvent, TextDone, ToolResult, event_from_data
 
 pytestmark = pytest.mark.anyio
 
@@ -478,3 +478,62 @@ async def test_a_sub_runs_end_waiting_for_its_parents_checkpoint_is_stored_alone
     assert shown == {
         (kind, call): 1 for call in (PARENT, "refund_1", "look_1") for kind in ("tool_call", "tool_result")
     }
+
+
+@pytest.mark.usefixtures("no_slow_tools")
+async def test_a_call_delegating_to_two_agents_in_turn_gives_each_its_own_conversation(
+    database_url: str,
+) -> None:
+    # Each delegation of one call is a sub-run of its own (`…/ask_1`, then `…/ask_1~2`). Folded, the
+    # first one's end waits for the router's checkpoint; the second delegation stores it first, alone,
+    # carrying the router's response. Cut in the second's tool, the call runs again: the first sub-run
+    # is taken up from its stored end (no model call), the second starts over from its prompt.
+    calls = Counter[str]()
+    booking = booking_agent(calls)
+    hotels = Agent(counted_model("hotels", ("find", {}), "room 12", calls), name="hotels", deps_type=RunScope)
+    router = Agent(router_model(calls, "ask"), name="router", deps_type=RunScope)
+
+    @hotels.tool_plain
+    def find() -> str:  # pyright: ignore[reportUnusedFunction]
+        """Find a room."""
+        calls["find"] += 1
+        if calls["find"] == 1:
+            raise asyncio.CancelledError  # the attempt is cut short here, once
+        return "12"
+
+    @router.tool
+    async def ask(ctx: RunContext[RunScope], task: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Ask the booking agent, then the hotels agent."""
+        seat = await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+        room = await ctx.deps.delegate(ctx, hotels, task, deps=ctx.deps)
+        return f"{seat}, {room}"
+
+    app = ChatApp(agent=router, deps=lambda scope: scope, read_only_tools={"look", "find"})
+    async with open_runtime(app, database_url) as runtime:
+        thread_id, run_id = await start(runtime)
+        saves = carried_saves(runtime, thread_id)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(run_step(runtime, run_id))
+        assert await run_step(runtime, run_id) == "completed"
+        first = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT))
+        second = await runtime.db.conversations.load(sub_conversation_id(thread_id, PARENT, 2))
+        outer = await runtime.db.conversations.load(thread_id)
+        events = await logged(runtime, thread_id)
+    assert calls == {"router": 2, "booking": 2, "look": 1, "hotels": 3, "find": 2}
+    one, two = sub_conversation_id(thread_id, PARENT), sub_conversation_id(thread_id, PARENT, 2)
+    assert saves == [(one, thread_id), (thread_id, two), (thread_id, None)]
+    assert first is not None
+    assert second is not None
+    assert outer is not None
+    answers = [m.text for m in (first.messages[-1], second.messages[-1]) if isinstance(m, ModelResponse)]
+    assert answers == ["seat 3A", "room 12"]
+    results = [
+        p.content
+        for m in outer.messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    assert results == ["seat 3A, room 12"]
+    texts = [(e.agent, e.parent_tool_call_id) for e in events if isinstance(e, TextDone)]
+    assert texts == [("booking", PARENT), ("hotels", PARENT), ("router", None)]
