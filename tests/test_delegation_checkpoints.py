@@ -22,6 +22,8 @@ from agent import ChatApp, RunScope, Runtime, decide, open_runtime, run_step, su
 from store import NewRun, RunStatus
 from stream import CollectingSink, StreamEvent, TextDone, ToolResult, event_from_data
 
+from .test_delegation import returns
+
 pytestmark = pytest.mark.anyio
 
 PARENT = "ask_1"
@@ -181,14 +183,7 @@ async def test_a_sub_run_cancelled_between_its_end_and_its_parents_checkpoint_re
         assert calls == {"booking": 4, "look": 2, "router": 3}
     assert outer is not None
     assert inner is not None
-    results = [
-        (p.tool_name, p.content)
-        for m in outer.messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-        if isinstance(p, ToolReturnPart)
-    ]
-    assert results == [("ask", "seat 3A")]
+    assert returns(outer.messages) == [("ask", "seat 3A")]
     assert [type(m).__name__ for m in inner.messages] == (
         ["ModelRequest", "ModelResponse", "ModelRequest", "ModelResponse", "ModelRequest"]
         if structured
@@ -464,14 +459,7 @@ async def test_a_sub_runs_end_waiting_for_its_parents_checkpoint_is_stored_alone
     assert [m.kind for m in stored.messages] == ["request", "response"] * 2
     assert calls == {"router": 2, "booking": 2, "look": 1, "refund": 1}
     assert outer is not None
-    results = sorted(
-        (p.tool_name, p.content)
-        for m in outer.messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-        if isinstance(p, ToolReturnPart)
-    )
-    assert results == [("ask", "seat 3A"), ("refund", "refunded")]
+    assert sorted(returns(outer.messages)) == [("ask", "seat 3A"), ("refund", "refunded")]
     shown = Counter(
         (e.type, getattr(e, "tool_call_id", None)) for e in events if e.type in ("tool_call", "tool_result")
     )
@@ -527,13 +515,6 @@ async def test_a_call_delegating_to_two_agents_in_turn_gives_each_its_own_conver
     assert outer is not None
     answers = [m.text for m in (first.messages[-1], second.messages[-1]) if isinstance(m, ModelResponse)]
     assert answers == ["seat 3A", "room 12"]
-    results = [
-        p.content
-        for m in outer.messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-        if isinstance(p, ToolReturnPart)
-    ]
-    assert results == ["seat 3A, room 12"]
+    assert returns(outer.messages) == [("ask", "seat 3A, room 12")]
     texts = [(e.agent, e.parent_tool_call_id) for e in events if isinstance(e, TextDone)]
     assert texts == [("booking", PARENT), ("hotels", PARENT), ("router", None)]
