@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic_ai.conversation_store import ConversationEntry
+from pydantic_ai.messages import ModelMessage
 
 __all__ = (
     "CACHE_ENV",
@@ -28,6 +30,7 @@ __all__ = (
     "OBJECT_FACTOR",
     "CachedHistory",
     "HistoryCache",
+    "Undecoded",
     "budget_from_env",
 )
 
@@ -57,31 +60,76 @@ def budget_from_env() -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class CachedHistory:
-    """A whole history, oldest entry first, and the stored bytes of each of its messages."""
+class Undecoded:
+    """Entries a save stored here, kept as their bytes until a load reads them (`CachedHistory.entries`)."""
 
-    entries: tuple[ConversationEntry, ...]
-    sizes: tuple[int, ...]
+    ids: tuple[tuple[str, str | None], ...]
+    """Each entry's id and its parent's, oldest first."""
+    decode: Callable[[], Sequence[ModelMessage]]
+    """Their messages, as a load from the database would validate them."""
+
+
+class CachedHistory:
+    """A whole history, oldest entry first, and the stored bytes of each of its messages.
+
+    The entries a save adds are decoded when the history is first read (`entries`), not as they are
+    saved: a history no load reads again (a thread's last turn, a delegated run's conversation) is
+    never decoded, and the saves of one run add to it without reading it."""
+
+    __slots__ = ("_decoded", "_undecoded", "sizes")
+
+    def __init__(
+        self,
+        entries: tuple[ConversationEntry, ...],
+        sizes: tuple[int, ...],
+        undecoded: tuple[Undecoded, ...] = (),
+    ) -> None:
+        self._decoded, self.sizes, self._undecoded = entries, sizes, undecoded
+
+    @property
+    def entries(self) -> tuple[ConversationEntry, ...]:
+        """Its entries, the saved ones decoded now if not yet.
+
+        Raises:
+            CorruptData: A saved message does not validate, as a load of it from the database would say.
+        """
+        if self._undecoded:
+            added = tuple(
+                ConversationEntry(id=entry_id, parent_id=parent_id, message=message)
+                for batch in self._undecoded
+                for (entry_id, parent_id), message in zip(batch.ids, batch.decode(), strict=True)
+            )
+            self._decoded, self._undecoded = self._decoded + added, ()
+        return self._decoded
 
     @property
     def head_id(self) -> str | None:
-        return self.entries[-1].id if self.entries else None
+        if self._undecoded:
+            return self._undecoded[-1].ids[-1][0]
+        return self._decoded[-1].id if self._decoded else None
 
     @property
     def charge(self) -> int:
         """What this history counts against the budget."""
-        return sum(self.sizes) * OBJECT_FACTOR + len(self.entries) * _ENTRY_OVERHEAD
+        return sum(self.sizes) * OBJECT_FACTOR + len(self.sizes) * _ENTRY_OVERHEAD
 
     def extended(self, entries: tuple[ConversationEntry, ...], sizes: tuple[int, ...]) -> CachedHistory:
         return CachedHistory(self.entries + entries, self.sizes + sizes)
+
+    def saved(self, batch: Undecoded, sizes: tuple[int, ...]) -> CachedHistory:
+        """This history with the entries of a save after it, decoded when first read."""
+        return CachedHistory(self._decoded, self.sizes + sizes, (*self._undecoded, batch))
 
     def up_to(self, entry_id: str | None) -> CachedHistory | None:
         """The history ending at `entry_id` (empty for `None`), if `entry_id` is in this one."""
         if entry_id is None:
             return CachedHistory((), ())
-        for index in range(len(self.entries) - 1, -1, -1):
-            if self.entries[index].id == entry_id:
-                return CachedHistory(self.entries[: index + 1], self.sizes[: index + 1])
+        if entry_id == self.head_id:
+            return self
+        entries = self.entries
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index].id == entry_id:
+                return CachedHistory(entries[: index + 1], self.sizes[: index + 1])
         return None
 
 

@@ -9,11 +9,11 @@ ABC's algorithm on. Nothing travels on a ContextVar.
 
 from __future__ import annotations
 
-import asyncio
 import copy
+import functools
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -32,9 +32,9 @@ from . import codec, histories
 from .checkpoints import Checkpoint
 from .engine import reader, translate_errors
 from .erasure import erase_conversation
-from .errors import CorruptData, NotFound
+from .errors import NotFound
 from .histories import NO_STOP, RECORD_COLUMNS, Writing
-from .history_cache import CachedHistory, HistoryCache
+from .history_cache import CachedHistory, HistoryCache, Undecoded
 from .history_trips import NewEntry
 from .instructions import Instructions
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
@@ -300,13 +300,9 @@ class Primitives(ConversationStore):
                         await write(connection)
                         await call.also(connection)
                     cached = saved()
-                elif shared.writes_inline or not shared.histories.enabled:
+                else:
                     await write(shared.engine)  # its own transaction (on SQLite, on the loop's thread)
                     cached = saved()
-                else:
-                    # Alone, the write is its own transaction, committed in its one trip; the history
-                    # to cache is decoded while the database works.
-                    cached = await _meanwhile(write(shared.engine), saved)
             except exc.IntegrityError as error:
                 # The record exists already, its head names an entry a concurrent delete released,
                 # or a fork's source was deleted since it was read: all a conflict with another writer.
@@ -327,7 +323,8 @@ class Primitives(ConversationStore):
         texts: dict[str, bytes],
     ) -> CachedHistory | None:
         """The history a save stores, to cache once it commits: the cached one it extends (or
-        branches from) and the new entries, decoded from their bytes; `None` when not cached."""
+        branches from) and the new entries, their bytes decoded when a load first reads them
+        (`CachedHistory.entries`); `None` when not cached."""
         cache = self.shared.histories
         if not cache.enabled:
             return None
@@ -341,18 +338,16 @@ class Primitives(ConversationStore):
         if base is None:
             return None  # read from the database at the next load
         if encoded:
-            # The cache holds what a load from the database would give: the stored bytes, validated.
-            try:
-                messages = codec.decode_messages(
-                    [(row[0], row[3]) for row in encoded], where="(just saved)", instructions=texts
-                )
-            except CorruptData:
-                return None
-            base = base.extended(
-                tuple(
-                    ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
-                    for entry, message in zip(new_entries, messages, strict=True)
-                ),
+            # The cache holds what a load from the database would give: the stored bytes, validated
+            # when a load first reads them.
+            decode = functools.partial(
+                codec.decode_messages,
+                [(row[0], row[3]) for row in encoded],
+                where="(just saved)",
+                instructions=texts,
+            )
+            base = base.saved(
+                Undecoded(tuple((entry.id, entry.parent_id) for entry in new_entries), decode),
                 tuple(len(row[3]) + (0 if row[4] is None else len(texts[row[4]])) for row in encoded),
             )
         return base
@@ -412,35 +407,6 @@ class Primitives(ConversationStore):
         if limit is None:
             cache.put(None, read)
         return _handed_out(read, limit)
-
-
-async def _meanwhile(trip: Coroutine[Any, Any, None], work: Callable[[], T]) -> T:
-    """`work()`, done on the loop while `trip` waits for the database, once `trip` succeeded.
-
-    The trip runs as a task that sends its statement before `work` starts, and its outcome comes
-    first, as if it had been awaited directly: a caller cancelled meanwhile cancels it, and should
-    `work` fail, its error is raised once the trip ended well.
-    """
-    task = asyncio.ensure_future(trip)
-    try:
-        await asyncio.sleep(0)  # the task's first step: its statement goes out
-    except BaseException:
-        task.cancel()
-        task.add_done_callback(_retrieve)
-        raise
-    try:
-        done = work()
-    except Exception:
-        await task
-        raise
-    await task
-    return done
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    # A trip cancelled on the way out of `_meanwhile`: its own outcome is not reported twice.
-    if not task.cancelled():
-        task.exception()
 
 
 def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationEntry]:

@@ -7,7 +7,6 @@ nothing here is timed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,6 @@ from store import DatabaseUnavailable, SqlConversationStore, codec
 from store.compiled import observing
 from store.engine import create_engine, normalize_url, reader
 from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, budget_from_env
-from store.primitives import _meanwhile  # pyright: ignore[reportPrivateUsage]
 
 from .conftest import MigratedDatabases
 from .store_conformance import dump, reply, transcript, turns, user
@@ -94,9 +92,10 @@ async def test_a_load_after_a_save_decodes_nothing_and_a_save_only_the_new_messa
 ) -> None:
     store: SqlConversationStore = await open_store()
     await store.save(Conversation(conversation_id="chat", messages=turns(5)))
-    assert decodes.rows == len(turns(5))  # the saved messages, validated back once for the cache
+    assert decodes.rows == 0  # kept as saved, validated back when a load first reads them
 
     conversation = await _loaded(store, "chat")
+    await _loaded(store, "chat")
     assert decodes.rows == len(turns(5))
     assert dump(conversation.messages) == await _truth(url, "chat")
 
@@ -107,6 +106,23 @@ async def test_a_load_after_a_save_decodes_nothing_and_a_save_only_the_new_messa
     assert decodes.rows == 2
     assert dump(again.messages) == await _truth(url, "chat")
     assert transcript(again.messages)[-2:] == ["q", "a"]
+
+
+async def test_saves_no_load_reads_are_never_decoded_and_one_load_decodes_them_all_once(
+    open_store: Any, url: str, decodes: Decodes
+) -> None:
+    # A run's checkpoints add to its history one after the other, and a thread's last turn or a
+    # delegated agent's conversation is seldom read again: none of that is decoded until a load.
+    store: SqlConversationStore = await open_store()
+    conversation = Conversation(conversation_id="chat", messages=turns(2))
+    await store.save(conversation)
+    for question in ("q1", "q2"):
+        conversation.messages.extend([user(question), reply(f"a {question}")])
+        await store.save(conversation)
+    assert decodes.rows == 0
+    loaded = await _loaded(store, "chat")
+    assert decodes.rows == len(turns(2)) + 4
+    assert dump(loaded.messages) == await _truth(url, "chat")
 
 
 async def test_a_cold_load_decodes_the_history_once(open_store: Any, decodes: Decodes) -> None:
@@ -138,7 +154,9 @@ async def test_another_worker_appending_is_seen_and_only_its_messages_are_read(
 
     assert transcript(seen.messages)[-2:] == ["theirs", "answered elsewhere"]
     assert seen.revision == elsewhere.revision
-    assert decodes.rows == 2  # the tail after the head it had cached, not the whole history
+    # Its own save, kept as saved until now, and the tail after the head it had cached, read: not
+    # the whole history read again.
+    assert decodes.rows == len(turns(5)) + 2
     assert dump(seen.messages) == await _truth(url, "chat")
     seen.messages.extend([user("mine again"), reply("ok")])
     await mine.save(seen)
@@ -165,61 +183,6 @@ async def test_a_save_that_conflicts_leaves_the_cache_as_it_was(open_store: Any,
     seen = await _loaded(mine, "chat")
     assert transcript(seen.messages)[-2:] == ["theirs", "first"]
     assert dump(seen.messages) == await _truth(url, "chat")
-
-
-async def test_work_done_during_a_trip_counts_only_once_the_trip_succeeds() -> None:
-    sent: list[str] = []
-    answer = asyncio.Event()
-
-    async def trip(fails: bool = False) -> None:
-        sent.append("statement")
-        await answer.wait()
-        if fails:
-            raise ConversationConflict("chat")
-
-    def work() -> str:
-        assert sent == ["statement"]  # the statement went out before the work started
-        return "decoded"
-
-    # The trip's outcome comes after the work, and decides.
-    task = asyncio.ensure_future(_meanwhile(trip(), work))
-    await asyncio.sleep(0.01)
-    assert not task.done()
-    answer.set()
-    assert await task == "decoded"
-    sent.clear()
-    with pytest.raises(ConversationConflict):
-        await _meanwhile(trip(fails=True), work)
-
-    # The caller cancelled mid-trip, or the work failing, cancels the trip as awaiting it would.
-    answer.clear()
-    cancelled: list[bool] = []
-
-    async def watched() -> None:
-        try:
-            await answer.wait()
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
-    waiting = asyncio.ensure_future(_meanwhile(watched(), lambda: None))
-    await asyncio.sleep(0.01)
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
-    assert cancelled == [True]
-
-    # The work failing: the trip still ends as awaited directly, its outcome first.
-    def broken() -> None:
-        raise RuntimeError("decoding failed")
-
-    answer.set()
-    sent.clear()
-    with pytest.raises(RuntimeError, match="decoding failed"):
-        await _meanwhile(trip(), broken)
-    assert sent == ["statement"]
-    with pytest.raises(ConversationConflict):
-        await _meanwhile(trip(fails=True), broken)
 
 
 async def test_branches_and_forks_get_their_own_histories(open_store: Any, url: str) -> None:
@@ -256,8 +219,9 @@ async def test_the_budget_evicts_the_least_recently_used_histories(open_store: A
     cache = store.history_cache
     assert 0 < cache.used <= cache.budget
     assert 0 < len(cache) < 8
+    await _loaded(store, "chat-7")  # the most recent, still cached: its saved messages decoded now
     decodes.rows = 0
-    await _loaded(store, "chat-7")  # the most recent: still cached
+    await _loaded(store, "chat-7")
     assert decodes.rows == 0
     await _loaded(store, "chat-0")  # the oldest: evicted, read again
     assert decodes.rows == len(turns(10))
