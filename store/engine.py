@@ -226,6 +226,10 @@ def _postgres_connect_args(options: ConnectionOptions) -> dict[str, object]:
         arguments["statement_cache_size"] = 0
         arguments["prepared_statement_cache_size"] = 0
         return arguments
+    # asyncpg expires a cached statement with a timer set as it is prepared, which keeps the context
+    # of the task that prepared it, a run's, with all it holds, for the lifetime (300 s by default):
+    # no lifetime, no timer. The cache stays bounded by its size, least recently used dropped first.
+    arguments["max_cached_statement_lifetime"] = 0
     server_settings = {
         name: str(round(seconds * 1000))
         for name, seconds in (

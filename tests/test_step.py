@@ -86,6 +86,19 @@ async def test_a_turn_leaves_its_step_to_reference_counting_not_the_collector(
     assert left == []
 
 
+async def test_nothing_of_a_run_outlives_its_turn(core_factory: CoreFactory) -> None:
+    # Nor through the database driver: asyncpg expired each statement it prepared with a timer that
+    # kept the context of the task preparing it, a run's, with its scope and checkpoints, for 300 s.
+    app = await core_factory(Script([LOOKUP, "Found it."]))
+    thread = await app.thread()
+    await app.send(thread, "Which plan am I on?")  # a new engine: its statements are prepared in this run
+    gc.collect()
+    alive = [
+        o for o in gc.get_objects() if isinstance(o, RunCheckpoints) and o.run.thread_id == thread.thread_id
+    ]
+    assert alive == []
+
+
 async def test_one_run_at_a_time_and_idempotency_keys(core_factory: CoreFactory) -> None:
     app = await core_factory(Script([], then="Hi."))
     thread = await app.thread()
