@@ -142,6 +142,11 @@ class RunCheckpoints:
         """The agent run begins from `conversation` as it is; `new` gives its new messages."""
         self.base, self.new = len(self.conversation.messages), new
 
+    def close(self) -> None:
+        """The run ended: let go of the agent run (`started`) and of a delegated run's end not stored
+        (`fold`), which hold these checkpoints back through their hooks."""
+        self.new, self.folded = list, None
+
     def messages(self) -> list[ModelMessage]:
         """The conversation as the run left it so far: what is stored, then what the run added since."""
         stored = self.conversation.messages

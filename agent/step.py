@@ -320,7 +320,7 @@ class _Step:
         """Break the run's reference cycles, so that reference counting frees its objects now rather
         than the garbage collector later: this step and its helpers hold its bound methods, and the
         checkpoints hold the agent run (`started`), whose capabilities hold the checkpoints'."""
-        self.checkpoints.new = list
+        self.checkpoints.close()
         vars(self).clear()
 
     async def _before_effect(self) -> None:
