@@ -359,18 +359,29 @@ def carries(dialect: Dialect, first: Checkpoint | None, second: Checkpoint | Non
     once: both checkpoints must be of the same run, the first only marking the thread and the trace
     (a delegated run's parent's response, `RunCheckpoints.carried`), the second holding no calls.
     """
-    if dialect.name == "sqlite":
-        return True
-    return (
-        first is not None
-        and second is not None
-        and first.run.run_id == second.run.run_id
-        and first.run.lease_owner == second.run.lease_owner
-        and not first.records
-        and not first.events
-        and first.finish is None
-        and first.pause is None
-        and second.pause is None
+    return dialect.name == "sqlite" or _merged(first, second) is not None
+
+
+def _merged(first: Checkpoint | None, second: Checkpoint | None) -> Checkpoint | None:
+    """The one checkpoint of a run that `first` then `second` amount to, when `first` only marks the
+    thread and the trace: the thread's mark and the trace as the two one after the other would leave
+    them (the second's where it gives one, else the first's). `None` when they are not so."""
+    if (
+        first is None
+        or second is None
+        or first.run.run_id != second.run.run_id
+        or first.run.lease_owner != second.run.lease_owner
+        or first.records
+        or first.events
+        or first.finish is not None
+        or first.pause is not None
+        or second.pause is not None
+    ):
+        return None
+    return replace(
+        second,
+        event_id=second.event_id if second.event_id is not None else first.event_id,
+        trace_id=second.trace_id if second.trace_id is not None else first.trace_id,
     )
 
 
@@ -380,32 +391,27 @@ async def _write_carrying(
     """`write`'s unit of work carrying another's write first: the second's refusal, if refused;
     the first's raised."""
     dialect = engine.dialect
+    # One checkpoint of the run where the first only marks the thread (on PostgreSQL, always).
+    merged = _merged(carrying.checkpoint, save.checkpoint)
+    sqlite = dialect.name == "sqlite"
     carried = _record_save(
         dialect,
         carrying.values,
         entries=carrying.entries,
         expected_revision=carrying.expected_revision,
         forked_from=carrying.forked_from,
-        checkpoint=carrying.checkpoint,
+        checkpoint=None if sqlite and merged is not None else carrying.checkpoint,
         commit=True,
     )
-    if dialect.name == "sqlite":
+    if sqlite:
+        saves = [carried, save if merged is None else replace(save, checkpoint=merged)]
         refused = await checked_out(
-            engine, save.record.sql, functools.partial(lite.write_all, saves=[carried, save], ran=ran)
+            engine, save.record.sql, functools.partial(lite.write_all, saves=saves, ran=ran)
         )
         if refused is not None and refused[0] == 0:
             _raise_for(refused[1], carrying.checkpoint, carrying.conversation_id)
         return None if refused is None else refused[1]
-    first, second = carrying.checkpoint, save.checkpoint
-    assert first is not None, "a carried write of PostgreSQL's is a checkpoint's"
-    assert second is not None, "a write carrying another is a checkpoint's"
-    # One checkpoint of the run, leaving the thread's mark and the trace as the two one after the
-    # other would have: the second's where it gives one, else the first's.
-    merged = replace(
-        second,
-        event_id=second.event_id if second.event_id is not None else first.event_id,
-        trace_id=second.trace_id if second.trace_id is not None else first.trace_id,
-    )
+    assert merged is not None, "PostgreSQL carries a write whose checkpoint only marks the thread"
     record = _carrying(dialect, _how(carrying.expected_revision, carrying.forked_from), save.how)
     save = replace(save, record=record, checkpoint=merged)
     refusal = await checked_out(

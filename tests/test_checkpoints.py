@@ -201,10 +201,9 @@ async def test_a_save_carrying_another_stores_both_in_one_checkpoint(open_worker
     checkpoint = Checkpoint(run=run, event_id=None, events=_events(run, first_id))
     await db.conversations.save_with(sub, checkpoint=checkpoint, first=first)
     stored = await _stored(db, run)
-    # The thread marked as the parent's checkpoint says, the events of the sub-run's stored; counted
-    # once in one statement (PostgreSQL), twice in a unit of two checkpoints (SQLite).
-    counted = 2 if db.engine.dialect.name == "sqlite" else 1
-    assert stored == (1, [first_id, first_id + 1], [], counted, first_id + 1)
+    # The thread marked as the parent's checkpoint says, the events of the sub-run's stored; one
+    # checkpoint of the run, counted once, on both databases.
+    assert stored == (1, [first_id, first_id + 1], [], 1, first_id + 1)
     inner = await db.conversations.load(sub.conversation_id)
     assert inner is not None
     assert len(inner.messages) == 1
@@ -297,3 +296,20 @@ def test_only_the_stores_own_refusals_are_read_as_refusals() -> None:
         refused(_Error("22P02", 'invalid input syntax for type integer: "durable-chat refused: keyedx"'))
         is None
     )
+
+
+async def test_a_save_carrying_another_stores_neither_once_the_lease_is_lost(open_worker: OpenWorker) -> None:
+    # The carried save's checkpoint, which only marks the thread, is one with the carrying one's:
+    # that one's fence guards both, on both databases.
+    db, heir = await open_worker("w1"), await open_worker("heir")
+    run, first_id = await _running(db)
+    await _take_over(db, heir, run)
+    parent = _conversation(run)
+    sub = Conversation(
+        conversation_id=f"{run.thread_id}/call-1", messages=[ModelRequest.user_text_prompt("go")]
+    )
+    first = Saving(parent, Checkpoint(run=run, event_id=first_id + 1))
+    with pytest.raises(LeaseLost):
+        await db.conversations.save_with(sub, checkpoint=Checkpoint(run=run, event_id=None), first=first)
+    assert await _stored(heir, run) == (None, [], [], 0, 0)
+    assert await heir.conversations.load(sub.conversation_id) is None

@@ -66,7 +66,7 @@ async def test_a_delegated_turn_is_three_transactions_and_no_read(
     if database_url.startswith("sqlite"):
         assert counted == snapshot(
             {
-                "statements (but events)": 14,
+                "statements (but events)": 12,
                 "write transactions (but the writer's)": 3,
                 "reads": [],
                 "rollbacks outside a transaction": 0,
@@ -75,8 +75,6 @@ async def test_a_delegated_turn_is_three_transactions_and_no_read(
                     [
                         "INSERT conversation_entries",
                         "INSERT conversation_records",
-                        "UPDATE runs",
-                        "UPDATE threads",
                         "INSERT conversation_entries",
                         "INSERT conversation_records",
                         "UPDATE runs",
