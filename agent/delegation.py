@@ -6,13 +6,12 @@ tagged with its name and the parent call (`agent.translation`), and checkpoints 
 top run does (a response before its tools run, a request as it goes out, a step of read-only calls
 with the next checkpoint, its end with its output kept) as a conversation of its own, kept
 with the thread (`{thread_id}/{parent_tool_call_id}`, then `…~2`, `…~3` for a call delegating again,
-scope `store.delegated_scope`); its first
-checkpoint stores the top run's response calling it first, in its transaction. The end of a sub-run
-of the top run's call that answered in text is stored by the top run's checkpoint that stores the
-call's result, in its transaction (`RunCheckpoints.fold`). A sub-run that
-pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses too, all the way
-up; the decisions resume the innermost agent from storage when the parent call runs again. The
-design note is "Several agents" in `docs/agent.md`.
+scope `store.delegated_scope`); its first checkpoint stores the top run's response calling it first,
+in its transaction. The end of a sub-run of the top run's call that answered in text is stored by
+the top run's checkpoint that stores the call's result, in its transaction (`RunCheckpoints.fold`).
+A sub-run that pauses raises `ApprovalRequired` carrying its pending calls, so its parent pauses
+too, all the way up; the decisions resume the innermost agent from storage when the parent call runs
+again. The design note is "Several agents" in `docs/agent.md`.
 """
 
 from __future__ import annotations
@@ -147,7 +146,8 @@ class Delegations:
     ) -> Any:
         parent = call_id(ctx)
         self.ordinals[parent] += 1
-        key = _sub_key(parent, self.ordinals[parent])
+        ordinal = self.ordinals[parent]
+        key = _sub_key(parent, ordinal)
         nested = ctx.run_id in self.running
         if self.settle is not None:
             await self.settle()  # a sub-run's end before this one's events and saves
@@ -161,7 +161,7 @@ class Delegations:
         if done is not None and done.status == "succeeded":
             logger.info("the sub-run %s of tool call %s ended before; its stored output is used", key, parent)
             return _typed(agent, done.result)
-        conversation_id = f"{self.thread_id}/{key}"
+        conversation_id = sub_conversation_id(self.thread_id, parent, ordinal)
         # A new message's first attempt made this call now: nothing of its sub-run is stored to load.
         fresh = self.first_attempt and key not in self.started
         self.started.add(key)
@@ -181,7 +181,8 @@ class Delegations:
         return await sub.drive(ctx, agent, None if conversation.messages else prompt, deferred, deps)
 
     def keeping(self, key: str, path: tuple[str, ...], output: object) -> AlsoWrite:
-        """The write that keeps the output of the sub-run `key` (`_sub_key`), in the transaction of its last checkpoint."""
+        """The write that keeps the output of the sub-run `key` (`_sub_key`), in the transaction of
+        its last checkpoint."""
         result = to_jsonable_python(output, fallback=str)
 
         async def keep(connection: AsyncConnection) -> None:
