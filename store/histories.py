@@ -355,9 +355,10 @@ async def write(
 def carries(dialect: Dialect, first: Checkpoint | None, second: Checkpoint | None) -> bool:
     """Whether a save with the checkpoint `second` can carry one with `first` (`write(carrying=)`).
 
-    On SQLite, always: one unit of work. On PostgreSQL, one statement, where a run's row is updated
-    once: both checkpoints must be of the same run, the first only marking the thread and the trace
-    (a delegated run's parent's response, `RunCheckpoints.carried`), the second holding no calls.
+    On SQLite, always: one unit of work (with one checkpoint of the run where PostgreSQL's condition
+    holds, two otherwise). On PostgreSQL, one statement, where a run's row is updated once: both
+    checkpoints must be of the same run, the first only marking the thread and the trace (a delegated
+    run's parent's response, `RunCheckpoints.carried`), the second holding no calls (`_merged`).
     """
     return dialect.name == "sqlite" or _merged(first, second) is not None
 

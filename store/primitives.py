@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from pydantic_ai.conversation_store import (
@@ -32,14 +32,12 @@ from . import codec, histories
 from .checkpoints import Checkpoint
 from .engine import reader, translate_errors
 from .erasure import erase_conversation
-from .errors import NotFound
+from .errors import CorruptData, NotFound
 from .histories import NO_STOP, RECORD_COLUMNS, Writing
 from .history_cache import CachedHistory, HistoryCache, Undecoded
 from .history_trips import NewEntry
 from .instructions import Instructions
 from .schema import ConversationEntryRow, ConversationRecordRow, metadata
-
-T = TypeVar("T")
 
 __all__ = ("ABSENT", "AlsoWrite", "Call", "Known", "PageCursor", "Prefetch", "Primitives", "Shared")
 
@@ -334,7 +332,10 @@ class Primitives(ConversationStore):
             if base is not None:
                 break
             cached = cache.head_of(source) if source is not None else None
-            base = None if cached is None else cached.up_to(base_id)
+            try:
+                base = None if cached is None else cached.up_to(base_id)
+            except CorruptData:
+                return None  # the write committed: a load reads it from the database and says so
         if base is None:
             return None  # read from the database at the next load
         if encoded:

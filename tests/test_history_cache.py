@@ -87,7 +87,7 @@ async def _truth(url: str, conversation_id: str) -> bytes:
         return dump((await _loaded(cold, conversation_id)).messages)
 
 
-async def test_a_load_after_a_save_decodes_nothing_and_a_save_only_the_new_messages(
+async def test_a_save_decodes_nothing_and_a_load_after_it_only_the_new_messages(
     open_store: Any, url: str, decodes: Decodes
 ) -> None:
     store: SqlConversationStore = await open_store()

@@ -5,6 +5,7 @@ conversation readable; hand-offs and the thread's `agent`. On SQLite and Postgre
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from web import Settings, create_app, issue_token
 
 from .agent_chains import Chain
 from .conformance import Scripted
+from .test_delegation_checkpoints import booking_agent, counted_model, router_model
 from .waiting import eventually
 
 pytestmark = pytest.mark.anyio
@@ -107,6 +109,45 @@ async def test_a_nested_approval_over_the_api(database_url: str, tmp_path: Path)
     for missing in (unknown, foreign):
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "not_found"
+
+
+async def test_each_agent_a_call_delegated_to_has_its_conversation_over_the_api(
+    database_url: str, tmp_path: Path
+) -> None:
+    # A tool delegating to two agents in turn: the first's conversation at the call's id, the second's
+    # at `{id}~2`, nothing at `{id}~3`.
+    calls = Counter[str]()
+    booking = booking_agent(calls)
+    hotels = Agent(counted_model("hotels", ("look", {}), "room 12", calls), name="hotels", deps_type=RunScope)
+    hotels.tool_plain(name="look")(lambda: "12")
+    router = Agent(router_model(calls, "ask"), name="router", deps_type=RunScope)
+
+    @router.tool
+    async def ask(ctx: RunContext[RunScope], task: str) -> str:  # pyright: ignore[reportUnusedFunction]
+        """Ask the booking agent, then the hotels agent."""
+        seat = await ctx.deps.delegate(ctx, booking, task, deps=ctx.deps)
+        room = await ctx.deps.delegate(ctx, hotels, task, deps=ctx.deps)
+        return f"{seat}, {room}"
+
+    app = ChatApp(agent=router, deps=lambda scope: scope)
+    async with served(app, database_url, tmp_path) as api:
+        thread_id = await new_thread(api)
+        await send(api, thread_id, "Book")
+        await until(api, thread_id, lambda d: d["status"] == "idle" and len(d["messages"]) >= 2)
+        base = f"/api/threads/{thread_id}/tool-calls"
+        first, second, third = [
+            await api.get(f"{base}/{call}/messages", headers=HEADERS)
+            for call in ("ask_1", "ask_1~2", "ask_1~3")
+        ]
+    answers = [
+        [p["content"] for m in response.json()["messages"] for p in m["parts"] if p["part_kind"] == "text"]
+        for response in (first, second)
+    ]
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert (first.json()["tool_call_id"], second.json()["tool_call_id"]) == ("ask_1", "ask_1~2")
+    assert answers == [["seat 3A"], ["room 12"]]
+    assert third.status_code == 404
+    assert third.json()["error"]["code"] == "not_found"
 
 
 def desk() -> ChatApp[Any]:
