@@ -197,7 +197,8 @@ class RunCheckpoints:
         results, it is stored with the request that sends them on, and a crash in between runs the
         sub-run's unstored steps again (a tool acting through the ledger had them stored first). Its
         events wait with it: a `tool_result` of its, and all after it, are held until a checkpoint
-        stores them (`EventLogSink`). Anything else stored of the run first stores it alone (`settle`).
+        stores them (`EventLogSink`). Any checkpoint of the run carries it, whichever comes first;
+        a pause, or another delegated run starting, stores it alone before (`settle`).
         """
         if self.folded is not None or self.stopping.is_set():
             return False
