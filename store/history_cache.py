@@ -16,10 +16,12 @@ recently used histories are evicted first.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic_ai.conversation_store import ConversationEntry
 from pydantic_ai.messages import ModelMessage
@@ -39,6 +41,11 @@ DEFAULT_CACHE_MB = 64
 OBJECT_FACTOR = 3
 """Validated messages take about this many times their JSON size in memory (measured, rounded up:
 see `docs/benchmarks.md`)."""
+PACK_AFTER = 64
+"""The fewest entries decoded since a history was last copied together before a load copies it
+again (`CachedHistory.packed`)."""
+PACK_FRACTION = 4
+"""... and at least this fraction of the entries copied last time (a quarter)."""
 _ENTRY_OVERHEAD = 200
 """Bytes counted per entry beyond its message: the entry, its ids and its slot in the tuple."""
 
@@ -76,15 +83,17 @@ class CachedHistory:
     saved: a history no load reads again (a thread's last turn, a delegated run's conversation) is
     never decoded, and the saves of one run add to it without reading it."""
 
-    __slots__ = ("_decoded", "_undecoded", "sizes")
+    __slots__ = ("_decoded", "_packed", "_undecoded", "sizes")
 
     def __init__(
         self,
         entries: tuple[ConversationEntry, ...],
         sizes: tuple[int, ...],
         undecoded: tuple[Undecoded, ...] = (),
+        packed: int | None = None,
     ) -> None:
         self._decoded, self.sizes, self._undecoded = entries, sizes, undecoded
+        self._packed = len(entries) if packed is None else packed
 
     @property
     def entries(self) -> tuple[ConversationEntry, ...]:
@@ -102,6 +111,31 @@ class CachedHistory:
             self._decoded, self._undecoded = self._decoded + added, ()
         return self._decoded
 
+    def packed(self) -> tuple[ConversationEntry, ...]:
+        """Its entries (`entries`), copied together first once those added since its last copy number
+        at least `PACK_AFTER` and a `PACK_FRACTION`th of the ones copied then.
+
+        A history grown a turn at a time has its messages decoded a few at a time, scattered in
+        memory among everything made meanwhile, and pydantic-ai walks a run's whole history several
+        times per model request: over 1,000 scattered messages a turn took ~3 ms more than over the
+        same messages made at once (`docs/benchmarks.md`, "Flat in history"). A copy made in one go
+        lies together. Copying the whole history each time a fixed fraction has been added costs the
+        same per turn at any length (a copy of 1,000 messages ~10 ms, once per ~250 new ones).
+        Messages are immutable once stored: the copies are equal, and loads hand out only them.
+        """
+        entries = self.entries
+        if len(entries) - self._packed < max(PACK_AFTER, self._packed // PACK_FRACTION):
+            return entries
+        self._packed = len(entries)
+        try:
+            copied = [
+                ConversationEntry(id=e.id, parent_id=e.parent_id, message=_copy(e.message)) for e in entries
+            ]
+        except RecursionError:  # a tool result nested deeper than Python recurses: left as it is
+            return entries
+        self._decoded = entries = tuple(copied)
+        return entries
+
     @property
     def head_id(self) -> str | None:
         if self._undecoded:
@@ -114,11 +148,11 @@ class CachedHistory:
         return sum(self.sizes) * OBJECT_FACTOR + len(self.sizes) * _ENTRY_OVERHEAD
 
     def extended(self, entries: tuple[ConversationEntry, ...], sizes: tuple[int, ...]) -> CachedHistory:
-        return CachedHistory(self.entries + entries, self.sizes + sizes)
+        return CachedHistory(self.entries + entries, self.sizes + sizes, packed=self._packed)
 
     def saved(self, batch: Undecoded, sizes: tuple[int, ...]) -> CachedHistory:
         """This history with the entries of a save after it, decoded when first read."""
-        return CachedHistory(self._decoded, self.sizes + sizes, (*self._undecoded, batch))
+        return CachedHistory(self._decoded, self.sizes + sizes, (*self._undecoded, batch), self._packed)
 
     def up_to(self, entry_id: str | None) -> CachedHistory | None:
         """The history ending at `entry_id` (empty for `None`), if `entry_id` is in this one."""
@@ -129,8 +163,54 @@ class CachedHistory:
         entries = self.entries
         for index in range(len(entries) - 1, -1, -1):
             if entries[index].id == entry_id:
-                return CachedHistory(entries[: index + 1], self.sizes[: index + 1])
+                return CachedHistory(
+                    entries[: index + 1], self.sizes[: index + 1], packed=min(self._packed, index + 1)
+                )
         return None
+
+
+_new, _set = object.__new__, object.__setattr__
+_COPIED: dict[type, bool] = {}
+"""Per type: whether `_copy` copies its instances attribute by attribute (`_copied`)."""
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a stored message's objects, made at once: its dataclasses, lists and dicts new, the
+    rest (strings, numbers, times, bytes: immutable) shared.
+
+    Each dataclass instance is made as its constructor makes one, its attributes set in order
+    without a `__dict__` of its own (CPython keeps them inline): pydantic-ai reads them fastest so,
+    faster than from a copy `pickle` or a JSON decode makes (`docs/benchmarks.md`).
+    """
+    kind = type(value)
+    if kind is list:
+        return [_copy(item) for item in value]
+    if kind is dict:
+        return {key: _copy(item) for key, item in value.items()}
+    copied = _COPIED.get(kind)
+    if copied is None:
+        copied = _COPIED[kind] = _copied(kind)
+    if not copied:
+        return value
+    instance = _new(kind)
+    for name, item in vars(value).items():
+        _set(instance, name, _copy(item))
+    return instance
+
+
+def _copied(kind: type) -> bool:
+    """Whether `_copy` copies instances of `kind` attribute by attribute: a dataclass whose instances
+    keep every attribute in their `__dict__` (no slot holds one), none of its fields a descriptor of
+    the class that setting it would call."""
+    if not dataclasses.is_dataclass(kind) or not kind.__dictoffset__:
+        return False
+    for cls in kind.__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
+            return False
+    return not any(
+        hasattr(type(getattr(kind, field.name, None)), "__set__") for field in dataclasses.fields(kind)
+    )
 
 
 class HistoryCache:

@@ -418,7 +418,7 @@ def _handed_out(history: CachedHistory, limit: int | None) -> list[ConversationE
     so that one must not be the object the cache holds. Copying it shallowly is enough: pydantic-ai
     replaces a message's lists rather than changing them.
     """
-    kept = history.entries
+    kept = history.packed()
     entries = list(kept if limit is None else kept[max(len(kept) - limit, 0) :])
     if entries:
         last = entries[-1]

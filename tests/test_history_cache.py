@@ -7,6 +7,7 @@ nothing here is timed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -16,14 +17,14 @@ import sqlalchemy as sa
 from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationConflict
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy.engine import make_url
 
-from store import DatabaseUnavailable, SqlConversationStore, codec
+from store import DatabaseUnavailable, SqlConversationStore, codec, history_cache
 from store.compiled import observing
 from store.engine import create_engine, normalize_url, reader
-from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, budget_from_env
+from store.history_cache import CACHE_ENV, CachedHistory, HistoryCache, Undecoded, budget_from_env
 
 from .conftest import MigratedDatabases
 from .store_conformance import dump, reply, transcript, turns, user
@@ -225,6 +226,77 @@ async def test_the_budget_evicts_the_least_recently_used_histories(open_store: A
     assert decodes.rows == 0
     await _loaded(store, "chat-0")  # the oldest: evicted, read again
     assert decodes.rows == len(turns(10))
+
+
+async def test_a_history_grown_a_turn_at_a_time_is_copied_together_once_per_quarter(
+    open_store: Any, url: str
+) -> None:
+    # Each load decodes the last turn's messages, scattered in memory among everything made
+    # meanwhile; once 64 (and a quarter of those copied last time) were added, the load copies the
+    # whole history together. Between copies a load hands out the same objects (no copy per turn).
+    store: SqlConversationStore = await open_store()
+    conversation = Conversation(conversation_id="chat", messages=[])
+    copied_at: list[int] = []
+    previous: list[ModelMessage] = []
+    for turn in range(170):
+        conversation.messages.extend([user(f"q{turn}"), reply(f"a{turn}")])
+        await store.save(conversation)
+        conversation = await _loaded(store, "chat")
+        if previous and conversation.messages[0] is not previous[0]:
+            copied_at.append(len(conversation.messages))
+            assert dump(conversation.messages[: len(previous)]) == dump(previous)
+        previous = conversation.messages
+    assert copied_at == [64, 128, 192, 256, 320]
+    assert dump(conversation.messages) == await _truth(url, "chat")
+
+
+def _chat(count: int) -> list[ModelMessage]:
+    """`count` messages, a question and its answer in turn."""
+    return [user(f"q{n // 2}") if n % 2 == 0 else reply(f"a{n // 2}") for n in range(count)]
+
+
+def _unpacked(messages: Sequence[ModelMessage]) -> CachedHistory:
+    """A history whose messages were all added since it was last copied, as saves leave one."""
+    ids = tuple((f"0190a0a0-0000-7000-8000-{n:012}", None) for n in range(len(messages)))
+    return CachedHistory((), ()).saved(Undecoded(ids, lambda: list(messages)), (10,) * len(messages))
+
+
+def test_a_copy_is_equal_and_new_sharing_only_what_cannot_change() -> None:
+    result = ToolReturnPart("lookup", content={"order": {"items": [1, 2]}, "status": "shipped"}, tool_call_id="c")
+    messages = [*_chat(62), ModelRequest(parts=[result]), reply("done")]
+    copied = [entry.message for entry in _unpacked(messages).packed()]
+    assert copied == messages
+    assert all(new is not old for new, old in zip(copied, messages, strict=True))
+    part = copied[-2].parts[0]
+    assert isinstance(part, ToolReturnPart)
+    assert part is not result and part.content is not result.content
+    assert part.content["order"]["items"] is not result.content["order"]["items"]
+    assert part.content["status"] is result.content["status"]  # a string: shared
+    assert copied[-2].timestamp is messages[-2].timestamp
+
+
+def test_a_history_too_deep_to_copy_stays_as_it_is_and_is_not_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nested: list[Any] = []
+    for _ in range(sys.getrecursionlimit()):
+        nested = [nested]
+    deep = ModelRequest(parts=[ToolReturnPart("tool", content=nested, tool_call_id="c")])
+    history = _unpacked([*_chat(62), deep, reply("done")])
+    copies: list[object] = []
+    copy = history_cache._copy
+
+    def counted(value: Any) -> Any:
+        copies.append(value)
+        return copy(value)
+
+    monkeypatch.setattr(history_cache, "_copy", counted)
+    first = history.packed()
+    assert first[-2].message is deep
+    tried = len(copies)
+    assert tried > 0
+    assert history.packed() is first
+    assert len(copies) == tried  # not tried again at the next load
 
 
 def test_the_charge_counts_the_stored_bytes() -> None:
