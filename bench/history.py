@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic_ai.conversation_store import ConversationEntry
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from agent import ChatApp, Runtime
@@ -23,6 +24,7 @@ from bench.harness.reports import PACKAGES, Clock, command_line, environment, se
 from bench.harness.servers import SERVER_CORE, folder, pin_this_process
 from bench.harness.stats import median, ms, times
 from bench.harness.turns import Turn, bare_turn, bench_runtime, queued
+from store.history_cache import PACK_AFTER, PACK_FRACTION, CachedHistory
 
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
@@ -49,11 +51,53 @@ Quadruple = dict[str, tuple[float, float]]
 """One turn of every side (CPU and wall seconds), back to back (within half a second: at one speed of the core)."""
 
 
-def quadruple_ratio(quadruple: Quadruple) -> float:
-    """(ours long - (bare long - bare fresh)) / ours fresh on CPU time, within one quadruple: its four
-    turns ran at the same speed of the core, which the ratio then cancels."""
+def quadruple_ratio(quadruple: Quadruple, copy: float = 0.0) -> float:
+    """(ours long + `copy` - (bare long - bare fresh)) / ours fresh on CPU time, within one quadruple:
+    its four turns ran at the same speed of the core, which the ratio then cancels. `copy`: what the
+    history cache's copies (`CachedHistory.packed`) cost a long turn, spread over the turns between
+    two of them."""
     cpu = {side: sample[0] for side, sample in quadruple.items()}
-    return (cpu["ours long"] - (cpu["bare long"] - cpu["bare fresh"])) / cpu["ours fresh"]
+    return (cpu["ours long"] + copy - (cpu["bare long"] - cpu["bare fresh"])) / cpu["ours fresh"]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """The history cache's copy of a long thread's history (`CachedHistory.packed`), timed apart: the
+    measured turns fall between two copies, so none pays one; each long turn is charged its share."""
+
+    messages: int
+    seconds: float
+    """CPU time of one copy, the median of `COPIES`."""
+    every: int
+    """New messages between two copies at this length."""
+
+    @property
+    def per_turn(self) -> float:
+        return self.seconds * MESSAGES_PER_TURN / self.every
+
+
+COPIES = 5
+MESSAGES_PER_TURN = 4
+"""The plain app's turn: the question, the lookup's call and result, the answer."""
+
+
+async def timed_copy(bench: Bench) -> Copy:
+    """What `CachedHistory.packed` takes to copy the long thread's history, and how often it does."""
+    messages = await bench.messages(bench.long_thread)
+    entries = tuple(
+        ConversationEntry(id=str(index), parent_id=None, message=message)
+        for index, message in enumerate(messages)
+    )
+    seconds = []
+    for _ in range(COPIES):
+        history = CachedHistory(entries, (0,) * len(entries), packed=0)
+        gc.collect()
+        started = time.process_time()
+        copied = history.packed()
+        seconds.append(time.process_time() - started)
+        assert copied[0].message is not entries[0].message, "the copy was not made"
+    every = max(PACK_AFTER, len(entries) // PACK_FRACTION)
+    return Copy(len(entries), median(seconds), every)
 
 
 @dataclass
@@ -62,16 +106,17 @@ class Result:
     rounds: list[list[Quadruple]]
     sizes: tuple[int, int]
     """The long thread's messages at the first and the last measured turn."""
+    copy: Copy
 
     @property
     def ratios(self) -> list[float]:
         """Each round's: the median of its quadruples' ratios."""
-        return [median(quadruple_ratio(q) for q in round_) for round_ in self.rounds]
+        return [median(quadruple_ratio(q, self.copy.per_turn) for q in round_) for round_ in self.rounds]
 
     @property
     def ratio(self) -> float:
         """The median of every measured quadruple's ratio."""
-        return median(quadruple_ratio(q) for round_ in self.rounds for q in round_)
+        return median(quadruple_ratio(q, self.copy.per_turn) for round_ in self.rounds for q in round_)
 
     @property
     def spread(self) -> float:
@@ -101,19 +146,33 @@ class Bench:
 
     async def grow(self, messages: int, copies: int) -> None:
         """`1 + copies` long threads played turn by turn through the step, in turn, until each holds
-        `messages`: each takes one quadruple in turn, so that none grows by more than a few messages
+        its size: each takes one quadruple in turn, so that none grows by more than a few messages
         during the run. Each is grown as a real thread is (its history cached, stored and decoded a
-        turn at a time, among the other threads' turns), never saved at once."""
+        turn at a time, among the other threads' turns), never saved at once.
+
+        The sizes are `messages` and more, spread evenly over the messages between two of the history
+        cache's copies (`CachedHistory.packed`): the measured turns meet every length of history
+        added since the last copy, as a long thread does over its life, not only the turns just
+        after a copy."""
         db = self.runtime.db
         self.long_threads = [
             (await db.threads.create(user_id="bench", title="long")).thread_id for _ in range(1 + copies)
         ]
-        size = 0
-        while size < messages:
-            for thread_id in self.long_threads:
-                await (await queued(self.runtime, thread_id))()
-            size = len(await self.messages(self.long_threads[-1]))
-            print(f"\r  growing {len(self.long_threads)} long threads: {size} messages", end="", flush=True)
+        cycle = max(PACK_AFTER, messages // PACK_FRACTION)
+        targets = {
+            thread_id: messages + n * cycle // (1 + copies) for n, thread_id in enumerate(self.long_threads)
+        }
+        sizes = dict.fromkeys(self.long_threads, 0)
+        while any(sizes[thread_id] < target for thread_id, target in targets.items()):
+            for thread_id, target in targets.items():
+                if sizes[thread_id] < target:
+                    await (await queued(self.runtime, thread_id))()
+                    sizes[thread_id] = len(await self.messages(thread_id))
+            print(
+                f"\r  growing {len(self.long_threads)} long threads: {min(sizes.values())} messages",
+                end="",
+                flush=True,
+            )
         print(flush=True)
 
     async def messages(self, thread_id: str) -> list[ModelMessage]:
@@ -202,10 +261,11 @@ async def run(
             await bench.grow(settings.messages, settings.copies)
             first = await bench.sizes()
             rounds = await measure(bench, settings, not arguments.keep_gc, database)
-            result = Result(database, rounds, (first[0], (await bench.sizes())[1]))
+            copy = await timed_copy(bench)
+            result = Result(database, rounds, (first[0], (await bench.sizes())[1]), copy)
         print(
             f"  rounds {', '.join(f'{ratio:.2f}' for ratio in result.ratios)}: median {result.ratio:.2f}, "
-            f"spread ±{result.spread:.2f}",
+            f"spread ±{result.spread:.2f}; a copy {result.copy.seconds * 1000:.1f} ms every {result.copy.every}",
             flush=True,
         )
         results.append(result)
@@ -230,6 +290,24 @@ def render(results: list[Result], lines: list[str]) -> list[str]:
             for result in results
         ],
     )
+    out += [
+        "",
+        "The history cache's copy of a long thread's history (`CachedHistory.packed`), CPU, charged to ours long in the ratio:",
+        "",
+    ]
+    out += table(
+        ["database", "messages", "one copy", "every (new messages)", "per long turn"],
+        [
+            [
+                result.database,
+                f"{result.copy.messages:,}",
+                ms(result.copy.seconds, 2),
+                f"{result.copy.every:,}",
+                ms(result.copy.per_turn, 3),
+            ]
+            for result in results
+        ],
+    )
     out += ["", "Wall time of the same turns, median ms:", ""]
     out += table(
         ["database", *SIDES],
@@ -237,7 +315,7 @@ def render(results: list[Result], lines: list[str]) -> list[str]:
     )
     verdicts = [
         [
-            f"{result.database}: (ours long - peer's growth) / ours fresh",
+            f"{result.database}: (ours long + its copy share - peer's growth) / ours fresh",
             times(result.ratio),
             f"±{result.spread:.2f}",
             f"at most {LIMIT}x, rounds within ±{SPREAD}",
