@@ -24,7 +24,7 @@ from bench.harness.reports import PACKAGES, Clock, command_line, environment, se
 from bench.harness.servers import SERVER_CORE, folder, pin_this_process
 from bench.harness.stats import median, ms, times
 from bench.harness.turns import Turn, bare_turn, bench_runtime, queued
-from store.history_cache import PACK_AFTER, PACK_FRACTION, CachedHistory
+from store import CachedHistory, copied_every
 
 LIMIT = 1.2
 """(ours long - the peer's growth) / ours fresh at most this (issue 29's target 2)."""
@@ -88,7 +88,7 @@ async def timed_copy(bench: Bench) -> Copy:
         ConversationEntry(id=str(index), parent_id=None, message=message)
         for index, message in enumerate(messages)
     )
-    seconds = []
+    seconds: list[float] = []
     for _ in range(COPIES):
         history = CachedHistory(entries, (0,) * len(entries), packed=0)
         gc.collect()
@@ -96,7 +96,7 @@ async def timed_copy(bench: Bench) -> Copy:
         copied = history.packed()
         seconds.append(time.process_time() - started)
         assert copied[0].message is not entries[0].message, "the copy was not made"
-    every = max(PACK_AFTER, len(entries) // PACK_FRACTION)
+    every = copied_every(len(entries))
     return Copy(len(entries), median(seconds), every)
 
 
@@ -158,7 +158,7 @@ class Bench:
         self.long_threads = [
             (await db.threads.create(user_id="bench", title="long")).thread_id for _ in range(1 + copies)
         ]
-        cycle = max(PACK_AFTER, messages // PACK_FRACTION)
+        cycle = copied_every(messages)
         targets = {
             thread_id: messages + n * cycle // (1 + copies) for n, thread_id in enumerate(self.long_threads)
         }

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     )
     from .events import EventLog, LoggedEvent, NewEvent, append_events, overwrite_events
     from .files import Files, NewFile, QuotaExceeded, StoredFile
+    from .history_cache import CachedHistory, copied_every
     from .leases import Leases, Worker
     from .ledger import Execution, Ledger, idempotency_key
     from .migrate import current_revision, head_revision, run_environment, upgrade
@@ -67,6 +68,7 @@ __all__ = (
     "ApprovalPending",
     "ApprovalStatus",
     "Approvals",
+    "CachedHistory",
     "CallsHeld",
     "Checkpoint",
     "Claim",
@@ -130,6 +132,7 @@ __all__ = (
     "append_events",
     "append_review_event",
     "cancel_run",
+    "copied_every",
     "current_revision",
     "delegated_scope",
     "finish_run",
@@ -190,6 +193,7 @@ _EXPORTS = {
     ),
     "events": ("EventLog", "LoggedEvent", "NewEvent", "append_events", "overwrite_events"),
     "files": ("Files", "NewFile", "QuotaExceeded", "StoredFile"),
+    "history_cache": ("CachedHistory", "copied_every"),
     "leases": ("Leases", "Worker"),
     "ledger": ("Execution", "Ledger", "idempotency_key"),
     "migrate": ("current_revision", "head_revision", "run_environment", "upgrade"),

@@ -21,7 +21,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar, cast
 
 from pydantic_ai.conversation_store import ConversationEntry
 from pydantic_ai.messages import ModelMessage
@@ -34,6 +34,7 @@ __all__ = (
     "HistoryCache",
     "Undecoded",
     "budget_from_env",
+    "copied_every",
 )
 
 CACHE_ENV = "DURABLE_CHAT_HISTORY_CACHE_MB"
@@ -48,6 +49,12 @@ PACK_FRACTION = 4
 """... and at least this fraction of the entries copied last time (a quarter)."""
 _ENTRY_OVERHEAD = 200
 """Bytes counted per entry beyond its message: the entry, its ids and its slot in the tuple."""
+
+
+def copied_every(length: int) -> int:
+    """How many messages a history copied together at `length` messages adds before a load copies it
+    again (`CachedHistory.packed`)."""
+    return max(PACK_AFTER, length // PACK_FRACTION)
 
 
 def budget_from_env() -> int:
@@ -124,7 +131,7 @@ class CachedHistory:
         Messages are immutable once stored: the copies are equal, and loads hand out only them.
         """
         entries = self.entries
-        if len(entries) - self._packed < max(PACK_AFTER, self._packed // PACK_FRACTION):
+        if len(entries) - self._packed < copied_every(self._packed):
             return entries
         self._packed = len(entries)
         try:
@@ -169,31 +176,33 @@ class CachedHistory:
         return None
 
 
+_T = TypeVar("_T")
 _new, _set = object.__new__, object.__setattr__
 _COPIED: dict[type, bool] = {}
 """Per type: whether `_copy` copies its instances attribute by attribute (`_copied`)."""
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: _T) -> _T:
     """A copy of a stored message's objects, made at once: its dataclasses, lists and dicts new, the
     rest (strings, numbers, times, bytes: immutable) shared.
 
-    Each dataclass instance is made as its constructor makes one, its attributes set in order
-    without a `__dict__` of its own (CPython keeps them inline): pydantic-ai reads them fastest so,
-    faster than from a copy `pickle` or a JSON decode makes (`docs/benchmarks.md`).
+    Each dataclass instance gets its attributes set in order, as its constructor sets them (CPython
+    then keeps them inline, with no dictionary of their own); cheaper than a `pickle` round trip
+    (about 8 against 10 ms for 1,000 messages).
     """
-    kind = type(value)
+    kind: type[object] = type(value)
     if kind is list:
-        return [_copy(item) for item in value]
+        return cast("_T", [_copy(item) for item in cast("list[object]", value)])
     if kind is dict:
-        return {key: _copy(item) for key, item in value.items()}
+        return cast("_T", {key: _copy(item) for key, item in cast("dict[object, object]", value).items()})
     copied = _COPIED.get(kind)
     if copied is None:
         copied = _COPIED[kind] = _copied(kind)
     if not copied:
         return value
     instance = _new(kind)
-    for name, item in vars(value).items():
+    attributes: dict[str, object] = vars(value)
+    for name, item in attributes.items():
         _set(instance, name, _copy(item))
     return instance
 
@@ -208,9 +217,8 @@ def _copied(kind: type) -> bool:
         slots = cls.__dict__.get("__slots__", ())
         if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
             return False
-    return not any(
-        hasattr(type(getattr(kind, field.name, None)), "__set__") for field in dataclasses.fields(kind)
-    )
+    defaults: list[object] = [getattr(kind, field.name, None) for field in dataclasses.fields(kind)]
+    return not any(hasattr(type(default), "__set__") for default in defaults)
 
 
 class HistoryCache:

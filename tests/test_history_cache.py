@@ -262,14 +262,17 @@ def _unpacked(messages: Sequence[ModelMessage]) -> CachedHistory:
 
 
 def test_a_copy_is_equal_and_new_sharing_only_what_cannot_change() -> None:
-    result = ToolReturnPart("lookup", content={"order": {"items": [1, 2]}, "status": "shipped"}, tool_call_id="c")
+    result = ToolReturnPart(
+        "lookup", content={"order": {"items": [1, 2]}, "status": "shipped"}, tool_call_id="c"
+    )
     messages = [*_chat(62), ModelRequest(parts=[result]), reply("done")]
     copied = [entry.message for entry in _unpacked(messages).packed()]
     assert copied == messages
     assert all(new is not old for new, old in zip(copied, messages, strict=True))
     part = copied[-2].parts[0]
     assert isinstance(part, ToolReturnPart)
-    assert part is not result and part.content is not result.content
+    assert part is not result
+    assert part.content is not result.content
     assert part.content["order"]["items"] is not result.content["order"]["items"]
     assert part.content["status"] is result.content["status"]  # a string: shared
     assert copied[-2].timestamp is messages[-2].timestamp
