@@ -182,6 +182,9 @@ async def _served(
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30)
         )
         services: Services = app.state.services
+        if services.listener is not None:
+            # Connected, it reads every followed thread once (`Relay.catch_up`): not a turn's read.
+            await services.listener.wait_connected()
         tally = Tally()
         stack.enter_context(observing(tally.ran_compiled, on_commit=tally.committed_compiled))
         _watch(services.db.engine, "write", tally)

@@ -101,6 +101,7 @@ def create_app(
                 ),
                 streams=StreamLimiter(per_user=settings.max_streams_per_user),
                 relay=relay,
+                listener=listener,
             )
             if listener is not None:
                 listener.start()

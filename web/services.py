@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import Request
 
 from agent import ChatApp
-from store import Database
+from store import Database, EventListener
 from worker import Broker, Relay, Runner
 
 from .limits import RateLimiter, StreamLimiter
@@ -29,6 +29,8 @@ class Services:
     streams: StreamLimiter
     relay: Relay | None = None
     """Relays events other processes store (PostgreSQL only)."""
+    listener: EventListener | None = None
+    """Listens for the notices of other processes' events, for the relay (PostgreSQL only)."""
 
 
 def services(request: Request) -> Services:
