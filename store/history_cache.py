@@ -7,9 +7,10 @@ history is therefore never stale; a conversation another worker extended simply 
 and the store then reads only the entries after the head it has cached (`head_of`). A branch,
 a regenerated turn or a fork is just another head: its history is another key.
 
-Entries are held, not copied: messages are treated as immutable once stored (the store hands
-out a copy of a history's last message, the one pydantic-ai fills in when it continues a
-history; see `SqlConversationStore`). The budget counts each history's stored message bytes
+Entries are held, not copied on each load: messages are treated as immutable once stored (the
+store hands out a copy of a history's last message, the one pydantic-ai fills in when it continues
+a history; see `SqlConversationStore`). A growing history is copied whole now and then, only so
+that its messages lie together in memory (`CachedHistory.packed`). The budget counts each history's stored message bytes
 times `OBJECT_FACTOR`, an estimate of what the validated objects take in memory; the least
 recently used histories are evicted first.
 """
@@ -43,10 +44,9 @@ OBJECT_FACTOR = 3
 """Validated messages take about this many times their JSON size in memory (measured, rounded up:
 see `docs/benchmarks.md`)."""
 PACK_AFTER = 64
-"""The fewest entries decoded since a history was last copied together before a load copies it
-again (`CachedHistory.packed`)."""
 PACK_FRACTION = 4
-"""... and at least this fraction of the entries copied last time (a quarter)."""
+"""A load copies a history together again (`CachedHistory.packed`) once it added at least
+`PACK_AFTER` entries since its last copy, and at least a `PACK_FRACTION`th of those copied then."""
 _ENTRY_OVERHEAD = 200
 """Bytes counted per entry beyond its message: the entry, its ids and its slot in the tuple."""
 
