@@ -18,6 +18,7 @@ recently used histories are evicted first.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -43,18 +44,22 @@ DEFAULT_CACHE_MB = 64
 OBJECT_FACTOR = 3
 """Validated messages take about this many times their JSON size in memory (measured, rounded up:
 see `docs/benchmarks.md`)."""
-PACK_AFTER = 64
-PACK_FRACTION = 4
-"""A load copies a history together again (`CachedHistory.packed`) once it added at least
-`PACK_AFTER` entries since its last copy, and at least a `PACK_FRACTION`th of those copied then."""
+PACK_AFTER = 32
+"""A load copies a history together again (`CachedHistory.packed`) once it added at least this many
+entries since its last copy, and twice the square root of its length (`copied_every`)."""
 _ENTRY_OVERHEAD = 200
 """Bytes counted per entry beyond its message: the entry, its ids and its slot in the tuple."""
 
 
 def copied_every(length: int) -> int:
     """How many messages a history copied together at `length` messages adds before a load copies it
-    again (`CachedHistory.packed`)."""
-    return max(PACK_AFTER, length // PACK_FRACTION)
+    again (`CachedHistory.packed`): 32 up to 256 messages, 62 at 1,000, 200 at 10,000.
+
+    A copy costs in proportion to the length, once per this many messages; the messages added since
+    the last copy cost every turn, far more than their share (`docs/benchmarks.md`, "Flat in
+    history"). A square root balances the two: at 1,000 messages ~0.65 ms a turn for the copies.
+    """
+    return max(PACK_AFTER, 2 * math.isqrt(length))
 
 
 def budget_from_env() -> int:
@@ -120,14 +125,13 @@ class CachedHistory:
 
     def packed(self) -> tuple[ConversationEntry, ...]:
         """Its entries (`entries`), copied together first once those added since its last copy number
-        at least `PACK_AFTER` and a `PACK_FRACTION`th of the ones copied then.
+        `copied_every` its length then.
 
         A history grown a turn at a time has its messages decoded a few at a time, scattered in
         memory among everything made meanwhile, and pydantic-ai walks a run's whole history several
         times per model request: over 1,000 scattered messages a turn took ~3 ms more than over the
         same messages made at once (`docs/benchmarks.md`, "Flat in history"). A copy made in one go
-        lies together. Copying the whole history each time a fixed fraction has been added costs the
-        same per turn at any length (a copy of 1,000 messages ~10 ms, once per ~250 new ones).
+        lies together (a copy of 1,000 messages ~10 ms, once per 62 new ones).
         Messages are immutable once stored: the copies are equal, and loads hand out only them.
         """
         entries = self.entries

@@ -228,17 +228,17 @@ async def test_the_budget_evicts_the_least_recently_used_histories(open_store: A
     assert decodes.rows == len(turns(10))
 
 
-async def test_a_history_grown_a_turn_at_a_time_is_copied_together_once_per_quarter(
+async def test_a_history_grown_a_turn_at_a_time_is_copied_together_every_twice_its_square_root(
     open_store: Any, url: str
 ) -> None:
     # Each load decodes the last turn's messages, scattered in memory among everything made
-    # meanwhile; once 64 (and a quarter of those copied last time) were added, the load copies the
-    # whole history together. Between copies a load hands out the same objects (no copy per turn).
+    # meanwhile; once 32 (and twice the square root of the history's length) were added, the load
+    # copies the whole history together. Between copies a load hands out the same objects.
     store: SqlConversationStore = await open_store()
     conversation = Conversation(conversation_id="chat", messages=[])
     copied_at: list[int] = []
     previous: list[ModelMessage] = []
-    for turn in range(170):
+    for turn in range(180):
         conversation.messages.extend([user(f"q{turn}"), reply(f"a{turn}")])
         await store.save(conversation)
         conversation = await _loaded(store, "chat")
@@ -246,7 +246,7 @@ async def test_a_history_grown_a_turn_at_a_time_is_copied_together_once_per_quar
             copied_at.append(len(conversation.messages))
             assert dump(conversation.messages[: len(previous)]) == dump(previous)
         previous = conversation.messages
-    assert copied_at == [64, 128, 192, 256, 320]
+    assert copied_at == [32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 354]
     assert dump(conversation.messages) == await _truth(url, "chat")
 
 
@@ -265,7 +265,7 @@ def test_a_copy_is_equal_and_new_sharing_only_what_cannot_change() -> None:
     result = ToolReturnPart(
         "lookup", content={"order": {"items": [1, 2]}, "status": "shipped"}, tool_call_id="c"
     )
-    messages = [*_chat(62), ModelRequest(parts=[result]), reply("done")]
+    messages = [*_chat(30), ModelRequest(parts=[result]), reply("done")]
     copied = [entry.message for entry in _unpacked(messages).packed()]
     assert copied == messages
     assert all(new is not old for new, old in zip(copied, messages, strict=True))
@@ -285,7 +285,7 @@ def test_a_history_too_deep_to_copy_stays_as_it_is_and_is_not_tried_again(
     for _ in range(sys.getrecursionlimit()):
         nested = [nested]
     deep = ModelRequest(parts=[ToolReturnPart("tool", content=nested, tool_call_id="c")])
-    history = _unpacked([*_chat(62), deep, reply("done")])
+    history = _unpacked([*_chat(30), deep, reply("done")])
     copies: list[object] = []
     copy = history_cache._copy
 
