@@ -62,8 +62,9 @@ def quadruple_ratio(quadruple: Quadruple, copy: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class Copy:
-    """The history cache's copy of a long thread's history (`CachedHistory.packed`), timed apart: the
-    measured turns fall between two copies, so none pays one; each long turn is charged its share."""
+    """The history cache's copy of a long thread's history (`CachedHistory.packed`), timed apart and
+    charged to each long turn as its share. The few measured turns that make a copy pay it again (the
+    medians set them aside): the charge is on top of them, not instead."""
 
     messages: int
     seconds: float

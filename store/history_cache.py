@@ -10,9 +10,9 @@ a regenerated turn or a fork is just another head: its history is another key.
 Entries are held, not copied on each load: messages are treated as immutable once stored (the
 store hands out a copy of a history's last message, the one pydantic-ai fills in when it continues
 a history; see `SqlConversationStore`). A growing history is copied whole now and then, only so
-that its messages lie together in memory (`CachedHistory.packed`). The budget counts each history's stored message bytes
-times `OBJECT_FACTOR`, an estimate of what the validated objects take in memory; the least
-recently used histories are evicted first.
+that its messages lie together in memory (`CachedHistory.packed`). The budget counts each
+history's stored message bytes times `OBJECT_FACTOR`, an estimate of what the validated objects
+take in memory; the least recently used histories are evicted first.
 """
 
 from __future__ import annotations
